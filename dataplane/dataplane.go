@@ -1,0 +1,199 @@
+// Package dataplane defines the contract between relayd's control plane and
+// its data planes: what a flow is, the statistics a data plane keeps for it,
+// and the small interface control/ uses to install, update and remove flows.
+//
+// The package holds types only. It imports neither cilium/ebpf nor
+// golang.org/x/sys/unix, so control/ builds and tests anywhere and can be
+// tested against the fake in dataplanetest.
+package dataplane
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Action says what a data plane does with a packet that matches a flow.
+type Action uint8
+
+// Actions. The numeric values are part of the BPF flow map layout
+// (enum flow_action in bpf/relay.c); fastpath tests check they match.
+const (
+	// Forward rewrites source and destination and sends the packet on.
+	Forward Action = iota
+	// Userspace hands the packet to the userspace worker pool.
+	Userspace
+	// Drop discards the packet and counts it.
+	Drop
+	// Reflect sends the packet back to its sender from the relay address.
+	Reflect
+)
+
+func (a Action) String() string {
+	switch a {
+	case Forward:
+		return "forward"
+	case Userspace:
+		return "userspace"
+	case Drop:
+		return "drop"
+	case Reflect:
+		return "reflect"
+	}
+	return fmt.Sprintf("action(%d)", uint8(a))
+}
+
+// ParseAction parses the names String returns.
+func ParseAction(s string) (Action, error) {
+	for a := Forward; a <= Reflect; a++ {
+		if a.String() == s {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown action %q (want forward, userspace, drop or reflect)", s)
+}
+
+// Path is where a flow's packets are handled.
+type Path string
+
+const (
+	PathXDP       Path = "xdp"
+	PathUserspace Path = "userspace"
+)
+
+// Flow is one direction of one media stream: packets arriving at Match are
+// sent from SendFrom to SendTo. The zero value is not a valid flow.
+type Flow struct {
+	// ID names the flow in the API. Assigned by the control plane, stored by
+	// the data plane with the flow so that it survives a daemon restart.
+	ID uint64
+	// Match is the relay address and port the packets arrive on. It is the
+	// flow's key: no two flows share it.
+	Match netip.AddrPort
+	// ExpectSource, when valid, is the only source accepted; packets from
+	// anywhere else are dropped and counted. A zero port accepts any port
+	// of that address.
+	ExpectSource netip.AddrPort
+	// SendFrom and SendTo are the rewritten source and destination. Unused
+	// for Drop and Reflect.
+	SendFrom netip.AddrPort
+	SendTo   netip.AddrPort
+	// Action is what happens to a matching packet.
+	Action Action
+	// ClockRate is the RTP clock rate in Hz used for interarrival jitter.
+	// Zero means the flow carries no RTP (RTCP only): no RTP statistics.
+	ClockRate uint32
+}
+
+// Validate reports whether f is complete and consistent.
+func (f *Flow) Validate() error {
+	if !f.Match.IsValid() || f.Match.Port() == 0 {
+		return errors.New("match: need address and non-zero port")
+	}
+	if f.Match.Addr().Zone() != "" {
+		return errors.New("match: zoned addresses are not supported")
+	}
+	if f.ExpectSource.IsValid() && f.ExpectSource.Addr().Is4() != f.Match.Addr().Is4() {
+		return errors.New("expect_source: address family differs from match")
+	}
+	switch f.Action {
+	case Forward, Userspace:
+		if !f.SendFrom.IsValid() || f.SendFrom.Port() == 0 {
+			return errors.New("send_from: need address and non-zero port")
+		}
+		if !f.SendTo.IsValid() || f.SendTo.Port() == 0 {
+			return errors.New("send_to: need address and non-zero port")
+		}
+		if f.SendFrom.Addr().Is4() != f.SendTo.Addr().Is4() {
+			return errors.New("send_from and send_to: address families differ")
+		}
+		if f.SendTo.Addr().IsUnspecified() || f.SendTo.Addr().IsMulticast() {
+			return fmt.Errorf("send_to: %s is not a unicast address", f.SendTo.Addr())
+		}
+	case Drop, Reflect:
+	default:
+		return fmt.Errorf("unknown action %d", f.Action)
+	}
+	return nil
+}
+
+// Stats are a flow's counters. The same fields mean the same thing whichever
+// data plane carries the flow.
+type Stats struct {
+	Packets  uint64    // packets that matched the flow and were handled
+	Bytes    uint64    // their bytes at the IP layer (IP header included)
+	Dropped  uint64    // packets dropped (wrong source, drop action)
+	LastSeen time.Time // arrival of the last matching packet; zero if none
+
+	// RTP statistics (RFC 3550 appendix A), zero when ClockRate is 0.
+	SSRC          uint32 // SSRC of the current source
+	ExtHighestSeq uint32 // extended highest sequence number received
+	BaseSeq       uint32 // first sequence number of the current source
+	Received      uint64 // RTP packets counted for the current source
+	Lost          int64  // cumulative packets lost (expected - received); may be negative with duplicates
+	Jitter        uint32 // interarrival jitter in RTP timestamp units
+	SSRCChanges   uint32 // times the SSRC changed on this flow
+}
+
+// JitterMillis converts Jitter to milliseconds with the flow's clock rate.
+func (s Stats) JitterMillis(clockRate uint32) float64 {
+	if clockRate == 0 {
+		return 0
+	}
+	return float64(s.Jitter) * 1000 / float64(clockRate)
+}
+
+// Errors data planes return that callers branch on.
+var (
+	ErrExists       = errors.New("a flow with this match already exists")
+	ErrNotFound     = errors.New("no such flow")
+	ErrFull         = errors.New("flow table full")
+	ErrNotSupported = errors.New("not supported by this data plane")
+)
+
+// DataPlane carries flows. Implementations are safe for concurrent use.
+type DataPlane interface {
+	// Install adds f. It fails with ErrExists if a flow with f.Match exists.
+	Install(f Flow) error
+	// Update replaces the flow with f.Match, keeping its statistics.
+	Update(f Flow) error
+	// Remove deletes the flow with this match and returns its last statistics.
+	Remove(match netip.AddrPort) (Stats, error)
+	// Stats returns the statistics of the flow with this match.
+	Stats(match netip.AddrPort) (Stats, error)
+	// List returns every flow and its statistics.
+	List() ([]FlowStats, error)
+	// Path says where this data plane carries a flow.
+	Path() Path
+}
+
+// FlowStats pairs a flow with its statistics.
+type FlowStats struct {
+	Flow  Flow
+	Stats Stats
+}
+
+// Counter is one global data plane counter: packets and bytes that got one
+// verdict for one reason, summed over CPUs.
+type Counter struct {
+	Verdict string // "forward", "punt", "drop" or "pass"
+	Reason  string // e.g. "tx", "redirect", "no_flow", "ip_options", "wrong_source"
+	Packets uint64
+	Bytes   uint64
+}
+
+// Interface is a network interface a data plane is attached to.
+type Interface struct {
+	Name    string
+	Index   int
+	Mode    string // "native" or "generic" for XDP
+	Adopted bool   // attachment taken over from a previous run
+}
+
+// Observer is implemented by data planes that expose global counters and
+// their attachments, for /metrics.
+type Observer interface {
+	Counters() ([]Counter, error)
+	Interfaces() []Interface
+}
