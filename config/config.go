@@ -1,0 +1,343 @@
+// Package config reads relayd's TOML configuration file.
+//
+// Decoding is strict: a key relayd does not know, or a value of the wrong
+// type, is an error naming the key and its line. Missing keys take the
+// defaults documented on each field. After decoding, the values are
+// validated and the parsed forms (addresses, port range, durations) are
+// filled in, so callers never parse strings again.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// Config is relayd's configuration. Load and Parse return it validated,
+// with defaults applied. The zero value is not valid; use Default for a
+// base to modify.
+type Config struct {
+	Log       Log       `toml:"log"`
+	Admin     Admin     `toml:"admin"`
+	Dataplane Dataplane `toml:"dataplane"`
+	Media     Media     `toml:"media"`
+}
+
+// Log is the [log] section.
+type Log struct {
+	Level  string `toml:"level"`  // debug | info | warn | error; default info
+	Format string `toml:"format"` // json | console; default json
+}
+
+// Admin is the [admin] section.
+type Admin struct {
+	// Listen is where the admin HTTP API listens: "host:port" for TCP or
+	// "unix:/path/to.sock" for a unix socket. Default 127.0.0.1:9900.
+	Listen string `toml:"listen"`
+}
+
+// Dataplane is the [dataplane] section.
+type Dataplane struct {
+	Mode             string   `toml:"mode"`              // xdp | userspace; default xdp
+	XDPMode          string   `toml:"xdp_mode"`          // native | generic; default native
+	Interfaces       []string `toml:"interfaces"`        // where XDP attaches; required in mode xdp
+	Workers          int      `toml:"workers"`           // userspace workers, 0 = one per online CPU
+	EnableForwarding bool     `toml:"enable_forwarding"` // turn IP forwarding on for the interfaces; default false
+	PinPath          string   `toml:"pin_path"`          // bpffs directory; default /sys/fs/bpf/relayd
+	MaxFlows         int      `toml:"max_flows"`         // flow table size; default 65536
+}
+
+// Media is the [media] section. The string fields are what the file says;
+// the fields below them are filled in by validation.
+type Media struct {
+	Address     string `toml:"address"`      // relay IPv4 media address
+	Address6    string `toml:"address6"`     // relay IPv6 media address
+	Ports       string `toml:"ports"`        // "A-B", A even, B odd; default 30000-39999
+	Timeout     string `toml:"timeout"`      // no media this long ends a call; default 60s
+	LatchWindow string `toml:"latch_window"` // symmetric RTP latching window; default 3s
+
+	Addr            netip.Addr    `toml:"-"` // parsed Address; invalid when unset
+	Addr6           netip.Addr    `toml:"-"` // parsed Address6; invalid when unset
+	PortMin         uint16        `toml:"-"` // first port of Ports (even)
+	PortMax         uint16        `toml:"-"` // last port of Ports (odd)
+	TimeoutDuration time.Duration `toml:"-"` // parsed Timeout
+	LatchDuration   time.Duration `toml:"-"` // parsed LatchWindow
+}
+
+// Limits on values.
+const (
+	MinPort     = 1024
+	MaxMaxFlows = 1 << 24
+	ifNameSize  = 16 // IFNAMSIZ, including the terminating NUL
+)
+
+// Default returns the configuration an empty file gives, before
+// validation. It is not valid on its own: mode xdp needs interfaces and
+// every configuration needs a media address.
+func Default() *Config {
+	return &Config{
+		Log:   Log{Level: "info", Format: "json"},
+		Admin: Admin{Listen: "127.0.0.1:9900"},
+		Dataplane: Dataplane{
+			Mode:     "xdp",
+			XDPMode:  "native",
+			PinPath:  "/sys/fs/bpf/relayd",
+			MaxFlows: 65536,
+		},
+		Media: Media{
+			Ports:       "30000-39999",
+			Timeout:     "60s",
+			LatchWindow: "3s",
+		},
+	}
+}
+
+// Error is a configuration error. Key is the dotted TOML key
+// ("media.ports"); Line is its 1-based line in the file, 0 when unknown
+// (for example a required key that is missing).
+type Error struct {
+	Key  string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "line %d: ", e.Line)
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads and parses the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes a TOML document strictly, applies defaults and validates
+// the result. Errors are *Error values, joined with errors.Join when there
+// are several; each names its key and, where it can be found, its line.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, decodeError(err)
+	}
+	if err := c.validate(keyLines(data)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decodeError turns go-toml's errors into *Error values.
+func decodeError(err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		errs := make([]error, 0, len(strict.Errors))
+		for i := range strict.Errors {
+			de := &strict.Errors[i]
+			line, _ := de.Position()
+			errs = append(errs, &Error{Key: strings.Join(de.Key(), "."), Line: line, Msg: "unknown key"})
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, _ := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := typeMismatch.FindStringSubmatch(msg); m != nil {
+			want := m[2]
+			switch {
+			case strings.HasPrefix(want, "config."):
+				want = "a table"
+			case want == "[]string":
+				want = "an array of strings"
+			case want == "int":
+				want = "an integer"
+			case want == "bool":
+				want = "a boolean (true or false)"
+			}
+			msg = fmt.Sprintf("got a TOML %s, want %s", m[1], want)
+		}
+		return &Error{Key: strings.Join(de.Key(), "."), Line: line, Msg: msg}
+	}
+	return &Error{Msg: err.Error()}
+}
+
+// typeMismatch matches go-toml's type errors, which name Go types.
+var typeMismatch = regexp.MustCompile(`^cannot decode TOML (\w+) into .* of type (.+)$`)
+
+// validate checks c and fills in the parsed fields. lines maps dotted keys
+// to their line in the document, for messages.
+func (c *Config) validate(lines map[string]int) error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &Error{Key: key, Line: lines[key], Msg: fmt.Sprintf(format, args...)})
+	}
+
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
+		bad("log.level", "%q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	if !slices.Contains([]string{"json", "console"}, c.Log.Format) {
+		bad("log.format", "%q is not one of json, console", c.Log.Format)
+	}
+
+	if err := checkListen(c.Admin.Listen); err != nil {
+		bad("admin.listen", "%v", err)
+	}
+
+	d := &c.Dataplane
+	switch d.Mode {
+	case "xdp":
+		if len(d.Interfaces) == 0 {
+			bad("dataplane.interfaces", "mode xdp needs at least one interface")
+		}
+	case "userspace":
+	default:
+		bad("dataplane.mode", "%q is not one of xdp, userspace", d.Mode)
+	}
+	if !slices.Contains([]string{"native", "generic"}, d.XDPMode) {
+		bad("dataplane.xdp_mode", "%q is not one of native, generic", d.XDPMode)
+	}
+	seen := make(map[string]bool)
+	for _, name := range d.Interfaces {
+		switch {
+		case name == "":
+			bad("dataplane.interfaces", "empty interface name")
+		case len(name) >= ifNameSize:
+			bad("dataplane.interfaces", "interface name %q is longer than %d bytes", name, ifNameSize-1)
+		case strings.ContainsAny(name, "/ \t\n\x00") || name == "." || name == "..":
+			bad("dataplane.interfaces", "%q is not a valid interface name", name)
+		case seen[name]:
+			bad("dataplane.interfaces", "interface %q listed twice", name)
+		}
+		seen[name] = true
+	}
+	if d.Workers < 0 {
+		bad("dataplane.workers", "%d is negative (0 means one per online CPU)", d.Workers)
+	}
+	if d.PinPath == "" || !filepath.IsAbs(d.PinPath) {
+		bad("dataplane.pin_path", "%q is not an absolute path", d.PinPath)
+	}
+	if d.MaxFlows < 1 || d.MaxFlows > MaxMaxFlows {
+		bad("dataplane.max_flows", "%d is not within 1-%d", d.MaxFlows, MaxMaxFlows)
+	}
+
+	m := &c.Media
+	if m.Address == "" && m.Address6 == "" {
+		bad("media.address", "need a relay media address (address or address6)")
+	}
+	if m.Address != "" {
+		a, err := parseMediaAddr(m.Address, true)
+		if err != nil {
+			bad("media.address", "%v", err)
+		}
+		m.Addr = a
+	}
+	if m.Address6 != "" {
+		a, err := parseMediaAddr(m.Address6, false)
+		if err != nil {
+			bad("media.address6", "%v", err)
+		}
+		m.Addr6 = a
+	}
+	lo, hi, err := ParsePortRange(m.Ports)
+	if err != nil {
+		bad("media.ports", "%v", err)
+	}
+	m.PortMin, m.PortMax = lo, hi
+	if m.TimeoutDuration, err = time.ParseDuration(m.Timeout); err != nil {
+		bad("media.timeout", "%q is not a duration (like 60s)", m.Timeout)
+	} else if m.TimeoutDuration <= 0 {
+		bad("media.timeout", "%s is not positive", m.Timeout)
+	}
+	if m.LatchDuration, err = time.ParseDuration(m.LatchWindow); err != nil {
+		bad("media.latch_window", "%q is not a duration (like 3s)", m.LatchWindow)
+	} else if m.LatchDuration < 0 {
+		bad("media.latch_window", "%s is negative", m.LatchWindow)
+	}
+	return errors.Join(errs...)
+}
+
+func checkListen(s string) error {
+	if path, ok := strings.CutPrefix(s, "unix:"); ok {
+		if path == "" || !filepath.IsAbs(path) {
+			return fmt.Errorf("%q: unix socket path must be absolute", s)
+		}
+		return nil
+	}
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither host:port nor unix:/path: %w", s, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("%q: port %q is not within 1-65535", s, port)
+	}
+	return nil
+}
+
+func parseMediaAddr(s string, want4 bool) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	switch {
+	case want4 && !a.Is4():
+		return netip.Addr{}, fmt.Errorf("%s is not an IPv4 address (use address6 for IPv6)", s)
+	case !want4 && (!a.Is6() || a.Is4In6()):
+		return netip.Addr{}, fmt.Errorf("%s is not an IPv6 address", s)
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Errorf("%s: zoned addresses are not supported", s)
+	case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback():
+		return netip.Addr{}, fmt.Errorf("%s is not a unicast address", s)
+	}
+	return a, nil
+}
+
+// ParsePortRange parses "A-B": A even, B odd, MinPort <= A < B <= 65535, so
+// that the range holds whole RTP (even) / RTCP (odd) pairs.
+func ParsePortRange(s string) (lo, hi uint16, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("%q is not a range like 30000-39999", s)
+	}
+	x, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 16)
+	y, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 16)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0, 0, fmt.Errorf("%q: ports must be numbers within %d-65535", s, MinPort)
+	case x < MinPort:
+		return 0, 0, fmt.Errorf("%q: first port %d is below %d", s, x, MinPort)
+	case x >= y:
+		return 0, 0, fmt.Errorf("%q: first port must be below the last", s)
+	case x%2 != 0:
+		return 0, 0, fmt.Errorf("%q: first port %d must be even (RTP)", s, x)
+	case y%2 != 1:
+		return 0, 0, fmt.Errorf("%q: last port %d must be odd (RTCP)", s, y)
+	}
+	return uint16(x), uint16(y), nil
+}

@@ -1,0 +1,200 @@
+package config
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+const minimal = `
+[dataplane]
+interfaces = ["eth0"]
+[media]
+address = "198.18.1.1"
+`
+
+func TestParseDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Log:   Log{Level: "info", Format: "json"},
+		Admin: Admin{Listen: "127.0.0.1:9900"},
+		Dataplane: Dataplane{
+			Mode: "xdp", XDPMode: "native", Interfaces: []string{"eth0"},
+			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536,
+		},
+		Media: Media{
+			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s",
+			Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
+			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second,
+		},
+	}
+	if diff := cmp.Diff(c, want, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+		t.Errorf("config (-got +want):\n%s", diff)
+	}
+}
+
+func TestParseFull(t *testing.T) {
+	doc := `
+[log]
+level = "debug"
+format = "console"
+[admin]
+listen = "unix:/run/relayd/admin.sock"
+[dataplane]
+mode = "xdp"
+xdp_mode = "generic"
+interfaces = ["eth0", "eth1"]
+workers = 4
+enable_forwarding = true
+pin_path = "/sys/fs/bpf/test"
+max_flows = 1024
+[media]
+address = "198.18.1.1"
+address6 = "2001:2::1"
+ports = "2000-2099"
+timeout = "1m30s"
+latch_window = "500ms"
+`
+	c, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Log.Level != "debug" || c.Log.Format != "console" || c.Admin.Listen != "unix:/run/relayd/admin.sock" {
+		t.Errorf("log/admin = %+v %+v", c.Log, c.Admin)
+	}
+	d := c.Dataplane
+	if d.XDPMode != "generic" || len(d.Interfaces) != 2 || d.Workers != 4 || !d.EnableForwarding ||
+		d.PinPath != "/sys/fs/bpf/test" || d.MaxFlows != 1024 {
+		t.Errorf("dataplane = %+v", d)
+	}
+	m := c.Media
+	if m.Addr6 != netip.MustParseAddr("2001:2::1") || m.PortMin != 2000 || m.PortMax != 2099 ||
+		m.TimeoutDuration != 90*time.Second || m.LatchDuration != 500*time.Millisecond {
+		t.Errorf("media = %+v", m)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		key  string
+		line int
+		msg  string // substring of the message
+	}{
+		{"unknown key", "[dataplane]\ninterfaces=[\"eth0\"]\nbogus = 1\n", "dataplane.bogus", 3, "unknown key"},
+		{"unknown section", "[sip]\nlisten = \"x\"\n", "sip", 1, "unknown key"},
+		{"type string for int", "[dataplane]\nworkers = \"x\"\n", "dataplane.workers", 2, "want an integer"},
+		{"type string for array", "[dataplane]\ninterfaces = \"eth0\"\n", "dataplane.interfaces", 2, "want an array of strings"},
+		{"type int for table", "log = 3\n", "log", 1, "want a table"},
+		{"type string for bool", "[dataplane]\nenable_forwarding = \"yes\"\n", "dataplane.enable_forwarding", 2, "want a boolean"},
+		{"syntax", "[log\n", "", 1, "expected ']'"},
+		{"log level", minimal + "[log]\nlevel = \"loud\"\n", "log.level", 7, "not one of debug"},
+		{"log format", minimal + "[log]\nformat = \"xml\"\n", "log.format", 7, "not one of json"},
+		{"listen", minimal + "[admin]\nlisten = \"9900\"\n", "admin.listen", 7, "neither host:port"},
+		{"listen port", minimal + "[admin]\nlisten = \"127.0.0.1:http\"\n", "admin.listen", 7, "not within 1-65535"},
+		{"listen unix relative", minimal + "[admin]\nlisten = \"unix:admin.sock\"\n", "admin.listen", 7, "must be absolute"},
+		{"mode", "[dataplane]\nmode = \"dpdk\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.mode", 2, "not one of xdp"},
+		{"xdp needs interfaces", "[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 0, "mode xdp needs"},
+		{"xdp mode", "[dataplane]\ninterfaces=[\"a\"]\nxdp_mode = \"offload\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.xdp_mode", 3, "native, generic"},
+		{"duplicate interface", "[dataplane]\ninterfaces=[\"a\",\"a\"]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 2, "listed twice"},
+		{"long interface", "[dataplane]\ninterfaces=[\"abcdefghijklmnop\"]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 2, "longer than 15"},
+		{"workers", "[dataplane]\nmode=\"userspace\"\nworkers = -1\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.workers", 3, "negative"},
+		{"pin path", "[dataplane]\ninterfaces=[\"a\"]\npin_path = \"bpf\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.pin_path", 3, "absolute"},
+		{"max flows", "[dataplane]\ninterfaces=[\"a\"]\nmax_flows = 0\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.max_flows", 3, "not within"},
+		{"no address", "[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 0, "need a relay media address"},
+		{"bad address", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"198.18.1\"\n", "media.address", 4, "not an IP address"},
+		{"v6 in address", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"2001:2::1\"\n", "media.address", 4, "not an IPv4"},
+		{"v4 in address6", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress6 = \"198.18.1.1\"\n", "media.address6", 4, "not an IPv6"},
+		{"unspecified", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"0.0.0.0\"\n", "media.address", 4, "not a unicast"},
+		{"ports format", minimal + "ports = \"30000\"\n", "media.ports", 6, "not a range"},
+		{"ports odd start", minimal + "ports = \"30001-30003\"\n", "media.ports", 6, "must be even"},
+		{"ports even end", minimal + "ports = \"30000-30002\"\n", "media.ports", 6, "must be odd"},
+		{"ports reversed", minimal + "ports = \"30001-30000\"\n", "media.ports", 6, "below the last"},
+		{"ports low", minimal + "ports = \"1000-2001\"\n", "media.ports", 6, "below 1024"},
+		{"ports high", minimal + "ports = \"30000-70001\"\n", "media.ports", 6, "numbers within"},
+		{"timeout", minimal + "timeout = \"60\"\n", "media.timeout", 6, "not a duration"},
+		{"timeout zero", minimal + "timeout = \"0s\"\n", "media.timeout", 6, "not positive"},
+		{"latch", minimal + "latch_window = \"-1s\"\n", "media.latch_window", 6, "negative"},
+		{"dotted key", "media.address = \"x\"\n[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 1, "not an IP address"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.doc))
+			if err == nil {
+				t.Fatalf("Parse succeeded: %+v", c)
+			}
+			var ce *Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("error %v (%T) is not a *config.Error", err, err)
+			}
+			if ce.Key != tt.key || ce.Line != tt.line || !strings.Contains(ce.Msg, tt.msg) {
+				t.Errorf("got key %q line %d msg %q; want key %q line %d msg containing %q",
+					ce.Key, ce.Line, ce.Msg, tt.key, tt.line, tt.msg)
+			}
+			if tt.line > 0 && !strings.Contains(err.Error(), "line ") {
+				t.Errorf("error %q does not name the line", err)
+			}
+		})
+	}
+}
+
+func TestParseSeveralErrors(t *testing.T) {
+	_, err := Parse([]byte(minimal + "ports = \"1-2\"\ntimeout = \"x\"\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"line 6: media.ports", "line 7: media.timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relayd.toml")
+	if err := os.WriteFile(path, []byte(minimal), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(minimal+"bogus = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path+": line 6: media.bogus: unknown key") {
+		t.Errorf("Load error = %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.toml")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load missing file error = %v, want ErrNotExist", err)
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	// The example shipped in systemd/ must stay valid.
+	if _, err := Load("../systemd/relayd.toml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParsePortRange(t *testing.T) {
+	lo, hi, err := ParsePortRange("30000-39999")
+	if err != nil || lo != 30000 || hi != 39999 {
+		t.Errorf("ParsePortRange = %d, %d, %v", lo, hi, err)
+	}
+	if _, _, err := ParsePortRange("1024-65535"); err != nil {
+		t.Errorf("full range: %v", err)
+	}
+}
