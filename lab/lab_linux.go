@@ -1,0 +1,351 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// roles are the namespace name suffixes of the standard topology.
+var roles = [...]string{"caller", "relay", "callee"}
+
+// New builds the standard topology described in the package documentation.
+// It first removes namespaces of the same names left by an earlier run that
+// did not close its lab. On error it tears down what it built.
+func New(cfg Config) (_ *Lab, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("lab config: %w", err)
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = defaultPrefix()
+	}
+	if err := removeStale(prefix); err != nil {
+		return nil, err
+	}
+	l := newLab(prefix)
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	for i, p := range []**NS{&l.Caller, &l.Relay, &l.Callee} {
+		ns, err := newNamedNS(prefix + roles[i])
+		if err != nil {
+			return nil, err
+		}
+		*p = ns
+	}
+	if err := l.build(); err != nil {
+		return nil, fmt.Errorf("build lab %s: %w", prefix, err)
+	}
+	return l, nil
+}
+
+// Close tears the lab down: it deletes the veths and the namespaces. The
+// kernel frees a namespace once no socket or process refers to it any
+// more. Close is idempotent.
+func (l *Lab) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var errs []error
+	// Delete the veths explicitly: a socket left open in a namespace
+	// keeps it, and its interfaces, alive.
+	if l.Relay != nil {
+		if err := l.Relay.deleteLinks(RelayCallerIfName, RelayCalleeIfName); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee} {
+		if ns == nil {
+			continue
+		}
+		if err := ns.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteLinks deletes the named interfaces (and so their veth peers) if
+// they exist.
+func (ns *NS) deleteLinks(names ...string) error {
+	h, err := ns.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	var errs []error
+	for _, name := range names {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			var nf netlink.LinkNotFoundError
+			if !errors.As(err, &nf) {
+				errs = append(errs, fmt.Errorf("interface %s in %s: %w", name, ns.name, err))
+			}
+			continue
+		}
+		if err := h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s in %s: %w", name, ns.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// staleName matches namespaces with a default prefix; the number after rl
+// is the pid of the process that made them.
+var staleName = regexp.MustCompile(`^rl([0-9]+)-[0-9]+-(caller|relay|callee)$`)
+
+// removeStale deletes the namespaces the lab with prefix is about to
+// create, and namespaces with a default prefix whose process is gone.
+func removeStale(prefix string) error {
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove stale namespaces: %w", err)
+	}
+	mine := make(map[string]bool)
+	for _, r := range roles {
+		mine[prefix+r] = true
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !mine[name] && !orphaned(name) {
+			continue
+		}
+		if err := deleteNamedNS(name); err != nil {
+			errs = append(errs, fmt.Errorf("remove stale namespace: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// orphaned reports whether name has a default prefix of a process that no
+// longer runs.
+func orphaned(name string) bool {
+	m := staleName.FindStringSubmatch(name)
+	if m == nil {
+		return false
+	}
+	pid, err := strconv.Atoi(m[1])
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
+// build wires the namespaces of l together.
+func (l *Lab) build() error {
+	// Create each veth in the relay with its peer directly in the other
+	// namespace, so the names never appear in the caller's namespace.
+	for _, v := range []struct {
+		name, peer string
+		peerNS     *NS
+	}{
+		{RelayCallerIfName, CallerIfName, l.Caller},
+		{RelayCalleeIfName, CalleeIfName, l.Callee},
+	} {
+		if err := l.Relay.addVeth(v.name, v.peer, v.peerNS); err != nil {
+			return err
+		}
+	}
+
+	links := []struct {
+		ns   *NS
+		name string
+		iff  *Iface
+	}{
+		{l.Caller, CallerIfName, &l.CallerIf},
+		{l.Relay, RelayCallerIfName, &l.RelayCallerIf},
+		{l.Relay, RelayCalleeIfName, &l.RelayCalleeIf},
+		{l.Callee, CalleeIfName, &l.CalleeIf},
+	}
+	// Offloads, see DESIGN.md section 5: GRO on so that frames XDP sends
+	// into the peer are not dropped, tx checksum offload off so that
+	// locally generated UDP carries a full checksum.
+	for _, k := range links {
+		if err := k.ns.SetGRO(k.name, true); err != nil {
+			return err
+		}
+		if err := k.ns.SetTxChecksum(k.name, false); err != nil {
+			return err
+		}
+	}
+
+	// Forwarding in the relay; bpf_fib_lookup needs it on the ingress
+	// device too.
+	for _, key := range []string{
+		"net/ipv4/ip_forward",
+		"net/ipv6/conf/all/forwarding",
+		"net/ipv6/conf/" + RelayCallerIfName + "/forwarding",
+		"net/ipv6/conf/" + RelayCalleeIfName + "/forwarding",
+	} {
+		if err := l.Relay.SetSysctl(key, "1"); err != nil {
+			return err
+		}
+	}
+
+	// Links up first, so that connected routes exist for the gateways.
+	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee} {
+		if err := ns.SetLinkUp("lo"); err != nil {
+			return err
+		}
+	}
+	for _, k := range links {
+		if err := k.ns.SetLinkUp(k.name); err != nil {
+			return err
+		}
+	}
+
+	addrs := []struct {
+		ns     *NS
+		ifname string
+		addr   netip.Prefix
+	}{
+		{l.Caller, CallerIfName, netip.PrefixFrom(l.CallerAddr4, 24)},
+		{l.Caller, CallerIfName, netip.PrefixFrom(l.CallerAddr6, 64)},
+		{l.Relay, RelayCallerIfName, netip.PrefixFrom(l.RelayCallerAddr4, 24)},
+		{l.Relay, RelayCallerIfName, netip.PrefixFrom(l.RelayCallerAddr6, 64)},
+		{l.Relay, "lo", netip.PrefixFrom(l.RelayMedia4, 32)},
+		{l.Relay, "lo", netip.PrefixFrom(l.RelayMedia6, 128)},
+		{l.Relay, RelayCalleeIfName, netip.PrefixFrom(l.RelayCalleeAddr4, 24)},
+		{l.Relay, RelayCalleeIfName, netip.PrefixFrom(l.RelayCalleeAddr6, 64)},
+		{l.Callee, CalleeIfName, netip.PrefixFrom(l.CalleeAddr4, 24)},
+		{l.Callee, CalleeIfName, netip.PrefixFrom(l.CalleeAddr6, 64)},
+	}
+	for _, a := range addrs {
+		if err := a.ns.addAddr(a.ifname, a.addr); err != nil {
+			return err
+		}
+	}
+
+	routes := []struct {
+		ns     *NS
+		ifname string
+		gw     netip.Addr
+	}{
+		{l.Caller, CallerIfName, l.RelayCallerAddr4},
+		{l.Caller, CallerIfName, l.RelayCallerAddr6},
+		{l.Callee, CalleeIfName, l.RelayCalleeAddr4},
+		{l.Callee, CalleeIfName, l.RelayCalleeAddr6},
+	}
+	for _, r := range routes {
+		if err := r.ns.addDefaultRoute(r.ifname, r.gw); err != nil {
+			return err
+		}
+	}
+
+	for _, k := range links {
+		iff, err := k.ns.Iface(k.name)
+		if err != nil {
+			return err
+		}
+		*k.iff = iff
+	}
+	return nil
+}
+
+// addVeth creates the veth pair name (in ns) and peer (in peerNS).
+func (ns *NS) addVeth(name, peer string, peerNS *NS) error {
+	h, err := ns.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	v := netlink.NewVeth(netlink.LinkAttrs{Name: name})
+	v.PeerName = peer
+	v.PeerNamespace = netlink.NsFd(peerNS.fd)
+	if err := h.LinkAdd(v); err != nil {
+		return fmt.Errorf("add veth %s in %s, peer %s in %s: %w", name, ns.name, peer, peerNS.name, err)
+	}
+	return nil
+}
+
+// addAddr adds p to the interface ifname; IPv6 addresses skip duplicate
+// address detection, so they are usable at once.
+func (ns *NS) addAddr(ifname string, p netip.Prefix) error {
+	h, err := ns.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := ns.link(h, ifname)
+	if err != nil {
+		return err
+	}
+	a := &netlink.Addr{IPNet: prefixNet(p)}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	if err := h.AddrAdd(l, a); err != nil {
+		return fmt.Errorf("add address %s to %s in %s: %w", p, ifname, ns.name, err)
+	}
+	return nil
+}
+
+// addDefaultRoute adds a default route via gw on ifname.
+func (ns *NS) addDefaultRoute(ifname string, gw netip.Addr) error {
+	h, err := ns.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := ns.link(h, ifname)
+	if err != nil {
+		return err
+	}
+	unspec := netip.IPv4Unspecified()
+	if gw.Is6() {
+		unspec = netip.IPv6Unspecified()
+	}
+	r := &netlink.Route{
+		LinkIndex: l.Attrs().Index,
+		Dst:       prefixNet(netip.PrefixFrom(unspec, 0)),
+		Gw:        gw.AsSlice(),
+	}
+	if err := h.RouteAdd(r); err != nil {
+		return fmt.Errorf("add default route via %s in %s: %w", gw, ns.name, err)
+	}
+	return nil
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet {
+	a := p.Addr()
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}
+}
+
+// available reports why the lab cannot be built here, or nil.
+func available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
+	}
+	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
+		return fmt.Errorf("network namespaces unavailable: %w", err)
+	}
+	// Try to create a namespace on a thread that then dies with its
+	// goroutine, leaving the rest of the process alone.
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the runtime ends the thread
+		errc <- unix.Unshare(unix.CLONE_NEWNET)
+	}()
+	if err := <-errc; err != nil {
+		return fmt.Errorf("network namespaces unavailable: unshare: %w", err)
+	}
+	return nil
+}
