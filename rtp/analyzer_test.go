@@ -1,0 +1,65 @@
+package rtp
+
+import "testing"
+
+func TestStreamAnalyzer(t *testing.T) {
+	a := StreamAnalyzer{ClockRate: 8000}
+	const ms = int64(1e6)
+	base := int64(1_700_000_000) * 1e9
+	// seq: arrival ms. 3 is lost, 5 arrives after 6 (reordered), 6 is
+	// duplicated, and a 100 ms gap precedes 8.
+	for _, p := range []struct {
+		seq uint16
+		at  int64
+	}{{0, 0}, {1, 20}, {2, 40}, {4, 80}, {6, 120}, {5, 121}, {6, 122}, {7, 140}, {8, 240}} {
+		h := Header{SSRC: 9, SequenceNumber: p.seq, Timestamp: uint32(p.seq) * 160, PayloadType: 0}
+		a.Update(&h, 172, base+p.at*ms)
+	}
+	if a.Packets != 9 || a.Bytes != 9*172 {
+		t.Errorf("packets %d bytes %d", a.Packets, a.Bytes)
+	}
+	if a.Duplicates != 1 || a.Reordered != 1 {
+		t.Errorf("duplicates %d reordered %d, want 1 1", a.Duplicates, a.Reordered)
+	}
+	// 9 expected (0..8), 9 received including the duplicate.
+	if a.Stats.Expected() != 9 || a.Stats.Lost() != 0 || a.Stats.Received != 9 {
+		t.Errorf("expected %d lost %d received %d", a.Stats.Expected(), a.Stats.Lost(), a.Stats.Received)
+	}
+	if a.MaxGap != 100*ms || a.MaxGapMillis() != 100 {
+		t.Errorf("max gap %d", a.MaxGap)
+	}
+	if a.FirstArrival != base || a.LastArrival != base+240*ms {
+		t.Errorf("first %d last %d", a.FirstArrival, a.LastArrival)
+	}
+	if j := a.JitterMillis(); j < 5 || j > 20 {
+		t.Errorf("jitter %.2f ms, want between 5 and 20 after an 80 ms delay", j)
+	}
+
+	// Resync restarts the duplicate window: a second 20000 is a duplicate
+	// only once the new sequence is established.
+	for _, s := range []uint16{20000, 20001, 20001, 20002} {
+		h := Header{SSRC: 9, SequenceNumber: s}
+		a.Update(&h, 172, base+300*ms)
+	}
+	if a.Stats.BaseSeq != 20001 || a.Stats.Received != 3 || a.Duplicates != 2 {
+		t.Errorf("after resync: base %d received %d duplicates %d", a.Stats.BaseSeq, a.Stats.Received, a.Duplicates)
+	}
+}
+
+func TestStreamAnalyzerSteady(t *testing.T) {
+	a := StreamAnalyzer{ClockRate: 8000}
+	for i := 0; i < 70000; i++ { // wraps the sequence number
+		h := Header{SSRC: 1, SequenceNumber: uint16(i), Timestamp: uint32(i) * 160}
+		a.Update(&h, 172, int64(i)*20e6)
+	}
+	if a.Stats.Lost() != 0 || a.Duplicates != 0 || a.Reordered != 0 || a.Stats.Jitter16 != 0 ||
+		a.Stats.Expected() != 70000 || a.MaxGap != 20e6 {
+		t.Fatalf("%+v", a)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		h := Header{SSRC: 1, SequenceNumber: 3, Timestamp: 480}
+		a.Update(&h, 172, 1)
+	}); n != 0 {
+		t.Fatalf("allocs = %v", n)
+	}
+}
