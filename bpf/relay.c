@@ -1,0 +1,655 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+/*
+ * relayd XDP fast path: relays plain RTP/RTCP between call legs.
+ *
+ * A flow is keyed by the relay address and port a packet arrives on. For a
+ * forwarded packet the program validates Ethernet/IP/UDP, checks the expected
+ * source, looks up the route (bpf_fib_lookup) before touching the packet,
+ * updates the flow's counters and RFC 3550 statistics, rewrites addresses and
+ * ports, fixes checksums incrementally, decrements TTL / hop limit and sends
+ * the frame with XDP_TX or a DEVMAP redirect. Everything it cannot or should
+ * not forward is passed to the kernel untouched, with a counted reason.
+ */
+#include <linux/bpf.h>
+#include <bpf_helpers.h>
+#include <bpf_endian.h>
+
+#define ETH_ALEN 6
+#define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+#define IPPROTO_UDP 17
+#define AF_INET 2
+#define AF_INET6 10
+
+struct ethhdr {
+	__u8 h_dest[ETH_ALEN];
+	__u8 h_source[ETH_ALEN];
+	__be16 h_proto;
+} __attribute__((packed));
+
+struct iphdr {
+	__u8 ihl_version; /* ihl in the low nibble on little endian */
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__sum16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct ipv6hdr {
+	__be32 vtc_flow;
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
+struct udphdr {
+	__be16 source;
+	__be16 dest;
+	__be16 len;
+	__sum16 check;
+};
+
+/* Layout version of the maps below; the pin path carries it. Bump it (and
+ * fastpath.LayoutVersion) on any change to a map's key or value. */
+#define RELAY_LAYOUT_VERSION 1
+
+enum flow_action {
+	FLOW_FORWARD = 0,
+	FLOW_USERSPACE = 1,
+	FLOW_DROP = 2,
+	FLOW_REFLECT = 3,
+	FLOW_ACTION_MAX,
+};
+
+enum flow_flags {
+	FLOW_F_EXPECT_ADDR = 1 << 0, /* only accept packets from expect_addr */
+	FLOW_F_EXPECT_PORT = 1 << 1, /* ... and from expect_port */
+};
+
+/* Global counters: every packet the program sees is counted once, under
+ * exactly one of these. The prefix is the verdict. */
+enum relay_counter {
+	COUNTER_FORWARD_TX,           /* forwarded out of the ingress device */
+	COUNTER_FORWARD_REDIRECT,     /* forwarded through the DEVMAP */
+	COUNTER_FORWARD_REFLECT,      /* reflected back to its sender */
+	COUNTER_PASS_NOT_IP,          /* neither IPv4 nor IPv6 */
+	COUNTER_PASS_NOT_UDP,         /* IP but not UDP */
+	COUNTER_PASS_MALFORMED,       /* truncated or inconsistent headers */
+	COUNTER_PASS_NO_FLOW,         /* UDP to no relay flow */
+	COUNTER_PUNT_USERSPACE,       /* the flow is handled in userspace */
+	COUNTER_PUNT_VLAN,            /* VLAN-tagged frame */
+	COUNTER_PUNT_IP_OPTIONS,      /* IPv4 header with options */
+	COUNTER_PUNT_IPV6_EXT,        /* IPv6 extension header before UDP */
+	COUNTER_PUNT_FRAGMENT,        /* IP fragment */
+	COUNTER_PUNT_NOT_RTP,         /* first byte not RTP/RTCP (STUN, DTLS: RFC 7983) */
+	COUNTER_PUNT_TTL,             /* TTL / hop limit would expire */
+	COUNTER_PUNT_OVER_MTU,        /* larger than the egress MTU */
+	COUNTER_PUNT_FIB_NO_NEIGH,    /* next hop not resolved yet */
+	COUNTER_PUNT_FIB_FWD_DISABLED,/* forwarding is off on the ingress device */
+	COUNTER_PUNT_FIB_OTHER,       /* no route, blackhole, local, ... */
+	COUNTER_PUNT_NO_EGRESS,       /* egress device has no XDP redirect entry */
+	COUNTER_PUNT_FAMILY,          /* egress family differs from ingress */
+	COUNTER_DROP_WRONG_SOURCE,    /* not from the flow's expected source */
+	COUNTER_DROP_FLOW,            /* the flow's action is drop */
+	COUNTER_MAX,
+};
+
+struct counter {
+	__u64 packets;
+	__u64 bytes; /* frame bytes (Ethernet header included) */
+};
+
+struct flow_key {
+	__u8 family; /* AF_INET or AF_INET6 */
+	__u8 pad;
+	__be16 port;   /* relay port */
+	__u8 addr[16]; /* relay address; IPv4 in the first 4 bytes, rest zero */
+};
+
+struct flow_value {
+	__u64 id;        /* the control plane's flow id */
+	__u32 stats_idx; /* index into flow_stats */
+	__u32 clock_rate; /* RTP clock rate in Hz; 0: no RTP statistics */
+	__u8 action;     /* enum flow_action */
+	__u8 flags;      /* enum flow_flags */
+	__u8 family;     /* egress family */
+	__u8 pad;
+	__be16 src_port;
+	__be16 dst_port;
+	__u8 src_addr[16];
+	__u8 dst_addr[16];
+	__u8 expect_addr[16];
+	__be16 expect_port;
+	__u8 pad2[6];
+};
+
+/* Per-flow statistics, one array slot per flow, guarded by its spin lock.
+ * The RTP fields follow RFC 3550 appendix A.1, A.3 and A.8 exactly as
+ * rtp.ReceiverStats does in Go (no probation). */
+struct flow_stats {
+	struct bpf_spin_lock lock;
+	__u32 ssrc;
+	__u64 packets;
+	__u64 bytes;        /* IP bytes */
+	__u64 dropped;
+	__u64 last_seen_ns; /* bpf_ktime_get_ns of the last packet */
+	__u64 rtp_base_ns;  /* arrival of the first RTP packet: origin of arrival times */
+	__u64 received;
+	__u32 base_seq;
+	__u32 cycles;
+	__u32 bad_seq;
+	__u32 jitter16;     /* jitter in timestamp units, times 16 */
+	__u32 last_transit;
+	__u32 ssrc_changes;
+	__u16 max_seq;
+	__u8 initialized;
+	__u8 have_transit;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct flow_key);
+	__type(value, struct flow_value);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct flow_stats);
+	__uint(max_entries, 65536);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct counter);
+	__uint(max_entries, COUNTER_MAX);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__type(key, __u32);
+	__type(value, struct bpf_devmap_val);
+	__uint(max_entries, 256);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tx_ports SEC(".maps");
+
+/* Force the enums and structs into BTF so bpf2go can export them. */
+const enum relay_counter relay_counter_unused __attribute__((unused));
+const enum flow_action flow_action_unused __attribute__((unused));
+const enum flow_flags flow_flags_unused __attribute__((unused));
+
+#define RTP_SEQ_MOD (1 << 16)
+#define MAX_DROPOUT 3000
+#define MAX_MISORDER 100
+#define NSEC_PER_SEC 1000000000ULL
+
+static __always_inline int count(enum relay_counter c, __u64 bytes, int verdict)
+{
+	__u32 k = c;
+	struct counter *ct = bpf_map_lookup_elem(&counters, &k);
+	if (ct) {
+		ct->packets++;
+		ct->bytes += bytes;
+	}
+	return verdict;
+}
+
+/* One's complement add of 32-bit words. */
+static __always_inline __u32 csum_add(__u32 sum, __u32 add)
+{
+	sum += add;
+	return sum + (sum < add);
+}
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)sum;
+}
+
+/* Replaces the 32-bit word at *p with v, folding the change into *sum
+ * (RFC 1624: HC' = ~(~HC + ~m + m')). */
+static __always_inline void swap32(__u32 *sum, void *p, __u32 v)
+{
+	__u32 old;
+	__builtin_memcpy(&old, p, 4);
+	*sum = csum_add(*sum, ~old);
+	*sum = csum_add(*sum, v);
+	__builtin_memcpy(p, &v, 4);
+}
+
+static __always_inline void init_seq(struct flow_stats *st, __u16 seq)
+{
+	st->base_seq = seq;
+	st->max_seq = seq;
+	st->bad_seq = RTP_SEQ_MOD + 1;
+	st->cycles = 0;
+	st->received = 1;
+}
+
+/* RFC 3550 A.1 (without probation) and A.8. Called with st->lock held: no
+ * helper calls in here. */
+static __always_inline void rtp_update(struct flow_stats *st, __u32 clock_rate, __u32 ssrc,
+				       __u16 seq, __u32 ts, __u64 now)
+{
+	if (!st->initialized || st->ssrc != ssrc) {
+		if (st->initialized)
+			st->ssrc_changes++;
+		else
+			st->rtp_base_ns = now;
+		st->initialized = 1;
+		st->ssrc = ssrc;
+		init_seq(st, seq);
+		st->jitter16 = 0;
+		st->have_transit = 0;
+	} else {
+		__u16 udelta = seq - st->max_seq;
+		if (udelta < MAX_DROPOUT) {
+			if (seq < st->max_seq)
+				st->cycles += RTP_SEQ_MOD;
+			st->max_seq = seq;
+			st->received++;
+		} else if (udelta <= RTP_SEQ_MOD - MAX_MISORDER) {
+			if ((__u32)seq == st->bad_seq) {
+				init_seq(st, seq);
+			} else {
+				st->bad_seq = ((__u32)seq + 1) & (RTP_SEQ_MOD - 1);
+				return;
+			}
+		} else {
+			st->received++;
+		}
+	}
+
+	/* Arrival in timestamp units since the first RTP packet, split so the
+	 * product cannot overflow however long the flow lives. */
+	__u64 d = now - st->rtp_base_ns;
+	__u64 secs = d / NSEC_PER_SEC;
+	__u64 rem = d - secs * NSEC_PER_SEC;
+	__u32 arrival = (__u32)(secs * clock_rate + rem * clock_rate / NSEC_PER_SEC);
+	__u32 transit = arrival - ts;
+	if (st->have_transit) {
+		__s32 diff = (__s32)(transit - st->last_transit);
+		if (diff < 0)
+			diff = -diff;
+		st->jitter16 += (__u32)diff - ((st->jitter16 + 8) >> 4);
+	}
+	st->last_transit = transit;
+	st->have_transit = 1;
+}
+
+struct pkt {
+	struct xdp_md *ctx;
+	void *end;
+	struct ethhdr *eth;
+	struct udphdr *udp;
+	__u64 frame_len;
+	__u32 ip_len; /* IP header + payload */
+	__u8 *payload;
+	__u32 payload_len;
+	int v6;
+};
+
+/* Accounts a packet to its flow. Returns 0 when the packet may go on. */
+static __always_inline void account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
+{
+	__u32 idx = fv->stats_idx;
+	struct flow_stats *st = bpf_map_lookup_elem(&stats, &idx);
+	if (!st)
+		return;
+
+	/* RTP header fields, read before taking the lock. RTCP (RFC 5761:
+	 * second byte 192..223) and short packets carry no RTP statistics. */
+	int rtp = 0;
+	__u32 ssrc = 0, ts = 0;
+	__u16 seq = 0;
+	if (!dropped && fv->clock_rate && p->payload_len >= 12) {
+		__u8 *b = p->payload;
+		if ((void *)(b + 12) <= p->end && (b[1] < 192 || b[1] > 223)) {
+			rtp = 1;
+			seq = ((__u16)b[2] << 8) | b[3];
+			ts = ((__u32)b[4] << 24) | ((__u32)b[5] << 16) | ((__u32)b[6] << 8) | b[7];
+			ssrc = ((__u32)b[8] << 24) | ((__u32)b[9] << 16) | ((__u32)b[10] << 8) | b[11];
+		}
+	}
+
+	bpf_spin_lock(&st->lock);
+	if (dropped) {
+		st->dropped++;
+	} else {
+		st->packets++;
+		st->bytes += p->ip_len;
+		st->last_seen_ns = now;
+		if (rtp)
+			rtp_update(st, fv->clock_rate, ssrc, seq, ts, now);
+	}
+	bpf_spin_unlock(&st->lock);
+}
+
+static __always_inline int addr_eq(const __u8 *a, const __u8 *b, int n)
+{
+	int eq = 1;
+#pragma unroll
+	for (int i = 0; i < 16; i++) {
+		if (i < n && a[i] != b[i])
+			eq = 0;
+	}
+	return eq;
+}
+
+static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,
+				       __be16 sport)
+{
+	struct flow_value *fv = bpf_map_lookup_elem(&flows, key);
+	if (!fv)
+		return count(COUNTER_PASS_NO_FLOW, p->frame_len, XDP_PASS);
+
+	int alen = p->v6 ? 16 : 4;
+	__u64 now = bpf_ktime_get_ns();
+
+	if (fv->action == FLOW_DROP) {
+		account(p, fv, 1, now);
+		return count(COUNTER_DROP_FLOW, p->frame_len, XDP_DROP);
+	}
+	if (((fv->flags & FLOW_F_EXPECT_ADDR) && !addr_eq(saddr, fv->expect_addr, alen)) ||
+	    ((fv->flags & FLOW_F_EXPECT_PORT) && sport != fv->expect_port)) {
+		account(p, fv, 1, now);
+		return count(COUNTER_DROP_WRONG_SOURCE, p->frame_len, XDP_DROP);
+	}
+	if (fv->action == FLOW_USERSPACE)
+		return count(COUNTER_PUNT_USERSPACE, p->frame_len, XDP_PASS);
+	if (fv->action != FLOW_FORWARD && fv->action != FLOW_REFLECT)
+		return count(COUNTER_PUNT_USERSPACE, p->frame_len, XDP_PASS);
+
+	/* RFC 7983: RTP and RTCP start with 128..191; STUN, DTLS, ZRTP and
+	 * anything else go to userspace. */
+	if (p->payload_len < 1 || (void *)(p->payload + 1) > p->end ||
+	    p->payload[0] < 128 || p->payload[0] > 191)
+		return count(COUNTER_PUNT_NOT_RTP, p->frame_len, XDP_PASS);
+
+	/* Where the packet goes. */
+	__u8 src[16] = {}, dst[16] = {};
+	__be16 nsport, ndport;
+	if (fv->action == FLOW_REFLECT) {
+		__builtin_memcpy(src, key->addr, 16);
+		if (p->v6)
+			__builtin_memcpy(dst, saddr, 16);
+		else
+			__builtin_memcpy(dst, saddr, 4);
+		nsport = key->port;
+		ndport = sport;
+	} else {
+		if (fv->family != key->family)
+			return count(COUNTER_PUNT_FAMILY, p->frame_len, XDP_PASS);
+		__builtin_memcpy(src, fv->src_addr, 16);
+		__builtin_memcpy(dst, fv->dst_addr, 16);
+		nsport = fv->src_port;
+		ndport = fv->dst_port;
+	}
+
+	struct bpf_fib_lookup fib = {};
+	fib.ifindex = p->ctx->ingress_ifindex;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.sport = nsport;
+	fib.dport = ndport;
+	if (p->v6) {
+		struct ipv6hdr *ip6 = (void *)(p->eth + 1);
+		if ((void *)(ip6 + 1) > p->end)
+			return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+		if (ip6->hop_limit <= 1)
+			return count(COUNTER_PUNT_TTL, p->frame_len, XDP_PASS);
+		fib.family = AF_INET6;
+		fib.flowinfo = ip6->vtc_flow & bpf_htonl(0x0FFFFFFF);
+		fib.tot_len = p->ip_len;
+		__builtin_memcpy(fib.ipv6_src, src, 16);
+		__builtin_memcpy(fib.ipv6_dst, dst, 16);
+	} else {
+		struct iphdr *ip = (void *)(p->eth + 1);
+		if ((void *)(ip + 1) > p->end)
+			return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+		if (ip->ttl <= 1)
+			return count(COUNTER_PUNT_TTL, p->frame_len, XDP_PASS);
+		fib.family = AF_INET;
+		fib.tos = ip->tos;
+		fib.tot_len = p->ip_len;
+		__builtin_memcpy(&fib.ipv4_src, src, 4);
+		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
+	}
+
+	long rc = bpf_fib_lookup(p->ctx, &fib, sizeof(fib), 0);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+		break;
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		return count(COUNTER_PUNT_FIB_NO_NEIGH, p->frame_len, XDP_PASS);
+	case BPF_FIB_LKUP_RET_FRAG_NEEDED:
+		return count(COUNTER_PUNT_OVER_MTU, p->frame_len, XDP_PASS);
+	case BPF_FIB_LKUP_RET_FWD_DISABLED:
+		return count(COUNTER_PUNT_FIB_FWD_DISABLED, p->frame_len, XDP_PASS);
+	default:
+		return count(COUNTER_PUNT_FIB_OTHER, p->frame_len, XDP_PASS);
+	}
+
+	int tx = fib.ifindex == p->ctx->ingress_ifindex;
+	if (!tx) {
+		__u32 oif = fib.ifindex;
+		if (!bpf_map_lookup_elem(&tx_ports, &oif))
+			return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
+	}
+
+	/* From here on the packet is ours. */
+	account(p, fv, 0, now);
+
+	struct udphdr *udp = p->udp;
+	if ((void *)(udp + 1) > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	__u32 usum = (__u16)~udp->check;
+	int zero_csum = udp->check == 0;
+	__u32 ports = (__u32)nsport | ((__u32)ndport << 16);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+	ports = ((__u32)nsport << 16) | ndport;
+#endif
+
+	if (p->v6) {
+		struct ipv6hdr *ip6 = (void *)(p->eth + 1);
+		if ((void *)(ip6 + 1) > p->end)
+			return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+#pragma unroll
+		for (int i = 0; i < 16; i += 4) {
+			__u32 w;
+			__builtin_memcpy(&w, src + i, 4);
+			swap32(&usum, ip6->saddr + i, w);
+			__builtin_memcpy(&w, dst + i, 4);
+			swap32(&usum, ip6->daddr + i, w);
+		}
+		swap32(&usum, udp, ports);
+		ip6->hop_limit--;
+	} else {
+		struct iphdr *ip = (void *)(p->eth + 1);
+		if ((void *)(ip + 1) > p->end)
+			return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+		__u32 w;
+		__u32 isum = (__u16)~ip->check;
+		/* TTL shares a 16-bit word with the protocol. */
+		__u16 old_ttl_word, new_ttl_word;
+		__builtin_memcpy(&old_ttl_word, &ip->ttl, 2);
+		ip->ttl--;
+		__builtin_memcpy(&new_ttl_word, &ip->ttl, 2);
+		isum = csum_add(isum, (__u16)~old_ttl_word);
+		isum = csum_add(isum, new_ttl_word);
+
+		__builtin_memcpy(&w, src, 4);
+		__u32 old_s = ip->saddr;
+		swap32(&isum, &ip->saddr, w);
+		usum = csum_add(usum, ~old_s);
+		usum = csum_add(usum, w);
+		__builtin_memcpy(&w, dst, 4);
+		__u32 old_d = ip->daddr;
+		swap32(&isum, &ip->daddr, w);
+		usum = csum_add(usum, ~old_d);
+		usum = csum_add(usum, w);
+		ip->check = ~csum_fold(isum);
+
+		swap32(&usum, udp, ports);
+	}
+	if (p->v6 || !zero_csum) {
+		__u16 c = ~csum_fold(usum);
+		udp->check = c ? c : 0xffff;
+	} else {
+		udp->check = 0; /* IPv4: no checksum stays no checksum */
+	}
+
+	__builtin_memcpy(p->eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(p->eth->h_source, fib.smac, ETH_ALEN);
+
+	if (fv->action == FLOW_REFLECT && tx)
+		return count(COUNTER_FORWARD_REFLECT, p->frame_len, XDP_TX);
+	if (tx)
+		return count(COUNTER_FORWARD_TX, p->frame_len, XDP_TX);
+	if (fv->action == FLOW_REFLECT)
+		count(COUNTER_FORWARD_REFLECT, p->frame_len, 0);
+	else
+		count(COUNTER_FORWARD_REDIRECT, p->frame_len, 0);
+	return bpf_redirect_map(&tx_ports, fib.ifindex, 0);
+}
+
+static __always_inline int handle_ipv4(struct pkt *p)
+{
+	struct iphdr *ip = (void *)(p->eth + 1);
+	if ((void *)(ip + 1) > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	if ((ip->ihl_version & 0xf0) != 0x40)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	if (ip->protocol != IPPROTO_UDP)
+		return count(COUNTER_PASS_NOT_UDP, p->frame_len, XDP_PASS);
+	__u8 ihl = ip->ihl_version & 0x0f;
+	if (ihl < 5)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	if (ihl > 5)
+		return count(COUNTER_PUNT_IP_OPTIONS, p->frame_len, XDP_PASS);
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return count(COUNTER_PUNT_FRAGMENT, p->frame_len, XDP_PASS);
+
+	__u32 tot_len = bpf_ntohs(ip->tot_len);
+	if (tot_len < sizeof(*ip) + sizeof(struct udphdr) ||
+	    (void *)ip + tot_len > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+
+	/* Verify the header checksum: the incremental update below would
+	 * otherwise turn a corrupt header into a valid-looking one. */
+	__u32 sum = 0;
+	__u16 *w = (void *)ip;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	if (csum_fold(sum) != 0xffff)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+
+	struct udphdr *udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	__u32 udp_len = bpf_ntohs(udp->len);
+	if (udp_len != tot_len - sizeof(*ip))
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+
+	p->udp = udp;
+	p->ip_len = tot_len;
+	p->payload = (void *)(udp + 1);
+	p->payload_len = udp_len - sizeof(*udp);
+
+	struct flow_key key = {};
+	key.family = AF_INET;
+	key.port = udp->dest;
+	__builtin_memcpy(key.addr, &ip->daddr, 4);
+	__u8 saddr[16] = {};
+	__builtin_memcpy(saddr, &ip->saddr, 4);
+	return handle_flow(p, &key, saddr, udp->source);
+}
+
+static __always_inline int handle_ipv6(struct pkt *p)
+{
+	struct ipv6hdr *ip6 = (void *)(p->eth + 1);
+	if ((void *)(ip6 + 1) > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	if ((ip6->vtc_flow & bpf_htonl(0xf0000000)) != bpf_htonl(0x60000000))
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	switch (ip6->nexthdr) {
+	case IPPROTO_UDP:
+		break;
+	case 0:   /* hop-by-hop */
+	case 43:  /* routing */
+	case 60:  /* destination options */
+		return count(COUNTER_PUNT_IPV6_EXT, p->frame_len, XDP_PASS);
+	case 44:
+		return count(COUNTER_PUNT_FRAGMENT, p->frame_len, XDP_PASS);
+	default:
+		return count(COUNTER_PASS_NOT_UDP, p->frame_len, XDP_PASS);
+	}
+
+	__u32 plen = bpf_ntohs(ip6->payload_len);
+	struct udphdr *udp = (void *)(ip6 + 1);
+	if ((void *)(udp + 1) > p->end || plen < sizeof(*udp) ||
+	    (void *)udp + plen > p->end)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+	/* The UDP checksum is mandatory over IPv6 (RFC 8200 8.1). */
+	if (bpf_ntohs(udp->len) != plen || udp->check == 0)
+		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+
+	p->udp = udp;
+	p->ip_len = plen + sizeof(*ip6);
+	p->payload = (void *)(udp + 1);
+	p->payload_len = plen - sizeof(*udp);
+
+	struct flow_key key = {};
+	key.family = AF_INET6;
+	key.port = udp->dest;
+	__builtin_memcpy(key.addr, ip6->daddr, 16);
+	__u8 saddr[16];
+	__builtin_memcpy(saddr, ip6->saddr, 16);
+	return handle_flow(p, &key, saddr, udp->source);
+}
+
+SEC("xdp")
+int relay_xdp(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	void *data = (void *)(long)ctx->data;
+	p.ctx = ctx;
+	p.end = (void *)(long)ctx->data_end;
+	p.frame_len = p.end - data;
+	p.eth = data;
+	if ((void *)(p.eth + 1) > p.end)
+		return count(COUNTER_PASS_MALFORMED, p.frame_len, XDP_PASS);
+
+	switch (p.eth->h_proto) {
+	case bpf_htons(ETH_P_IP):
+		return handle_ipv4(&p);
+	case bpf_htons(ETH_P_IPV6):
+		p.v6 = 1;
+		return handle_ipv6(&p);
+	case bpf_htons(ETH_P_8021Q):
+	case bpf_htons(ETH_P_8021AD):
+		return count(COUNTER_PUNT_VLAN, p.frame_len, XDP_PASS);
+	default:
+		return count(COUNTER_PASS_NOT_IP, p.frame_len, XDP_PASS);
+	}
+}
+
+char __license[] SEC("license") = "GPL";

@@ -1,0 +1,66 @@
+package fastpath
+
+import (
+	"time"
+)
+
+// LayoutVersion is the version of the pinned map layout; it must match
+// RELAY_LAYOUT_VERSION in bpf/relay.c. State pinned by a different layout is
+// not taken over: `relayd -detach` removes it.
+const LayoutVersion = 1
+
+// DefaultPinPath is where program, maps and links are pinned.
+const DefaultPinPath = "/sys/fs/bpf/relayd"
+
+// Config configures the fast path.
+type Config struct {
+	Interfaces       []string // where the XDP program attaches
+	XDPMode          string   // "native" (falls back to generic) or "generic"
+	PinPath          string   // bpffs directory; default DefaultPinPath
+	MaxFlows         int      // flow table size; default 65536
+	EnableForwarding bool     // turn IP forwarding on for the interfaces when off
+
+	now func() time.Time // test knob
+}
+
+func (c *Config) setDefaults() {
+	if c.XDPMode == "" {
+		c.XDPMode = "native"
+	}
+	if c.PinPath == "" {
+		c.PinPath = DefaultPinPath
+	}
+	if c.MaxFlows == 0 {
+		c.MaxFlows = 65536
+	}
+	if c.now == nil {
+		c.now = time.Now
+	}
+}
+
+// counterInfo names the global counters of enum relay_counter, in order.
+// TestCounterNames checks it against the C enum.
+var counterInfo = [...]struct{ Verdict, Reason string }{
+	{"forward", "tx"},
+	{"forward", "redirect"},
+	{"forward", "reflect"},
+	{"pass", "not_ip"},
+	{"pass", "not_udp"},
+	{"pass", "malformed"},
+	{"pass", "no_flow"},
+	{"punt", "userspace"},
+	{"punt", "vlan"},
+	{"punt", "ip_options"},
+	{"punt", "ipv6_ext"},
+	{"punt", "fragment"},
+	{"punt", "not_rtp"},
+	{"punt", "ttl"},
+	{"punt", "over_mtu"},
+	{"punt", "fib_no_neigh"},
+	{"punt", "fib_fwd_disabled"},
+	{"punt", "fib_other"},
+	{"punt", "no_egress"},
+	{"punt", "family"},
+	{"drop", "wrong_source"},
+	{"drop", "flow"},
+}

@@ -1,0 +1,761 @@
+package fastpath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+)
+
+// Fastpath is the XDP data plane: the loaded program, its pinned maps and
+// its links. It implements dataplane.DataPlane and dataplane.Observer and is
+// safe for concurrent use. Close releases this process's handles and leaves
+// the pinned state forwarding.
+type Fastpath struct {
+	log  *zap.Logger
+	cfg  Config
+	dir  string
+	objs relayObjects
+
+	mu        sync.Mutex // guards the following
+	ifaces    []dataplane.Interface
+	links     []link.Link
+	free      []uint32             // released stats slots, reused first
+	nextSlot  uint32               // lowest never-used stats slot
+	installed map[flowKey]time.Time // when each flow was installed or adopted
+	closed    bool
+}
+
+type flowKey = relayFlowKey
+
+// New loads the XDP program, takes over maps pinned by a previous run (or
+// creates and pins them), attaches to cfg.Interfaces (replacing the program
+// of a pinned link atomically, so forwarding never stops) and adopts the
+// flows already installed.
+func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
+	cfg.setDefaults()
+	if cfg.XDPMode != "native" && cfg.XDPMode != "generic" {
+		return nil, fmt.Errorf("xdp mode %q: want native or generic", cfg.XDPMode)
+	}
+	if cfg.MaxFlows < 1 || cfg.MaxFlows > 1<<22 {
+		return nil, fmt.Errorf("max flows %d: want 1 to %d", cfg.MaxFlows, 1<<22)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("raise memlock limit: %w", err)
+	}
+	f := &Fastpath{
+		log:       log,
+		cfg:       cfg,
+		dir:       filepath.Join(cfg.PinPath, "v"+strconv.Itoa(LayoutVersion)),
+		installed: make(map[flowKey]time.Time),
+	}
+	if err := ensureBPFFS(cfg.PinPath, log); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(f.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create pin directory: %w", err)
+	}
+	if err := f.load(true); err != nil {
+		return nil, err
+	}
+	if err := f.adopt(); err != nil {
+		f.objs.Close()
+		return nil, err
+	}
+	for _, name := range cfg.Interfaces {
+		if err := f.attach(name); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.detachStale(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// load loads the collection. With pin set, maps are taken over from (or
+// pinned to) f.dir; without it they are private (tests).
+func (f *Fastpath) load(pin bool) error {
+	spec, err := loadRelay()
+	if err != nil {
+		return fmt.Errorf("load BPF spec: %w", err)
+	}
+	spec.Maps["flows"].MaxEntries = uint32(f.cfg.MaxFlows)
+	spec.Maps["stats"].MaxEntries = uint32(f.cfg.MaxFlows)
+	opts := &ebpf.CollectionOptions{}
+	if pin {
+		opts.Maps.PinPath = f.dir
+	} else {
+		for _, m := range spec.Maps {
+			m.Pinning = ebpf.PinNone
+		}
+	}
+	if err := spec.LoadAndAssign(&f.objs, opts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load XDP program: %+v", ve)
+		}
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("take over maps pinned in %s (max_flows changed?): %w; run relayd -detach first", f.dir, err)
+		}
+		return fmt.Errorf("load XDP program: %w", err)
+	}
+	if pin {
+		path := filepath.Join(f.dir, "prog")
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.objs.Close()
+			return fmt.Errorf("replace pinned program: %w", err)
+		}
+		if err := f.objs.RelayXdp.Pin(path); err != nil {
+			f.objs.Close()
+			return fmt.Errorf("pin program: %w", err)
+		}
+	}
+	return nil
+}
+
+// adopt rebuilds the slot allocator from the flows a previous run left.
+func (f *Fastpath) adopt() error {
+	flows, err := f.dumpFlows()
+	if err != nil {
+		return err
+	}
+	used := make(map[uint32]bool, len(flows))
+	var max uint32
+	now := f.cfg.now()
+	for _, e := range flows {
+		used[e.v.StatsIdx] = true
+		if e.v.StatsIdx+1 > max {
+			max = e.v.StatsIdx + 1
+		}
+		f.installed[e.k] = now
+	}
+	f.nextSlot = max
+	for i := max; i > 0; i-- {
+		if !used[i-1] {
+			f.free = append(f.free, i-1)
+		}
+	}
+	if len(flows) > 0 {
+		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
+	}
+	return nil
+}
+
+func (f *Fastpath) linkPath(name string) string { return filepath.Join(f.dir, "link_"+name) }
+
+func (f *Fastpath) attach(name string) error {
+	nl, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", name, err)
+	}
+	attrs := nl.Attrs()
+	iface := dataplane.Interface{Name: name, Index: attrs.Index}
+	log := f.log.With(zap.String("interface", name))
+
+	var l link.Link
+	path := f.linkPath(name)
+	if old, err := link.LoadPinnedLink(path, nil); err == nil {
+		if err := old.Update(f.objs.RelayXdp); err != nil {
+			old.Close()
+			return fmt.Errorf("replace program on %s: %w", name, err)
+		}
+		l = old
+		iface.Adopted = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("load pinned link %s: %w", path, err)
+	} else {
+		flags := link.XDPDriverMode
+		if f.cfg.XDPMode == "generic" {
+			flags = link.XDPGenericMode
+		}
+		l, err = link.AttachXDP(link.XDPOptions{Program: f.objs.RelayXdp, Interface: attrs.Index, Flags: flags})
+		if err != nil && flags == link.XDPDriverMode {
+			log.Warn("native XDP unavailable, falling back to generic (slower)", zap.Error(err))
+			l, err = link.AttachXDP(link.XDPOptions{Program: f.objs.RelayXdp, Interface: attrs.Index, Flags: link.XDPGenericMode})
+		}
+		if err != nil {
+			return fmt.Errorf("attach XDP to %s: %w", name, err)
+		}
+		if err := l.Pin(path); err != nil {
+			l.Close()
+			return fmt.Errorf("pin link of %s: %w", name, err)
+		}
+	}
+	iface.Mode = "native"
+	if nl2, err := netlink.LinkByIndex(attrs.Index); err == nil && nl2.Attrs().Xdp != nil && nl2.Attrs().Xdp.AttachMode == xdpAttachedSKB {
+		iface.Mode = "generic"
+	}
+	if err := f.objs.TxPorts.Put(uint32(attrs.Index), relayBpfDevmapVal{Ifindex: uint32(attrs.Index)}); err != nil {
+		return fmt.Errorf("add %s to the redirect map: %w", name, err)
+	}
+	f.checkForwarding(name, log)
+	log.Info("XDP attached", zap.Int("ifindex", attrs.Index), zap.String("mode", iface.Mode),
+		zap.Int("mtu", attrs.MTU), zap.Bool("adopted", iface.Adopted))
+
+	f.mu.Lock()
+	f.ifaces = append(f.ifaces, iface)
+	f.links = append(f.links, l)
+	f.mu.Unlock()
+	return nil
+}
+
+// checkForwarding warns when forwarding is off on an interface: the fib
+// lookup then fails and every packet is punted. It turns it on when
+// configured to.
+func (f *Fastpath) checkForwarding(name string, log *zap.Logger) {
+	for _, p := range []string{
+		"/proc/sys/net/ipv4/conf/" + name + "/forwarding",
+		"/proc/sys/net/ipv6/conf/" + name + "/forwarding",
+	} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			log.Warn("cannot read forwarding sysctl", zap.String("path", p), zap.Error(err))
+			continue
+		}
+		if strings.TrimSpace(string(b)) != "0" {
+			continue
+		}
+		if f.cfg.EnableForwarding {
+			if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+				log.Error("cannot enable forwarding", zap.String("path", p), zap.Error(err))
+				continue
+			}
+			log.Info("enabled forwarding", zap.String("sysctl", p))
+			continue
+		}
+		log.Warn("forwarding is off: XDP fib lookups fail and packets are punted to the kernel; set dataplane.enable_forwarding or the sysctl",
+			zap.String("sysctl", p))
+	}
+}
+
+// detachStale removes pinned links of interfaces no longer configured.
+func (f *Fastpath) detachStale() error {
+	want := make(map[string]bool)
+	for _, n := range f.cfg.Interfaces {
+		want[n] = true
+	}
+	ents, err := os.ReadDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	for _, e := range ents {
+		name, ok := strings.CutPrefix(e.Name(), "link_")
+		if !ok || want[name] {
+			continue
+		}
+		if err := unpinLink(filepath.Join(f.dir, e.Name())); err != nil {
+			return err
+		}
+		f.log.Info("detached XDP from interface no longer configured", zap.String("interface", name))
+	}
+	return nil
+}
+
+func unpinLink(path string) error {
+	l, err := link.LoadPinnedLink(path, nil)
+	if err != nil {
+		// A link whose device is gone cannot be loaded; the pin is all
+		// that is left of it.
+		if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("remove pinned link %s: %w", path, errors.Join(err, rerr))
+		}
+		return nil
+	}
+	defer l.Close()
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpin link %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close releases this process's handles. Pinned links keep the program
+// attached and forwarding; the next New takes over.
+func (f *Fastpath) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	var errs []error
+	for _, l := range f.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, f.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Detach removes every link, program and map pinned under pinPath (all
+// layout versions): forwarding stops and all flows are gone.
+func Detach(pinPath string, log *zap.Logger) error {
+	if pinPath == "" {
+		pinPath = DefaultPinPath
+	}
+	vers, err := os.ReadDir(pinPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", pinPath, err)
+	}
+	var errs []error
+	for _, v := range vers {
+		dir := filepath.Join(pinPath, v.Name())
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "link_") {
+				if err := unpinLink(filepath.Join(dir, e.Name())); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				log.Info("detached XDP", zap.String("interface", strings.TrimPrefix(e.Name(), "link_")))
+			}
+		}
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "link_") {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+		if err := os.Remove(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(pinPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Path implements dataplane.DataPlane.
+func (f *Fastpath) Path() dataplane.Path { return dataplane.PathXDP }
+
+// Interfaces implements dataplane.Observer.
+func (f *Fastpath) Interfaces() []dataplane.Interface {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]dataplane.Interface(nil), f.ifaces...)
+}
+
+// Counters implements dataplane.Observer: the global counters summed over
+// CPUs.
+func (f *Fastpath) Counters() ([]dataplane.Counter, error) {
+	out := make([]dataplane.Counter, 0, len(counterInfo))
+	var per []relayCounter
+	for i, ci := range counterInfo {
+		if err := f.objs.Counters.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("read counter %s/%s: %w", ci.Verdict, ci.Reason, err)
+		}
+		c := dataplane.Counter{Verdict: ci.Verdict, Reason: ci.Reason}
+		for _, p := range per {
+			c.Packets += p.Packets
+			c.Bytes += p.Bytes
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func keyOf(ap netip.AddrPort) flowKey {
+	var k flowKey
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		k.Family = unix.AF_INET
+		b := a.As4()
+		copy(k.Addr[:], b[:])
+	} else {
+		k.Family = unix.AF_INET6
+		k.Addr = a.As16()
+	}
+	k.Port = htons(ap.Port())
+	return k
+}
+
+func addrPortOf(family uint8, addr [16]uint8, port uint16) netip.AddrPort {
+	var a netip.Addr
+	if family == unix.AF_INET {
+		a = netip.AddrFrom4([4]byte(addr[:4]))
+	} else {
+		a = netip.AddrFrom16(addr)
+	}
+	return netip.AddrPortFrom(a, ntohs(port))
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+func ntohs(v uint16) uint16 { return v<<8 | v>>8 }
+
+func addrBytes(a netip.Addr) [16]uint8 {
+	a = a.Unmap()
+	var b [16]uint8
+	if a.Is4() {
+		v := a.As4()
+		copy(b[:], v[:])
+		return b
+	}
+	return a.As16()
+}
+
+func valueOf(fl *dataplane.Flow, slot uint32) relayFlowValue {
+	v := relayFlowValue{
+		Id:        fl.ID,
+		StatsIdx:  slot,
+		ClockRate: fl.ClockRate,
+		Action:    uint8(fl.Action),
+	}
+	if fl.SendTo.IsValid() {
+		v.Family = unix.AF_INET6
+		if fl.SendTo.Addr().Unmap().Is4() {
+			v.Family = unix.AF_INET
+		}
+		v.SrcAddr = addrBytes(fl.SendFrom.Addr())
+		v.SrcPort = htons(fl.SendFrom.Port())
+		v.DstAddr = addrBytes(fl.SendTo.Addr())
+		v.DstPort = htons(fl.SendTo.Port())
+	}
+	if fl.ExpectSource.IsValid() {
+		v.Flags |= uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR)
+		v.ExpectAddr = addrBytes(fl.ExpectSource.Addr())
+		if fl.ExpectSource.Port() != 0 {
+			v.Flags |= uint8(relayFlowFlagsFLOW_F_EXPECT_PORT)
+			v.ExpectPort = htons(fl.ExpectSource.Port())
+		}
+	}
+	return v
+}
+
+func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
+	fl := dataplane.Flow{
+		ID:        v.Id,
+		Match:     addrPortOf(k.Family, k.Addr, k.Port),
+		Action:    dataplane.Action(v.Action),
+		ClockRate: v.ClockRate,
+	}
+	if v.Family != 0 {
+		fl.SendFrom = addrPortOf(v.Family, v.SrcAddr, v.SrcPort)
+		fl.SendTo = addrPortOf(v.Family, v.DstAddr, v.DstPort)
+	}
+	if v.Flags&uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR) != 0 {
+		fl.ExpectSource = addrPortOf(k.Family, v.ExpectAddr, v.ExpectPort)
+	}
+	return fl
+}
+
+// Install implements dataplane.DataPlane.
+func (f *Fastpath) Install(fl dataplane.Flow) error {
+	if err := fl.Validate(); err != nil {
+		return err
+	}
+	k := keyOf(fl.Match)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errClosed
+	}
+	slot, err := f.allocSlot()
+	if err != nil {
+		return err
+	}
+	// A fresh slot starts from zero whatever its previous flow left.
+	if err := f.objs.Stats.Update(slot, relayFlowStats{}, ebpf.UpdateLock); err != nil {
+		f.free = append(f.free, slot)
+		return fmt.Errorf("reset flow statistics: %w", err)
+	}
+	v := valueOf(&fl, slot)
+	if err := f.objs.Flows.Update(k, v, ebpf.UpdateNoExist); err != nil {
+		f.free = append(f.free, slot)
+		switch {
+		case errors.Is(err, ebpf.ErrKeyExist):
+			return dataplane.ErrExists
+		case errors.Is(err, unix.E2BIG), errors.Is(err, unix.ENOMEM):
+			return dataplane.ErrFull
+		}
+		return fmt.Errorf("install flow %s: %w", fl.Match, err)
+	}
+	f.installed[k] = f.cfg.now()
+	return nil
+}
+
+var errClosed = errors.New("fastpath closed")
+
+func (f *Fastpath) allocSlot() (uint32, error) {
+	if n := len(f.free); n > 0 {
+		s := f.free[n-1]
+		f.free = f.free[:n-1]
+		return s, nil
+	}
+	if int(f.nextSlot) >= f.cfg.MaxFlows {
+		return 0, dataplane.ErrFull
+	}
+	f.nextSlot++
+	return f.nextSlot - 1, nil
+}
+
+// Update implements dataplane.DataPlane: the flow keeps its statistics.
+func (f *Fastpath) Update(fl dataplane.Flow) error {
+	if err := fl.Validate(); err != nil {
+		return err
+	}
+	k := keyOf(fl.Match)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var old relayFlowValue
+	if err := f.objs.Flows.Lookup(k, &old); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return dataplane.ErrNotFound
+		}
+		return fmt.Errorf("look up flow %s: %w", fl.Match, err)
+	}
+	v := valueOf(&fl, old.StatsIdx)
+	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("update flow %s: %w", fl.Match, err)
+	}
+	return nil
+}
+
+// Remove implements dataplane.DataPlane.
+func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
+	k := keyOf(match)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var v relayFlowValue
+	if err := f.objs.Flows.LookupAndDelete(k, &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return dataplane.Stats{}, dataplane.ErrNotFound
+		}
+		// Hash maps gained LookupAndDelete in 5.14; fall back.
+		if err2 := f.objs.Flows.Lookup(k, &v); err2 != nil {
+			return dataplane.Stats{}, fmt.Errorf("look up flow %s: %w", match, err2)
+		}
+		if err2 := f.objs.Flows.Delete(k); err2 != nil {
+			return dataplane.Stats{}, fmt.Errorf("remove flow %s: %w", match, err2)
+		}
+	}
+	delete(f.installed, k)
+	st, err := f.readStats(v.StatsIdx)
+	f.free = append(f.free, v.StatsIdx)
+	return st, err
+}
+
+// Stats implements dataplane.DataPlane.
+func (f *Fastpath) Stats(match netip.AddrPort) (dataplane.Stats, error) {
+	var v relayFlowValue
+	if err := f.objs.Flows.Lookup(keyOf(match), &v); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return dataplane.Stats{}, dataplane.ErrNotFound
+		}
+		return dataplane.Stats{}, fmt.Errorf("look up flow %s: %w", match, err)
+	}
+	return f.readStats(v.StatsIdx)
+}
+
+func (f *Fastpath) readStats(slot uint32) (dataplane.Stats, error) {
+	var s relayFlowStats
+	if err := f.objs.Stats.LookupWithFlags(slot, &s, ebpf.LookupLock); err != nil {
+		return dataplane.Stats{}, fmt.Errorf("read flow statistics: %w", err)
+	}
+	return convertStats(&s, monoNow(), f.cfg.now()), nil
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+func convertStats(s *relayFlowStats, mono uint64, wall time.Time) dataplane.Stats {
+	st := dataplane.Stats{
+		Packets: s.Packets,
+		Bytes:   s.Bytes,
+		Dropped: s.Dropped,
+	}
+	if s.LastSeenNs != 0 {
+		st.LastSeen = wall.Add(-time.Duration(mono - s.LastSeenNs))
+	}
+	if s.Initialized != 0 {
+		ext := s.Cycles + uint32(s.MaxSeq)
+		st.SSRC = s.Ssrc
+		st.ExtHighestSeq = ext
+		st.BaseSeq = s.BaseSeq
+		st.Received = s.Received
+		st.Lost = int64(ext) - int64(s.BaseSeq) + 1 - int64(s.Received)
+		st.Jitter = s.Jitter16 >> 4
+		st.SSRCChanges = s.SsrcChanges
+	}
+	return st
+}
+
+type flowEntry struct {
+	k flowKey
+	v relayFlowValue
+}
+
+// dumpFlows reads the whole flow map in batches.
+func (f *Fastpath) dumpFlows() ([]flowEntry, error) {
+	var out []flowEntry
+	const chunk = 4096
+	keys := make([]flowKey, chunk)
+	vals := make([]relayFlowValue, chunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := f.objs.Flows.BatchLookup(&cursor, keys, vals, nil)
+		for i := 0; i < n; i++ {
+			out = append(out, flowEntry{keys[i], vals[i]})
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return f.iterateFlows()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read flow map: %w", err)
+		}
+	}
+}
+
+func (f *Fastpath) iterateFlows() ([]flowEntry, error) {
+	var out []flowEntry
+	var e flowEntry
+	it := f.objs.Flows.Iterate()
+	for it.Next(&e.k, &e.v) {
+		out = append(out, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("iterate flow map: %w", err)
+	}
+	return out, nil
+}
+
+// readAllStats reads the stats slots [0, n) in batches, under each slot's lock.
+func (f *Fastpath) readAllStats(n uint32) ([]relayFlowStats, error) {
+	out := make([]relayFlowStats, 0, n)
+	const chunk = 4096
+	keys := make([]uint32, chunk)
+	vals := make([]relayFlowStats, chunk)
+	var cursor ebpf.MapBatchCursor
+	for uint32(len(out)) < n {
+		want := min(int(n)-len(out), chunk)
+		got, err := f.objs.Stats.BatchLookup(&cursor, keys[:want], vals[:want], &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
+		out = append(out, vals[:got]...)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read flow statistics: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// List implements dataplane.DataPlane: the flow map and the statistics
+// array are each read in batches.
+func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
+	f.mu.Lock()
+	n := f.nextSlot
+	f.mu.Unlock()
+	flows, err := f.dumpFlows()
+	if err != nil {
+		return nil, err
+	}
+	stats, err := f.readAllStats(n)
+	if err != nil {
+		return nil, err
+	}
+	mono, wall := monoNow(), f.cfg.now()
+	out := make([]dataplane.FlowStats, 0, len(flows))
+	for _, e := range flows {
+		fs := dataplane.FlowStats{Flow: flowOf(e.k, e.v)}
+		if int(e.v.StatsIdx) < len(stats) {
+			fs.Stats = convertStats(&stats[e.v.StatsIdx], mono, wall)
+		}
+		out = append(out, fs)
+	}
+	return out, nil
+}
+
+// Sweep returns the flows that have carried no packet for idle: since their
+// last packet, or since they were installed (or adopted) if they never did.
+// It removes nothing; the caller decides.
+func (f *Fastpath) Sweep(idle time.Duration) ([]dataplane.FlowStats, error) {
+	all, err := f.List()
+	if err != nil {
+		return nil, err
+	}
+	now := f.cfg.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []dataplane.FlowStats
+	for _, fs := range all {
+		since := fs.Stats.LastSeen
+		if since.IsZero() {
+			since = f.installed[keyOf(fs.Flow.Match)]
+		}
+		if !since.IsZero() && now.Sub(since) >= idle {
+			out = append(out, fs)
+		}
+	}
+	return out, nil
+}
+
+// xdpAttachedSKB is IFLA_XDP_ATTACHED's value for generic (SKB) mode.
+const xdpAttachedSKB = 2
+
+const bpffsMagic = 0xcafe4a11
+
+// ensureBPFFS checks that dir (or the nearest existing parent) is on a bpf
+// filesystem, mounting one on /sys/fs/bpf when that is where it belongs and
+// nothing is mounted there yet (systemd normally does this at boot).
+func ensureBPFFS(dir string, log *zap.Logger) error {
+	p := dir
+	for {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", p, err)
+	}
+	if st.Type == bpffsMagic {
+		return nil
+	}
+	const root = "/sys/fs/bpf"
+	if dir != root && !strings.HasPrefix(dir, root+"/") {
+		return fmt.Errorf("pin path %s is not on a bpf filesystem", dir)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", root, err)
+	}
+	if err := unix.Mount("bpffs", root, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpf filesystem on %s: %w", root, err)
+	}
+	log.Info("mounted bpf filesystem", zap.String("path", root))
+	return nil
+}
