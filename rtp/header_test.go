@@ -199,13 +199,13 @@ func TestDemux(t *testing.T) {
 		{[]byte{127, 0}, ClassUnknown},
 		{[]byte{128}, ClassUnknown}, // RTP range but no second byte
 		{[]byte{128, 0}, ClassRTP},
-		{[]byte{0x80, 0x80}, ClassRTP},   // PCMU with marker
-		{[]byte{0x80, 191}, ClassRTP},    // PT 63 with marker
-		{[]byte{0x80, 192}, ClassRTCP},   // first RTCP type (FIR)
-		{[]byte{0x81, 200}, ClassRTCP},   // SR
-		{[]byte{0x80, 223}, ClassRTCP},   // last of the range
-		{[]byte{0x80, 224}, ClassRTP},    // PT 96 with marker
-		{[]byte{0x80, 96}, ClassRTP},     // dynamic PT
+		{[]byte{0x80, 0x80}, ClassRTP}, // PCMU with marker
+		{[]byte{0x80, 191}, ClassRTP},  // PT 63 with marker
+		{[]byte{0x80, 192}, ClassRTCP}, // first RTCP type (FIR)
+		{[]byte{0x81, 200}, ClassRTCP}, // SR
+		{[]byte{0x80, 223}, ClassRTCP}, // last of the range
+		{[]byte{0x80, 224}, ClassRTP},  // PT 96 with marker
+		{[]byte{0x80, 96}, ClassRTP},   // dynamic PT
 		{[]byte{191, 201}, ClassRTCP},
 		{[]byte{192, 201}, ClassUnknown}, // version 3
 		{[]byte{255}, ClassUnknown},

@@ -101,15 +101,15 @@ func TestReceiverStatsSequence(t *testing.T) {
 			expected: 1, lost: -1, extendedMx: 1000,
 		},
 		{
-			name: "SSRC change resets the source",
-			pkts: append(seqPkts(100, 101, 102), pkt{ssrc: 2, seq: 7, ts: 9, arrival: 5}),
-			want: ReceiverStats{SSRC: 2, BaseSeq: 7, MaxSeq: 7, BadSeq: SeqMod + 1, Received: 1, SSRCChanges: 1},
+			name:     "SSRC change resets the source",
+			pkts:     append(seqPkts(100, 101, 102), pkt{ssrc: 2, seq: 7, ts: 9, arrival: 5}),
+			want:     ReceiverStats{SSRC: 2, BaseSeq: 7, MaxSeq: 7, BadSeq: SeqMod + 1, Received: 1, SSRCChanges: 1},
 			expected: 1, lost: 0, extendedMx: 7,
 		},
 		{
-			name: "second SSRC change carries the count",
-			pkts: append(seqPkts(100), pkt{ssrc: 2, seq: 7}, pkt{ssrc: 3, seq: 9}, pkt{ssrc: 3, seq: 10}),
-			want: ReceiverStats{SSRC: 3, BaseSeq: 9, MaxSeq: 10, BadSeq: SeqMod + 1, Received: 2, SSRCChanges: 2},
+			name:     "second SSRC change carries the count",
+			pkts:     append(seqPkts(100), pkt{ssrc: 2, seq: 7}, pkt{ssrc: 3, seq: 9}, pkt{ssrc: 3, seq: 10}),
+			want:     ReceiverStats{SSRC: 3, BaseSeq: 9, MaxSeq: 10, BadSeq: SeqMod + 1, Received: 2, SSRCChanges: 2},
 			expected: 2, lost: 0, extendedMx: 10,
 		},
 	} {

@@ -1,0 +1,52 @@
+// Command voipgen generates and analyses VoIP media traffic.
+//
+//	voipgen send --dst ADDR:PORT --streams N --codec pcmu|pcma|g729 --ptime 20ms --duration 10s
+//	voipgen recv --listen ADDR:PORT-PORT --duration 12s [--json]
+//
+// Subcommands use the standard flag package, one FlagSet each: it accepts
+// --flag as well as -flag, needs no dependency, and the few flags here do not
+// justify a CLI framework.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: voipgen <command> [flags]
+
+commands:
+  send   send RTP streams with G.711 or G.729-sized payloads, paced per ptime
+  recv   receive RTP streams on a port range and report loss, jitter, gaps
+
+Run "voipgen <command> -h" for the flags of a command.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "send":
+		err = runSend(ctx, os.Args[2:], os.Stdout)
+	case "recv":
+		err = runRecv(ctx, os.Args[2:], os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "voipgen: unknown command %q\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "voipgen %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+
+	"github.com/relayd/relayd/rtp"
+)
+
+const recvHelp = `usage: voipgen recv --listen ADDR:PORT-PORT [flags]
+
+Listens on every port of the range (one socket and goroutine per port, reads
+batched with recvmmsg, kernel receive timestamps per packet) and reports per
+stream, keyed by port and SSRC. Exits after --duration, or after --idle without
+packets once traffic has started, or on SIGINT.
+
+--json prints one object:
+  {
+    "listen": "127.0.0.1:40000-40038",
+    "elapsed_s": 12.0,              // wall time spent receiving
+    "streams": [{                   // sorted by port, then SSRC
+      "port": 40000, "ssrc": 305419896, "payload_type": 0,
+      "packets": 500,               // RTP packets seen, all of them
+      "bytes": 86000,               // UDP payload bytes
+      "expected": 500,              // RFC 3550 A.3: extended max - base + 1
+      "lost": 0,                    // expected - unique packets counted, >= 0
+      "duplicates": 0, "reordered": 0,
+      "jitter_ms": 0.02,            // RFC 3550 A.8 interarrival jitter
+      "max_gap_ms": 20.3,           // longest time between consecutive packets
+      "first_arrival": "2026-...Z", "last_arrival": "2026-...Z" (RFC 3339, ns)
+    }],
+    "totals": {"streams", "packets", "bytes", "expected", "lost", "duplicates",
+               "reordered", "max_jitter_ms", "mean_jitter_ms", "max_gap_ms",
+               "rtcp_packets", "other_packets"}
+  }
+
+flags:
+`
+
+type recvConfig struct {
+	addr             netip.Addr
+	portLo, portHi   int
+	duration, idle   time.Duration
+	json             bool
+	clockRate        uint32
+	batch            int
+	maxSSRCsPerPort  int
+	timestampsKernel bool
+}
+
+func parseListen(s string) (netip.Addr, int, int, error) {
+	i := strings.LastIndex(s, ":")
+	if i < 0 {
+		return netip.Addr{}, 0, 0, fmt.Errorf("--listen %q: want ADDR:PORT-PORT", s)
+	}
+	addr, err := netip.ParseAddr(strings.Trim(s[:i], "[]"))
+	if err != nil {
+		return addr, 0, 0, fmt.Errorf("--listen %q: %w", s, err)
+	}
+	lo, hi, ok := strings.Cut(s[i+1:], "-")
+	if !ok {
+		hi = lo
+	}
+	plo, err1 := strconv.Atoi(lo)
+	phi, err2 := strconv.Atoi(hi)
+	if err := errors.Join(err1, err2); err != nil {
+		return addr, 0, 0, fmt.Errorf("--listen %q: %w", s, err)
+	}
+	if plo < 1 || phi > 65535 || plo > phi {
+		return addr, 0, 0, fmt.Errorf("--listen %q: bad port range", s)
+	}
+	return addr, plo, phi, nil
+}
+
+func parseRecv(args []string, out io.Writer) (recvConfig, error) {
+	fs := flag.NewFlagSet("recv", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, recvHelp); fs.PrintDefaults() }
+	listen := fs.String("listen", "", "ADDR:PORT-PORT to listen on (required)")
+	duration := fs.Duration("duration", 12*time.Second, "how long to receive")
+	idle := fs.Duration("idle", 0, "stop this long after the last packet once traffic started (0: never)")
+	js := fs.Bool("json", false, "print machine-readable JSON (schema above)")
+	rate := fs.Uint("clock-rate", 8000, "RTP clock rate of the streams, for jitter in ms")
+	if err := fs.Parse(args); err != nil {
+		return recvConfig{}, err
+	}
+	cfg := recvConfig{duration: *duration, idle: *idle, json: *js, clockRate: uint32(*rate), batch: 64, maxSSRCsPerPort: 16}
+	var err error
+	if cfg.addr, cfg.portLo, cfg.portHi, err = parseListen(*listen); err != nil {
+		return cfg, err
+	}
+	if cfg.clockRate == 0 {
+		return cfg, errors.New("--clock-rate must be positive")
+	}
+	return cfg, nil
+}
+
+type batchReader interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+type v6reader struct{ *ipv6.PacketConn }
+
+func (r v6reader) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
+	return r.PacketConn.ReadBatch(ms, flags)
+}
+
+// portReader owns one socket and the analyzers of the streams arriving on
+// it; only its goroutine touches them until run returns.
+type portReader struct {
+	port    int
+	conn    *net.UDPConn
+	r       batchReader
+	msgs    []ipv4.Message
+	streams []*rtp.StreamAnalyzer
+	rtcp    uint64
+	other   uint64
+	last    *atomic.Int64
+}
+
+type receiver struct {
+	cfg     recvConfig
+	readers []*portReader
+	last    atomic.Int64 // Unix ns of the newest batch, 0 before traffic
+}
+
+func newReceiver(cfg recvConfig) (*receiver, error) {
+	rc := &receiver{cfg: cfg}
+	network := "udp4"
+	if cfg.addr.Is6() && !cfg.addr.Is4In6() {
+		network = "udp6"
+	}
+	for p := cfg.portLo; p <= cfg.portHi; p++ {
+		c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(cfg.addr, uint16(p))))
+		if err != nil {
+			rc.close()
+			return nil, fmt.Errorf("listen on port %d: %w", p, err)
+		}
+		_ = c.SetReadBuffer(1 << 20)
+		pr := &portReader{port: p, conn: c, last: &rc.last}
+		if raw, err := c.SyscallConn(); err == nil && enableTimestamps(raw) == nil {
+			rc.cfg.timestampsKernel = true
+		}
+		if network == "udp4" {
+			pr.r = ipv4.NewPacketConn(c)
+		} else {
+			pr.r = v6reader{ipv6.NewPacketConn(c)}
+		}
+		pr.msgs = make([]ipv4.Message, cfg.batch)
+		for i := range pr.msgs {
+			pr.msgs[i].Buffers = [][]byte{make([]byte, 2048)}
+			if oobSize > 0 {
+				pr.msgs[i].OOB = make([]byte, oobSize)
+			}
+		}
+		rc.readers = append(rc.readers, pr)
+	}
+	return rc, nil
+}
+
+func (rc *receiver) close() {
+	for _, pr := range rc.readers {
+		pr.conn.Close()
+	}
+}
+
+// loop reads until the socket is closed.
+func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
+	var h rtp.Header
+	for {
+		n, err := pr.r.ReadBatch(pr.msgs, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue // e.g. ECONNREFUSED from an ICMP error: keep reading
+		}
+		now := time.Now().UnixNano()
+		pr.last.Store(now)
+		for i := 0; i < n; i++ {
+			m := &pr.msgs[i]
+			b := m.Buffers[0][:m.N]
+			switch rtp.Demux(b) {
+			case rtp.ClassRTP:
+			case rtp.ClassRTCP:
+				pr.rtcp++
+				continue
+			default:
+				pr.other++
+				continue
+			}
+			if _, err := h.Unmarshal(b); err != nil {
+				pr.other++
+				continue
+			}
+			at := rxTimestamp(m.OOB[:m.NN])
+			if at == 0 {
+				at = now
+			}
+			a := pr.lookup(h.SSRC, clockRate, maxSSRCs)
+			if a == nil {
+				pr.other++
+				continue
+			}
+			a.Update(&h, m.N, at)
+		}
+	}
+}
+
+func (pr *portReader) lookup(ssrc uint32, clockRate uint32, maxSSRCs int) *rtp.StreamAnalyzer {
+	for _, a := range pr.streams {
+		if a.Stats.SSRC == ssrc {
+			return a
+		}
+	}
+	if len(pr.streams) >= maxSSRCs {
+		return nil
+	}
+	a := &rtp.StreamAnalyzer{ClockRate: clockRate}
+	pr.streams = append(pr.streams, a)
+	return a
+}
+
+// run receives until ctx is done, the duration passed or traffic went idle,
+// then closes the sockets and returns the report.
+func (rc *receiver) run(ctx context.Context) recvReport {
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, pr := range rc.readers {
+		wg.Go(func() { pr.loop(rc.cfg.clockRate, rc.cfg.maxSSRCsPerPort) })
+	}
+	timer := time.NewTimer(rc.cfg.duration)
+	defer timer.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-timer.C:
+			break wait
+		case <-tick.C:
+			if last := rc.last.Load(); rc.cfg.idle > 0 && last != 0 && time.Since(time.Unix(0, last)) > rc.cfg.idle {
+				break wait
+			}
+		}
+	}
+	rc.close()
+	wg.Wait()
+	return rc.report(time.Since(start))
+}
+
+type streamReport struct {
+	Port         int     `json:"port"`
+	SSRC         uint32  `json:"ssrc"`
+	PayloadType  uint8   `json:"payload_type"`
+	Packets      uint64  `json:"packets"`
+	Bytes        uint64  `json:"bytes"`
+	Expected     uint32  `json:"expected"`
+	Lost         int64   `json:"lost"`
+	Duplicates   uint64  `json:"duplicates"`
+	Reordered    uint64  `json:"reordered"`
+	JitterMs     float64 `json:"jitter_ms"`
+	MaxGapMs     float64 `json:"max_gap_ms"`
+	FirstArrival string  `json:"first_arrival"`
+	LastArrival  string  `json:"last_arrival"`
+}
+
+type recvTotals struct {
+	Streams      int     `json:"streams"`
+	Packets      uint64  `json:"packets"`
+	Bytes        uint64  `json:"bytes"`
+	Expected     uint64  `json:"expected"`
+	Lost         int64   `json:"lost"`
+	Duplicates   uint64  `json:"duplicates"`
+	Reordered    uint64  `json:"reordered"`
+	MaxJitterMs  float64 `json:"max_jitter_ms"`
+	MeanJitterMs float64 `json:"mean_jitter_ms"`
+	MaxGapMs     float64 `json:"max_gap_ms"`
+	RTCPPackets  uint64  `json:"rtcp_packets"`
+	OtherPackets uint64  `json:"other_packets"`
+}
+
+type recvReport struct {
+	Listen  string         `json:"listen"`
+	Elapsed float64        `json:"elapsed_s"`
+	Streams []streamReport `json:"streams"`
+	Totals  recvTotals     `json:"totals"`
+}
+
+func (rc *receiver) report(elapsed time.Duration) recvReport {
+	r := recvReport{
+		Listen:  fmt.Sprintf("%s-%d", netip.AddrPortFrom(rc.cfg.addr, uint16(rc.cfg.portLo)), rc.cfg.portHi),
+		Elapsed: elapsed.Seconds(),
+		Streams: []streamReport{},
+	}
+	t := &r.Totals
+	for _, pr := range rc.readers {
+		t.RTCPPackets += pr.rtcp
+		t.OtherPackets += pr.other
+		for _, a := range pr.streams {
+			// Unique packets counted by RFC 3550 = Received - duplicates.
+			lost := max(a.Stats.Lost()+int64(a.Duplicates), 0)
+			s := streamReport{
+				Port: pr.port, SSRC: a.Stats.SSRC, PayloadType: a.PayloadType,
+				Packets: a.Packets, Bytes: a.Bytes, Expected: a.Stats.Expected(), Lost: lost,
+				Duplicates: a.Duplicates, Reordered: a.Reordered,
+				JitterMs: a.JitterMillis(), MaxGapMs: a.MaxGapMillis(),
+				FirstArrival: time.Unix(0, a.FirstArrival).UTC().Format(time.RFC3339Nano),
+				LastArrival:  time.Unix(0, a.LastArrival).UTC().Format(time.RFC3339Nano),
+			}
+			r.Streams = append(r.Streams, s)
+			t.Streams++
+			t.Packets += s.Packets
+			t.Bytes += s.Bytes
+			t.Expected += uint64(s.Expected)
+			t.Lost += s.Lost
+			t.Duplicates += s.Duplicates
+			t.Reordered += s.Reordered
+			t.MaxJitterMs = max(t.MaxJitterMs, s.JitterMs)
+			t.MeanJitterMs += s.JitterMs
+			t.MaxGapMs = max(t.MaxGapMs, s.MaxGapMs)
+		}
+	}
+	if t.Streams > 0 {
+		t.MeanJitterMs /= float64(t.Streams)
+	}
+	sort.Slice(r.Streams, func(i, j int) bool {
+		a, b := r.Streams[i], r.Streams[j]
+		return a.Port < b.Port || a.Port == b.Port && a.SSRC < b.SSRC
+	})
+	return r
+}
+
+func (r *recvReport) writeText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PORT\tSSRC\tPT\tPACKETS\tEXPECTED\tLOST\tDUP\tREORD\tJITTER_MS\tMAX_GAP_MS\t")
+	for _, s := range r.Streams {
+		fmt.Fprintf(tw, "%d\t%08x\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t\n", s.Port, s.SSRC, s.PayloadType,
+			s.Packets, s.Expected, s.Lost, s.Duplicates, s.Reordered, s.JitterMs, s.MaxGapMs)
+	}
+	tw.Flush()
+	t := r.Totals
+	fmt.Fprintf(w, "total: %d streams, %d packets, %d expected, %d lost, %d duplicates, %d reordered; jitter mean %.3f ms max %.3f ms; max gap %.1f ms; %d RTCP, %d other packets; %.2f s\n",
+		t.Streams, t.Packets, t.Expected, t.Lost, t.Duplicates, t.Reordered, t.MeanJitterMs, t.MaxJitterMs, t.MaxGapMs, t.RTCPPackets, t.OtherPackets, r.Elapsed)
+}
+
+func runRecv(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := parseRecv(args, out)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	rc, err := newReceiver(cfg)
+	if err != nil {
+		return err
+	}
+	r := rc.run(ctx)
+	if cfg.json {
+		return json.NewEncoder(out).Encode(r)
+	}
+	r.writeText(out)
+	return nil
+}
