@@ -14,9 +14,12 @@
 //	                             2001:2:0:2::1/64          2001:2:0:2::2/64
 //
 // The caller and the callee route everything through the relay, which
-// forwards IPv4 and IPv6 in the kernel. GRO is on and tx checksum offload is
-// off on all four veths (see DESIGN.md section 5). Only addresses from
-// 198.18.0.0/15 and 2001:2::/48 are used.
+// forwards IPv4 and IPv6 in the kernel (forwarding is on for r0 and r1 too,
+// as bpf_fib_lookup needs). GRO is on and tx checksum offload is off on all
+// four veths (see DESIGN.md section 5). IPv6 runs without duplicate address
+// detection, so addresses and neighbour discovery work at once, and keeps
+// its addresses while a link is down. Only addresses from 198.18.0.0/15 and
+// 2001:2::/48 are used.
 //
 // Everything needs root; NewT skips a test when the lab cannot be built.
 package lab

@@ -149,8 +149,38 @@ func orphaned(name string) bool {
 	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
 }
 
+// testHookBuild, when set, runs first in build; an error aborts it.
+var testHookBuild func() error
+
 // build wires the namespaces of l together.
 func (l *Lab) build() error {
+	if testHookBuild != nil {
+		if err := testHookBuild(); err != nil {
+			return err
+		}
+	}
+	// IPv6 settings that new interfaces inherit: no duplicate address
+	// detection, so link-local addresses and neighbour discovery work at
+	// once; keep addresses when a link goes down, as IPv4 does.
+	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee} {
+		for _, key := range []string{
+			"net/ipv6/conf/all/accept_dad",
+			"net/ipv6/conf/default/accept_dad",
+		} {
+			if err := ns.SetSysctl(key, "0"); err != nil {
+				return err
+			}
+		}
+		for _, key := range []string{
+			"net/ipv6/conf/all/keep_addr_on_down",
+			"net/ipv6/conf/default/keep_addr_on_down",
+		} {
+			if err := ns.SetSysctl(key, "1"); err != nil {
+				return err
+			}
+		}
+	}
+
 	// Create each veth in the relay with its peer directly in the other
 	// namespace, so the names never appear in the caller's namespace.
 	for _, v := range []struct {
