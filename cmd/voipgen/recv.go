@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,6 +135,8 @@ type portReader struct {
 	last    *atomic.Int64
 }
 
+const drainTime = 20 * time.Millisecond
+
 type receiver struct {
 	cfg     recvConfig
 	readers []*portReader
@@ -186,7 +189,7 @@ func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
 	for {
 		n, err := pr.r.ReadBatch(pr.msgs, 0)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
 				return
 			}
 			continue // e.g. ECONNREFUSED from an ICMP error: keep reading
@@ -262,8 +265,15 @@ wait:
 			}
 		}
 	}
-	rc.close()
+	// Drain: readers consume what is queued and exit once their socket has
+	// been quiet for drainTime, so a receiver short of CPU loses nothing
+	// that had already arrived.
+	drain := time.Now().Add(drainTime)
+	for _, pr := range rc.readers {
+		_ = pr.conn.SetReadDeadline(drain)
+	}
 	wg.Wait()
+	rc.close()
 	return rc.report(time.Since(start))
 }
 
