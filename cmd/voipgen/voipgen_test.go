@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/rtp"
+	"github.com/relayd/relayd/rtp/g711"
+)
+
+func TestPacketBuildNoAlloc(t *testing.T) {
+	for name := range codecs {
+		c, err := lookupCodec(name, 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStream(c, 20*time.Millisecond, 3, 0x11223344, 65534, 0xfffffff0)
+		if n := testing.AllocsPerRun(1000, func() { s.next() }); n != 0 {
+			t.Errorf("%s: %v allocs per packet, want 0", name, n)
+		}
+	}
+}
+
+func TestPacketContents(t *testing.T) {
+	c, _ := lookupCodec("pcmu", 20*time.Millisecond)
+	s := newStream(c, 20*time.Millisecond, 6, 0xcafe, 65535, 100) // stream 6: 1000 Hz
+	var h rtp.Header
+	for i := 0; i < 3; i++ {
+		b := s.next()
+		off, err := h.Unmarshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b)-off != 160 || h.PayloadType != 0 || h.SSRC != 0xcafe || h.Marker != (i == 0) ||
+			h.SequenceNumber != uint16(65535+i) || h.Timestamp != 100+uint32(i)*160 {
+			t.Fatalf("packet %d: %+v len %d", i, h, len(b))
+		}
+		// 1 kHz at 8 kHz: period 8 samples, so the decoded payload repeats
+		// every 8 samples and swings to about +-10000.
+		p := b[off:]
+		lo, hi := int16(0), int16(0)
+		for j := range p {
+			v := g711.DecodeUlaw(p[j])
+			lo, hi = min(lo, v), max(hi, v)
+			if j >= 8 && absDiff(v, g711.DecodeUlaw(p[j-8])) > 400 {
+				t.Fatalf("sample %d = %d, 8 samples earlier %d: not a 1 kHz tone", j, v, g711.DecodeUlaw(p[j-8]))
+			}
+		}
+		if hi < 9000 || lo > -9000 {
+			t.Fatalf("tone range %d..%d", lo, hi)
+		}
+	}
+
+	g, _ := lookupCodec("g729", 20*time.Millisecond)
+	s = newStream(g, 20*time.Millisecond, 0, 1, 0, 0)
+	b := s.next()
+	if len(b) != 12+20 || b[1] != 0x80|18 {
+		t.Fatalf("g729 packet % x", b)
+	}
+	for f := 0; f < 2; f++ { // P0 (bit 26) is the parity of P1's 6 MSBs (bits 18-23)
+		fr := b[12+10*f:]
+		bit := func(n int) int { return int(fr[n/8]>>(7-n%8)) & 1 }
+		par := 0
+		for n := 18; n < 24; n++ {
+			par ^= bit(n)
+		}
+		if bit(26) != par {
+			t.Fatalf("frame %d: parity bit %d, want %d", f, bit(26), par)
+		}
+	}
+	if _, err := lookupCodec("g729", 25*time.Millisecond); err == nil {
+		t.Fatal("g729 accepted a 25 ms ptime")
+	}
+}
+
+func absDiff(a, b int16) int {
+	d := int(a) - int(b)
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// TestLoad checks the figures of DESIGN.md section 6.
+func TestLoad(t *testing.T) {
+	for _, tc := range []struct {
+		codec                  string
+		ip, frame, wire        int
+		bitsPerStream, streams float64
+	}{
+		{"pcmu", 200, 218, 238, 95200, 1},
+		{"g729", 60, 78, 98, 39200, 1},
+	} {
+		c, _ := lookupCodec(tc.codec, 20*time.Millisecond)
+		cfg := sendConfig{dst: netip.MustParseAddrPort("127.0.0.1:4000"), codec: c, ptime: 20 * time.Millisecond, streams: 10504}
+		l := cfg.load()
+		if l.IPBytes != tc.ip || l.FrameBytes != tc.frame || l.WireBytes != tc.wire || l.PerStreamBP != tc.bitsPerStream {
+			t.Errorf("%s: %+v", tc.codec, l)
+		}
+		if tc.codec == "pcmu" && (l.PPS != 525200 || l.WireBitsPS > 1e9 || l.WireBitsPS < 0.99e9) {
+			t.Errorf("10504 G.711 streams: %.0f pps %.0f bit/s, want 525200 pps just under 1 Gbit/s", l.PPS, l.WireBitsPS)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--dst", "nonsense"},
+		{"--dst", "127.0.0.1:65530", "--streams", "4"},
+		{"--dst", "127.0.0.1:4000", "--codec", "opus"},
+		{"--dst", "127.0.0.1:4000", "--streams", "0"},
+		{"--dst", "127.0.0.1:4000", "--src", "::1"},
+		{"--dst", "127.0.0.1:4000", "--duration", "1ms"},
+	} {
+		if _, err := parseSend(args, io.Discard); err == nil {
+			t.Errorf("parseSend(%q) succeeded", args)
+		}
+	}
+	for _, l := range []string{"127.0.0.1", "127.0.0.1:5-4", "x:1-2", "127.0.0.1:0-10"} {
+		if _, err := parseRecv([]string{"--listen", l}, io.Discard); err == nil {
+			t.Errorf("parseRecv(%q) succeeded", l)
+		}
+	}
+	cfg, err := parseRecv([]string{"--listen", "[::1]:4000-4010"}, io.Discard)
+	if err != nil || cfg.portLo != 4000 || cfg.portHi != 4010 || !cfg.addr.Is6() {
+		t.Fatalf("parseRecv: %+v %v", cfg, err)
+	}
+}
+
+// loopback sends streams for 1 s on loopback and returns the receiver's report.
+func loopback(t *testing.T, addr string, streams int, shared bool) (recvReport, sendResult) {
+	t.Helper()
+	var rc *receiver
+	var base int
+	var err error
+	for base = 42000; base < 60000; base += 1000 { // find a free range
+		rc, err = newReceiver(recvConfig{addr: netip.MustParseAddr(addr), portLo: base, portHi: base + 2*streams - 1,
+			duration: 10 * time.Second, idle: 300 * time.Millisecond, clockRate: 8000, batch: 64, maxSSRCsPerPort: 4})
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Skipf("no free port range on %s: %v", addr, err)
+	}
+	done := make(chan recvReport)
+	go func() { done <- rc.run(context.Background()) }()
+
+	c, _ := lookupCodec("pcma", 20*time.Millisecond)
+	s, err := newSender(sendConfig{dst: netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(base)), streams: streams,
+		codec: c, ptime: 20 * time.Millisecond, duration: time.Second, sharedSocket: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := s.run(context.Background())
+	if err := s.close(); err != nil {
+		t.Error(err)
+	}
+	return <-done, res
+}
+
+func TestLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		addr   string
+		shared bool
+	}{
+		{"ipv4 socket per stream", "127.0.0.1", false},
+		{"ipv4 shared socket", "127.0.0.1", true},
+		{"ipv6 shared socket", "::1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const streams = 20
+			rep, res := loopback(t, tc.addr, streams, tc.shared)
+			if res.Packets != streams*50 || res.Errors != 0 || res.Bytes != streams*50*172 {
+				t.Fatalf("sent %+v, want %d packets of 172 bytes", res, streams*50)
+			}
+			if len(rep.Streams) != streams {
+				t.Fatalf("received %d streams, want %d", len(rep.Streams), streams)
+			}
+			base := rep.Streams[0].Port
+			for i, s := range rep.Streams {
+				if s.Port != base+2*i || s.Packets != 50 || s.Expected != 50 || s.Lost != 0 ||
+					s.Duplicates != 0 || s.Reordered != 0 || s.PayloadType != 8 || s.Bytes != 50*172 {
+					t.Errorf("stream %d: %+v", i, s)
+				}
+				// Kernel receive timestamps on loopback are taken in the
+				// sender's context, so jitter and gaps are bounded by the
+				// sender's own lateness (large when the machine is busy).
+				lateMs := res.LateMaxus / 1e3
+				if s.JitterMs > lateMs+1 || s.MaxGapMs > 20+lateMs+2 || s.MaxGapMs < 15 {
+					t.Errorf("stream %d: jitter %.2f ms, max gap %.1f ms, sender max lateness %.1f ms", i, s.JitterMs, s.MaxGapMs, lateMs)
+				}
+			}
+			if tt := rep.Totals; tt.Packets != streams*50 || tt.Lost != 0 || tt.OtherPackets != 0 || tt.Streams != streams {
+				t.Errorf("totals %+v", tt)
+			}
+			t.Logf("sender lateness p50 %.0f us p99 %.0f us max %.0f us; max jitter %.3f ms", res.LateP50us, res.LateP99us, res.LateMaxus, rep.Totals.MaxJitterMs)
+		})
+	}
+}
+
+func TestRxTimestamp(t *testing.T) {
+	if oobSize == 0 {
+		t.Skip("no kernel timestamps on this system")
+	}
+	rep, res := loopback(t, "127.0.0.1", 1, false)
+	s := rep.Streams[0]
+	first, _ := time.Parse(time.RFC3339Nano, s.FirstArrival)
+	last, _ := time.Parse(time.RFC3339Nano, s.LastArrival)
+	slack := time.Duration(res.LateMaxus)*time.Microsecond + 2*time.Millisecond
+	if d := last.Sub(first); d < 980*time.Millisecond-slack || d > 980*time.Millisecond+slack {
+		t.Fatalf("first to last arrival %v, want 980 ms +- %v", d, slack)
+	}
+	if time.Since(last) > 5*time.Second {
+		t.Fatalf("arrival timestamp %v not recent", last)
+	}
+}
+
+func BenchmarkPacketBuild(b *testing.B) {
+	c, _ := lookupCodec("pcmu", 20*time.Millisecond)
+	s := newStream(c, 20*time.Millisecond, 0, 1, 0, 0)
+	b.ReportAllocs()
+	b.SetBytes(172)
+	for b.Loop() {
+		s.next()
+	}
+}
