@@ -182,7 +182,7 @@ func (l *Lab) build() error {
 	}
 
 	// Create each veth in the relay with its peer directly in the other
-	// namespace, so the names never appear in the caller's namespace.
+	// namespace, so no name ever appears in the namespace of the process.
 	for _, v := range []struct {
 		name, peer string
 		peerNS     *NS
