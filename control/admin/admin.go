@@ -1,0 +1,422 @@
+// Package admin serves relayd's admin HTTP API (docs/api.md): health,
+// Prometheus metrics and static flows.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/dataplane"
+)
+
+// MaxBodyBytes limits request bodies.
+const MaxBodyBytes = 64 << 10
+
+// DefaultClockRate is the clock_rate of a flow request that has none.
+const DefaultClockRate = 8000
+
+// Config configures the admin server.
+type Config struct {
+	// Observers expose data plane counters and attachments for /metrics.
+	Observers []dataplane.Observer
+	// Version is reported by /healthz.
+	Version string
+}
+
+// Server is the admin HTTP API. Create it with New; it is safe for
+// concurrent use.
+type Server struct {
+	cfg     Config
+	mgr     *control.Manager
+	log     *zap.Logger
+	handler http.Handler
+	srv     *http.Server
+}
+
+// New returns a server for mgr.
+func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
+	s := &Server{cfg: cfg, mgr: mgr, log: log}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&collector{mgr: mgr, observers: cfg.Observers, log: log},
+	)
+	errLog, _ := zap.NewStdLogAt(log.Named("metrics"), zap.WarnLevel)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog:      errLog,
+	}))
+	mux.HandleFunc("GET /v1/flows", s.listFlows)
+	mux.HandleFunc("POST /v1/flows", s.addFlow)
+	mux.HandleFunc("GET /v1/flows/{id}", s.getFlow)
+	mux.HandleFunc("DELETE /v1/flows/{id}", s.deleteFlow)
+	// Method-less patterns are less specific than the ones above: they
+	// catch the other methods on known paths, and "/" every other path,
+	// so that every error has a JSON body.
+	for p, allow := range map[string]string{
+		"/healthz": "GET", "/metrics": "GET", "/v1/flows": "GET, POST", "/v1/flows/{id}": "GET, DELETE",
+	} {
+		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.Path))
+		})
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
+	})
+	s.handler = s.recoverer(mux)
+	return s
+}
+
+// Handler returns the API's handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Listen opens a listener for addr: "host:port" (TCP) or "unix:/path"
+// (a unix socket file, which unlike an abstract socket is reachable from
+// every network namespace that sees the file system). A stale socket file
+// is removed first; the socket is made mode 0660.
+func Listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("admin listen: %w", err)
+		}
+		return l, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("admin listen: %s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("admin listen: remove stale socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	return l, nil
+}
+
+// Serve serves the API on l until Shutdown. It returns nil after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          mustStdLog(s.log),
+	}
+	s.log.Info("admin API listening", zap.String("addr", l.Addr().Network()+":"+l.Addr().String()))
+	if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin serve: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the server gracefully, waiting for requests in flight
+// until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.srv == nil {
+		return nil
+	}
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("admin shutdown: %w", err)
+	}
+	return nil
+}
+
+func mustStdLog(log *zap.Logger) *stdlog.Logger {
+	l, _ := zap.NewStdLogAt(log.Named("http"), zap.WarnLevel)
+	return l
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("admin handler panic", zap.Any("panic", v), zap.String("method", r.Method),
+					zap.String("path", r.URL.Path), zap.ByteString("stack", debug.Stack()))
+				writeError(w, http.StatusInternalServerError, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": s.cfg.Version, "flows": s.mgr.Counts()})
+}
+
+func (s *Server) listFlows(w http.ResponseWriter, r *http.Request) {
+	list, err := s.mgr.List()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := FlowList{Flows: make([]Flow, 0, len(list))}
+	for _, f := range list {
+		out.Flows = append(out.Flows, toWire(f))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) {
+	id, ok := flowID(w, r)
+	if !ok {
+		return
+	}
+	f, err := s.mgr.Get(id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWire(f))
+}
+
+func (s *Server) deleteFlow(w http.ResponseWriter, r *http.Request) {
+	id, ok := flowID(w, r)
+	if !ok {
+		return
+	}
+	f, err := s.mgr.Remove(id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toWire(f))
+}
+
+func (s *Server) addFlow(w http.ResponseWriter, r *http.Request) {
+	var req FlowRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	spec, err := toSpec(req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	f, err := s.mgr.Add(spec)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := toWire(f)
+	out.Decrypt, out.Encrypt = req.Decrypt, req.Encrypt
+	w.Header().Set("Location", "/v1/flows/"+strconv.FormatUint(f.Flow.ID, 10))
+	writeJSON(w, http.StatusCreated, out)
+}
+
+// fail answers with the status for err.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusFor(err)
+	if code >= 500 && code != http.StatusNotImplemented {
+		s.log.Warn("admin request", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
+	}
+	writeError(w, code, err.Error())
+}
+
+// StatusFor maps flow manager and data plane errors to HTTP status codes.
+func StatusFor(err error) int {
+	switch {
+	case errors.Is(err, control.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, control.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, control.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, control.ErrNotRelayAddress):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, control.ErrNotImplemented), errors.Is(err, dataplane.ErrNotSupported):
+		return http.StatusNotImplemented
+	case errors.Is(err, dataplane.ErrFull):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func flowID(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("flow id %q is not a positive integer", r.PathValue("id")))
+		return 0, false
+	}
+	return id, true
+}
+
+// decodeJSON decodes exactly one JSON object with no unknown fields.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty body: want a JSON object")
+		}
+		return fmt.Errorf("bad JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return errors.New("bad JSON: data after the object")
+	}
+	return nil
+}
+
+func parseAddrPort(field, s string, required bool) (netip.AddrPort, error) {
+	if s == "" {
+		if required {
+			return netip.AddrPort{}, fmt.Errorf("%s: required", field)
+		}
+		return netip.AddrPort{}, nil
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("%s: %q is not address:port (IPv6 as [addr]:port)", field, s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+}
+
+// toSpec converts a request to a flow spec; errors are 400s.
+func toSpec(req FlowRequest) (control.FlowSpec, error) {
+	var spec control.FlowSpec
+	var err error
+	if spec.Match, err = parseAddrPort("match", req.Match, true); err != nil {
+		return spec, err
+	}
+	if spec.ExpectSource, err = parseAddrPort("expect_source", req.ExpectSource, false); err != nil {
+		return spec, err
+	}
+	if spec.SendFrom, err = parseAddrPort("send_from", req.SendFrom, false); err != nil {
+		return spec, err
+	}
+	if spec.SendTo, err = parseAddrPort("send_to", req.SendTo, false); err != nil {
+		return spec, err
+	}
+	switch req.Mode {
+	case "", "xdp", "userspace":
+		spec.Mode = dataplane.Path(req.Mode)
+	default:
+		return spec, fmt.Errorf("mode: %q is not xdp or userspace", req.Mode)
+	}
+	spec.Action = dataplane.Forward
+	switch req.Action {
+	case "", "forward":
+	case "drop":
+		spec.Action = dataplane.Drop
+	case "reflect":
+		spec.Action = dataplane.Reflect
+	default:
+		return spec, fmt.Errorf("action: %q is not forward, drop or reflect", req.Action)
+	}
+	spec.ClockRate = DefaultClockRate
+	if req.ClockRate != nil {
+		spec.ClockRate = *req.ClockRate
+	}
+	if req.Decrypt != nil {
+		spec.Decrypt = &control.Crypto{Suite: req.Decrypt.Suite, Key: req.Decrypt.Key}
+	}
+	if req.Encrypt != nil {
+		spec.Encrypt = &control.Crypto{Suite: req.Encrypt.Suite, Key: req.Encrypt.Key}
+	}
+	return spec, nil
+}
+
+func addrPortString(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return ""
+	}
+	return ap.String()
+}
+
+func toWire(f control.FlowState) Flow {
+	fl, st := f.Flow, f.Stats
+	out := Flow{
+		ID:           fl.ID,
+		Match:        addrPortString(fl.Match),
+		ExpectSource: addrPortString(fl.ExpectSource),
+		SendFrom:     addrPortString(fl.SendFrom),
+		SendTo:       addrPortString(fl.SendTo),
+		Mode:         string(f.Path),
+		Action:       fl.Action.String(),
+		ClockRate:    fl.ClockRate,
+		Path:         string(f.Path),
+		Packets:      st.Packets,
+		Bytes:        st.Bytes,
+		Dropped:      st.Dropped,
+		Lost:         st.Lost,
+		JitterMS:     math.Round(st.JitterMillis(fl.ClockRate)*1000) / 1000,
+		SSRC:         st.SSRC,
+		Received:     st.Received,
+	}
+	if !st.LastSeen.IsZero() {
+		ts := st.LastSeen.UTC().Format(TimeFormat)
+		out.LastSeen = &ts
+	}
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		code = http.StatusInternalServerError
+		b, _ = json.Marshal(ErrorBody{Error: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, ErrorBody{Error: msg})
+}
