@@ -1,0 +1,210 @@
+// Command relayd is the VoIP media relay daemon: it reads the config,
+// attaches the XDP data plane, serves the admin API and keeps running
+// until SIGINT or SIGTERM. See DESIGN.md section 4 and docs/api.md.
+//
+//	relayd -config /etc/relayd/relayd.toml   run
+//	relayd -check -config FILE               validate the config and exit
+//	relayd -detach -config FILE              remove pinned XDP state and exit
+//	relayd -version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/fastpath"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+const (
+	defaultConfig   = "/etc/relayd/relayd.toml"
+	sweepInterval   = 5 * time.Second
+	shutdownTimeout = 10 * time.Second
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func getVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// run is main without the exit, for tests. It returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("relayd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", defaultConfig, "config `file` (TOML)")
+	check := fs.Bool("check", false, "validate the config, print \"config OK\" or the error, and exit")
+	detach := fs.Bool("detach", false, "detach XDP and remove the state pinned under dataplane.pin_path, and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "relayd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "relayd", getVersion())
+		return 0
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		return 1
+	}
+	if *check {
+		fmt.Fprintln(stdout, "config OK")
+		return 0
+	}
+	log, err := newLogger(cfg.Log)
+	if err != nil {
+		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		return 1
+	}
+	defer log.Sync()
+	if *detach {
+		if err := fastpath.Detach(cfg.Dataplane.PinPath, log.Named("fastpath")); err != nil {
+			log.Error("detach", zap.String("pin_path", cfg.Dataplane.PinPath), zap.Error(err))
+			return 1
+		}
+		log.Info("detached", zap.String("pin_path", cfg.Dataplane.PinPath))
+		return 0
+	}
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("relayd stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c config.Log) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	if c.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.Development = false
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.Sampling = nil
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	log, err := zc.Build()
+	if err != nil {
+		return nil, fmt.Errorf("build logger: %w", err)
+	}
+	return log, nil
+}
+
+// serve runs the daemon until ctx is done.
+func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error) {
+	log.Info("relayd starting", zap.String("version", getVersion()), zap.String("mode", cfg.Dataplane.Mode))
+
+	var planes []dataplane.DataPlane
+	var observers []dataplane.Observer
+	switch cfg.Dataplane.Mode {
+	case "xdp":
+		fp, err := fastpath.New(fastpath.Config{
+			Interfaces:       cfg.Dataplane.Interfaces,
+			XDPMode:          cfg.Dataplane.XDPMode,
+			PinPath:          cfg.Dataplane.PinPath,
+			MaxFlows:         cfg.Dataplane.MaxFlows,
+			EnableForwarding: cfg.Dataplane.EnableForwarding,
+		}, log.Named("fastpath"))
+		if err != nil {
+			return fmt.Errorf("start xdp data plane: %w", err)
+		}
+		// Close keeps the pinned program, maps and links: media keeps
+		// flowing while relayd restarts.
+		defer func() {
+			if cerr := fp.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close xdp data plane: %w", cerr))
+			}
+		}()
+		planes = append(planes, fp)
+		observers = append(observers, fp)
+	case "userspace":
+		log.Warn("the userspace data plane is not built yet; running with no data plane (POST /v1/flows answers 501)")
+	}
+
+	mgr, err := control.NewManager(control.ManagerConfig{
+		Addr:    cfg.Media.Addr,
+		Addr6:   cfg.Media.Addr6,
+		PortMin: cfg.Media.PortMin,
+		PortMax: cfg.Media.PortMax,
+	}, log.Named("flows"), planes...)
+	if err != nil {
+		return err
+	}
+
+	srv := admin.New(admin.Config{Observers: observers, Version: getVersion()}, mgr, log.Named("admin"))
+	l, err := admin.Listen(cfg.Admin.Listen)
+	if err != nil {
+		return err
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+
+	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.Warn("sd_notify READY", zap.Error(err))
+	} else if ok {
+		log.Debug("notified systemd: ready")
+	}
+
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		mgr.RunIdleSweep(sweepCtx, sweepInterval, cfg.Media.TimeoutDuration)
+	}()
+	log.Info("relayd ready", zap.String("admin", cfg.Admin.Listen))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case runErr = <-serveErr:
+		log.Error("admin API stopped", zap.Error(runErr))
+	}
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyStopping); err != nil {
+		log.Warn("sd_notify STOPPING", zap.Error(err))
+	}
+	stopSweep()
+	<-sweepDone
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
+	return runErr
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func runMain(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "relayd.toml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCheckExample(t *testing.T) {
+	code, out, errs := runMain(t, "-check", "-config", "../../systemd/relayd.toml")
+	if code != 0 || strings.TrimSpace(out) != "config OK" {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestCheckErrors(t *testing.T) {
+	p := writeFile(t, "[dataplane]\ninterfaces = [\"eth0\"]\n[media]\naddress = \"198.18.1.1\"\nport = \"30000-39999\"\n")
+	code, out, errs := runMain(t, "-check", "-config", p)
+	if code == 0 || out != "" {
+		t.Errorf("exit %d, stdout %q", code, out)
+	}
+	if want := p + ": line 5: media.port: unknown key"; !strings.Contains(errs, want) {
+		t.Errorf("stderr %q lacks %q", errs, want)
+	}
+	code, _, errs = runMain(t, "-check", "-config", filepath.Join(t.TempDir(), "none.toml"))
+	if code == 0 || !strings.Contains(errs, "no such file") {
+		t.Errorf("missing file: exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestFlags(t *testing.T) {
+	if code, out, _ := runMain(t, "-version"); code != 0 || !strings.HasPrefix(out, "relayd ") {
+		t.Errorf("-version: exit %d, %q", code, out)
+	}
+	if code, _, _ := runMain(t, "-bogus"); code != 2 {
+		t.Errorf("-bogus: exit %d, want 2", code)
+	}
+	if code, _, _ := runMain(t, "extra"); code != 2 {
+		t.Errorf("extra argument: exit %d, want 2", code)
+	}
+}
+
+// TestUserspaceModeServes runs the daemon in mode userspace (no data plane
+// needed) on a unix socket and stops it.
+func TestUserspaceModeServes(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	p := writeFile(t, "[log]\nlevel = \"warn\"\n[admin]\nlisten = \"unix:"+sock+"\"\n[dataplane]\nmode = \"userspace\"\n[media]\naddress = \"198.18.1.1\"\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		done <- run(ctx, []string{"-config", p}, &out, &errb)
+	}()
+	waitFor(t, func() bool { _, err := os.Stat(sock); return err == nil })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("exit %d after cancel, want 0", code)
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	for range 500 {
+		if ok() {
+			return
+		}
+		sleep()
+	}
+	t.Fatal("timed out")
+}
+
+// TestUnitVerifies runs systemd-analyze verify on systemd/relayd.service
+// with the binary paths pointed at a file that exists.
+func TestUnitVerifies(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	unit, err := os.ReadFile("../../systemd/relayd.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(unit), "/usr/local/bin/relayd", bin)
+	if text == string(unit) {
+		t.Fatal("unit does not run /usr/local/bin/relayd")
+	}
+	path := filepath.Join(t.TempDir(), "relayd.service")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	// verify exits 0 with warnings about other units on the system;
+	// anything naming our unit is a problem.
+	if err != nil || strings.Contains(string(out), "relayd.service") {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+func sleep() { time.Sleep(10 * time.Millisecond) }
