@@ -124,7 +124,6 @@ func newTestEnv(tb testing.TB) *testEnv {
 	return e
 }
 
-
 func (e *testEnv) setup() error {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -250,6 +249,5 @@ func (e *testEnv) counters(tb testing.TB) map[string]uint64 {
 	}
 	return m
 }
-
 
 func osWrite(path, v string) error { return os.WriteFile(path, []byte(v), 0o644) }

@@ -34,8 +34,8 @@ type Fastpath struct {
 	mu        sync.Mutex // guards the following
 	ifaces    []dataplane.Interface
 	links     []link.Link
-	free      []uint32             // released stats slots, reused first
-	nextSlot  uint32               // lowest never-used stats slot
+	free      []uint32              // released stats slots, reused first
+	nextSlot  uint32                // lowest never-used stats slot
 	installed map[flowKey]time.Time // when each flow was installed or adopted
 	closed    bool
 }

@@ -132,10 +132,13 @@ type parsedFrame struct {
 	payload        []byte
 }
 
+var errUDPChecksum = errors.New("bad UDP checksum")
+
 // parseFrame validates every header of an untagged IPv4 or IPv6 UDP frame
-// from scratch: lengths, the IPv4 header checksum and the UDP checksum.
-func parseFrame(f []byte) (parsedFrame, error) {
-	var p parsedFrame
+// from scratch: lengths, the IPv4 header checksum and the UDP checksum. A
+// frame whose only fault is its UDP checksum is returned with
+// errUDPChecksum.
+func parseFrame(f []byte) (p parsedFrame, err error) {
 	if len(f) < 14 {
 		return p, errors.New("short ethernet header")
 	}
@@ -193,13 +196,13 @@ func parseFrame(f []byte) (parsedFrame, error) {
 		sum += 17 + uint32(len(udp))
 		sum = csumAdd(sum, udp)
 		if csumFold(sum) != 0xffff {
-			return p, errors.New("bad UDP checksum")
+			err = errUDPChecksum
 		}
 	}
 	p.src = netip.AddrPortFrom(src, binary.BigEndian.Uint16(udp[0:]))
 	p.dst = netip.AddrPortFrom(dst, binary.BigEndian.Uint16(udp[2:]))
 	p.payload = udp[8:]
-	return p, nil
+	return p, err
 }
 
 // rtpPacket builds a 12-byte RTP header plus payload.

@@ -1,0 +1,102 @@
+package fastpath
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/rtp"
+)
+
+type rtpStep struct {
+	ssrc uint32
+	seq  uint16
+}
+
+func seqRun(ssrc uint32, from, n int) []rtpStep {
+	var s []rtpStep
+	for i := 0; i < n; i++ {
+		s = append(s, rtpStep{ssrc, uint16(from + i)})
+	}
+	return s
+}
+
+func concat(parts ...[]rtpStep) []rtpStep {
+	var s []rtpStep
+	for _, p := range parts {
+		s = append(s, p...)
+	}
+	return s
+}
+
+// TestXDPRTPStatistics feeds crafted sequences through the program packet
+// by packet and compares its per-flow RFC 3550 state, after every packet,
+// with rtp.ReceiverStats fed the same packets at the same arrival times.
+func TestXDPRTPStatistics(t *testing.T) {
+	e := newTestEnv(t)
+	for i, tc := range []struct {
+		name  string
+		clock uint32
+		steps []rtpStep
+	}{
+		{"in order", 8000, seqRun(1, 1000, 60)},
+		{"loss", 8000, concat(seqRun(1, 1, 10), seqRun(1, 15, 10), seqRun(1, 40, 5))},
+		{"reordering", 8000, []rtpStep{{1, 10}, {1, 12}, {1, 11}, {1, 13}, {1, 16}, {1, 14}, {1, 15}, {1, 17}}},
+		{"duplicates", 8000, []rtpStep{{1, 20}, {1, 20}, {1, 21}, {1, 22}, {1, 22}, {1, 22}, {1, 23}}},
+		{"wrap at 65535", 8000, concat(seqRun(1, 65525, 11), seqRun(1, 0, 10), []rtpStep{{1, 65534}}, seqRun(1, 10, 3))},
+		{"large jump and resync", 8000, concat(seqRun(1, 100, 5), []rtpStep{{1, 9000}}, seqRun(1, 105, 2), []rtpStep{{1, 20000}, {1, 20001}}, seqRun(1, 20002, 5))},
+		{"ssrc change", 48000, concat(seqRun(1, 500, 8), seqRun(2, 7, 8), seqRun(1, 508, 3))},
+		{"jump back beyond misorder", 8000, concat(seqRun(1, 5000, 5), []rtpStep{{1, 4000}}, seqRun(1, 5005, 3))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := dataplane.Flow{
+				Match: ap(relay4, uint16(34000+4*i)), SendFrom: ap(relay4, uint16(34002+4*i)),
+				SendTo: ap(callee4, 5000), ClockRate: tc.clock,
+			}
+			if err := e.fp.Install(fl); err != nil {
+				t.Fatal(err)
+			}
+			var val relayFlowValue
+			if err := e.fp.objs.Flows.Lookup(keyOf(fl.Match), &val); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			var ref rtp.ReceiverStats
+			for n, s := range tc.steps {
+				// Timestamps with irregular offsets so jitter is not zero.
+				ts := uint32(s.seq)*160 + uint32(rng.IntN(400))
+				frame := buildFrame(ap(caller4, 4000), fl.Match, rtpPacket(s.ssrc, s.seq, ts, 160), frameOpts{})
+				if v, _ := e.run(t, frame); v != xdpRedirect {
+					t.Fatalf("packet %d: verdict %s", n, verdictName[v])
+				}
+				var raw relayFlowStats
+				if err := e.fp.objs.Stats.LookupWithFlags(val.StatsIdx, &raw, ebpf.LookupLock); err != nil {
+					t.Fatal(err)
+				}
+				d := raw.LastSeenNs - raw.RtpBaseNs
+				arrival := uint32(d/1e9*uint64(tc.clock) + d%1e9*uint64(tc.clock)/1e9)
+				ref.Update(s.ssrc, s.seq, ts, arrival)
+				got := rtp.ReceiverStats{
+					SSRC: raw.Ssrc, BaseSeq: raw.BaseSeq, MaxSeq: raw.MaxSeq, Cycles: raw.Cycles,
+					BadSeq: raw.BadSeq, Received: raw.Received, Jitter16: raw.Jitter16,
+					LastTransit: raw.LastTransit, HaveTransit: raw.HaveTransit != 0,
+					SSRCChanges: raw.SsrcChanges, Initialized: raw.Initialized != 0,
+				}
+				if got != ref {
+					t.Fatalf("after packet %d (ssrc %d seq %d):\n XDP %+v\n ref %+v", n, s.ssrc, s.seq, got, ref)
+				}
+			}
+			st, err := e.fp.Stats(fl.Match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Lost != ref.Lost() || st.Jitter != ref.Jitter() || st.ExtHighestSeq != ref.ExtendedMax() || st.Packets != uint64(len(tc.steps)) {
+				t.Errorf("stats %+v; reference lost %d jitter %d ext max %d", st, ref.Lost(), ref.Jitter(), ref.ExtendedMax())
+			}
+			t.Logf("packets %d received %d lost %d jitter %d (%.3f ms) ext max %d ssrc changes %d",
+				st.Packets, st.Received, st.Lost, st.Jitter, st.JitterMillis(tc.clock), st.ExtHighestSeq, st.SSRCChanges)
+		})
+	}
+}
