@@ -108,7 +108,7 @@ func newTestEnv(tb testing.TB) *testEnv {
 	// Private maps, no pinning, no attachment: BPF_PROG_TEST_RUN only.
 	e.fp = &Fastpath{
 		log:       zaptest.NewLogger(tb),
-		cfg:       Config{MaxFlows: 1024},
+		cfg:       Config{MaxFlows: 1024, NeighbourWait: -1},
 		installed: map[flowKey]time.Time{},
 	}
 	e.fp.cfg.setDefaults()

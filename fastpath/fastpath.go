@@ -20,6 +20,10 @@ type Config struct {
 	MaxFlows         int      // flow table size; default 65536
 	EnableForwarding bool     // turn IP forwarding on for the interfaces when off
 
+	// NeighbourWait is how long Install waits for the next hop of a new
+	// flow to be resolved; 0 means 100ms, negative disables resolution.
+	NeighbourWait time.Duration
+
 	now func() time.Time // test knob
 }
 
@@ -32,6 +36,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFlows == 0 {
 		c.MaxFlows = 65536
+	}
+	if c.NeighbourWait == 0 {
+		c.NeighbourWait = 100 * time.Millisecond
 	}
 	if c.now == nil {
 		c.now = time.Now

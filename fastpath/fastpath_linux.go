@@ -317,6 +317,11 @@ func Detach(pinPath string, log *zap.Logger) error {
 	}
 	var errs []error
 	for _, v := range vers {
+		// Only layout directories (v1, v2, ...): a bpffs root also holds
+		// the kernel's own maps.debug and progs.debug.
+		if !v.IsDir() || !isLayoutDir(v.Name()) {
+			continue
+		}
 		dir := filepath.Join(pinPath, v.Name())
 		ents, err := os.ReadDir(dir)
 		if err != nil {
@@ -343,10 +348,21 @@ func Detach(pinPath string, log *zap.Logger) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := os.Remove(pinPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// The directory itself goes unless it is a mount point or not empty.
+	if err := os.Remove(pinPath); err != nil && !errors.Is(err, os.ErrNotExist) &&
+		!errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+func isLayoutDir(name string) bool {
+	n, ok := strings.CutPrefix(name, "v")
+	if !ok {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
 }
 
 // Path implements dataplane.DataPlane.
@@ -468,6 +484,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return err
 	}
 	k := keyOf(fl.Match)
+	f.resolve(&fl)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -512,12 +529,28 @@ func (f *Fastpath) allocSlot() (uint32, error) {
 	return f.nextSlot - 1, nil
 }
 
+// resolve resolves the next hop of a forwarded flow before its first
+// packet, so that packet is not punted for want of a neighbour entry.
+func (f *Fastpath) resolve(fl *dataplane.Flow) {
+	if f.cfg.NeighbourWait < 0 || fl.Action != dataplane.Forward {
+		return
+	}
+	nh, ok, err := resolveNeighbour(fl.SendTo.Addr(), f.cfg.NeighbourWait)
+	switch {
+	case err != nil:
+		f.log.Warn("cannot resolve next hop of flow", zap.Stringer("match", fl.Match), zap.Stringer("send_to", fl.SendTo), zap.Error(err))
+	case !ok:
+		f.log.Info("next hop not resolved yet; first packets may be punted", zap.Stringer("match", fl.Match), zap.Stringer("next_hop", nh))
+	}
+}
+
 // Update implements dataplane.DataPlane: the flow keeps its statistics.
 func (f *Fastpath) Update(fl dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
 	k := keyOf(fl.Match)
+	f.resolve(&fl)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var old relayFlowValue

@@ -1,0 +1,328 @@
+// Package labrelay runs a real relayd inside a lab's relay namespace, for
+// integration tests, the demo and benchmarks: it builds the binary, mounts
+// a private bpf filesystem for its pins, writes its config, starts it,
+// waits for readiness and talks to its admin API over a unix socket (which
+// reaches across network namespaces).
+package labrelay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/lab"
+)
+
+// Options configure a lab relay.
+type Options struct {
+	Bin        string // relayd binary; Build makes one
+	Dir        string // working directory: config, socket, log, bpffs mount
+	Mode       string // dataplane.mode: xdp (default) | userspace
+	XDPMode    string // native (default) | generic
+	LogLevel   string // default info
+	ExtraMedia string // extra TOML appended to [media]
+}
+
+// Relay is a relayd process in a lab's relay namespace. Not safe for
+// concurrent Start/Kill/Stop; the API methods are.
+type Relay struct {
+	Lab  *lab.Lab
+	opts Options
+
+	ConfigPath string
+	Socket     string
+	PinPath    string
+	LogPath    string
+
+	client *http.Client
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+var (
+	buildOnce sync.Once
+	buildBin  string
+	buildErr  error
+)
+
+// Build compiles relayd once per process into a temporary directory and
+// returns its path.
+func Build() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "relayd-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildBin = filepath.Join(dir, "relayd")
+		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/relayd/relayd/cmd/relayd")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build relayd: %w\n%s", err, out)
+		}
+	})
+	return buildBin, buildErr
+}
+
+// New prepares a relay in l (config, bpffs) without starting it.
+func New(l *lab.Lab, o Options) (*Relay, error) {
+	if o.Mode == "" {
+		o.Mode = "xdp"
+	}
+	if o.XDPMode == "" {
+		o.XDPMode = "native"
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.Bin == "" {
+		bin, err := Build()
+		if err != nil {
+			return nil, err
+		}
+		o.Bin = bin
+	}
+	r := &Relay{
+		Lab:        l,
+		opts:       o,
+		ConfigPath: filepath.Join(o.Dir, "relayd.toml"),
+		Socket:     filepath.Join(o.Dir, "admin.sock"),
+		PinPath:    filepath.Join(o.Dir, "bpf"),
+		LogPath:    filepath.Join(o.Dir, "relayd.log"),
+	}
+	r.client = &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", r.Socket)
+		}},
+	}
+	// A bpffs of our own, outside /sys: `ip netns exec` remounts /sys in
+	// the namespace it creates, which would hide /sys/fs/bpf, and a bpffs
+	// mounted inside that namespace would die with the process and take
+	// the pinned links with it.
+	if err := os.MkdirAll(r.PinPath, 0o700); err != nil {
+		return nil, err
+	}
+	if err := unix.Mount("bpffs", r.PinPath, "bpf", 0, "mode=0700"); err != nil {
+		return nil, fmt.Errorf("mount bpffs on %s: %w", r.PinPath, err)
+	}
+	cfg := fmt.Sprintf(`[log]
+level = %q
+format = "json"
+[admin]
+listen = "unix:%s"
+[dataplane]
+mode = %q
+xdp_mode = %q
+interfaces = [%q, %q]
+enable_forwarding = true
+pin_path = %q
+[media]
+address = %q
+address6 = %q
+ports = "30000-39999"
+timeout = "60s"
+%s
+`, o.LogLevel, r.Socket, o.Mode, o.XDPMode, lab.RelayCallerIfName, lab.RelayCalleeIfName,
+		r.PinPath, l.RelayMedia4, l.RelayMedia6, o.ExtraMedia)
+	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Start starts relayd and waits until its admin API answers.
+func (r *Relay) Start() error {
+	logf, err := os.OpenFile(r.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	r.cmd = r.Lab.Relay.Command(r.opts.Bin, "-config", r.ConfigPath)
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start relayd: %w", err)
+	}
+	r.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		cmd.Wait()
+		logf.Close()
+		close(done)
+	}(r.cmd, r.exited)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-r.exited:
+			return fmt.Errorf("relayd exited during start: %s", r.tail())
+		default:
+		}
+		if resp, err := r.client.Get("http://relayd/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("relayd not ready after 15s: %s", r.tail())
+}
+
+func (r *Relay) tail() string {
+	b, _ := os.ReadFile(r.LogPath)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return string(b)
+}
+
+// Log returns relayd's log so far.
+func (r *Relay) Log() string { b, _ := os.ReadFile(r.LogPath); return string(b) }
+
+// Pid returns relayd's process id, 0 when not running.
+func (r *Relay) Pid() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// Kill kills relayd with SIGKILL, as a crash would, and waits for it.
+func (r *Relay) Kill() error { return r.signal(syscall.SIGKILL) }
+
+// Stop stops relayd with SIGTERM and waits for it.
+func (r *Relay) Stop() error { return r.signal(syscall.SIGTERM) }
+
+func (r *Relay) signal(sig syscall.Signal) error {
+	if r.cmd == nil {
+		return nil
+	}
+	select {
+	case <-r.exited:
+		return nil
+	default:
+	}
+	if err := r.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	select {
+	case <-r.exited:
+		return nil
+	case <-time.After(15 * time.Second):
+		r.cmd.Process.Kill()
+		return errors.New("relayd did not exit within 15s")
+	}
+}
+
+// Close stops relayd, removes its pinned state (relayd -detach) and
+// unmounts the bpffs.
+func (r *Relay) Close() error {
+	errs := []error{r.Stop()}
+	cmd := r.Lab.Relay.Command(r.opts.Bin, "-config", r.ConfigPath, "-detach")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		errs = append(errs, fmt.Errorf("relayd -detach: %w: %s", err, out))
+	}
+	if err := unix.Unmount(r.PinPath, unix.MNT_DETACH); err != nil {
+		errs = append(errs, fmt.Errorf("unmount %s: %w", r.PinPath, err))
+	}
+	return errors.Join(errs...)
+}
+
+// AddFlow installs a static flow.
+func (r *Relay) AddFlow(req admin.FlowRequest) (admin.Flow, error) {
+	var f admin.Flow
+	err := r.do(http.MethodPost, "/v1/flows", req, &f, http.StatusCreated)
+	return f, err
+}
+
+// DeleteFlow removes a flow.
+func (r *Relay) DeleteFlow(id uint64) error {
+	return r.do(http.MethodDelete, fmt.Sprintf("/v1/flows/%d", id), nil, nil, http.StatusOK, http.StatusNoContent)
+}
+
+// Flows lists the flows with their statistics.
+func (r *Relay) Flows() ([]admin.Flow, error) {
+	var l admin.FlowList
+	err := r.do(http.MethodGet, "/v1/flows", nil, &l, http.StatusOK)
+	return l.Flows, err
+}
+
+// Metrics returns the Prometheus exposition.
+func (r *Relay) Metrics() (string, error) {
+	resp, err := r.client.Get("http://relayd/metrics")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// Metric returns the value of the sample whose line starts with prefix
+// (name and labels), or 0.
+func (r *Relay) Metric(prefix string) (float64, error) {
+	m, err := r.Metrics()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(m, "\n") {
+		if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
+			var v float64
+			_, err := fmt.Sscan(rest, &v)
+			return v, err
+		}
+	}
+	return 0, nil
+}
+
+func (r *Relay) do(method, path string, in, out any, want ...int) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://relayd"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	ok := false
+	for _, w := range want {
+		ok = ok || resp.StatusCode == w
+	}
+	if !ok {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
+	}
+	if out != nil && len(b) > 0 {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
