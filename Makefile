@@ -1,0 +1,85 @@
+# relayd. Run as root on Debian 12: the tests and the demo build network
+# namespaces and load XDP programs. `make deps` installs what they need.
+
+GO      ?= go
+PREFIX  ?= /usr/local
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X main.version=$(VERSION)
+BIN     := bin
+
+.PHONY: all deps generate generate-check build lint test fuzz demo bench install uninstall clean
+
+all: build
+
+# Debian packages the build, tests and demo use. Packages that ship daemons
+# must not start them: policy-rc.d refuses while we install.
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester
+deps:
+	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEBS)
+	$(GO) mod download
+
+# bpf2go with Debian's clang-16; the generated .go and .o are committed so
+# `go build` needs no clang.
+generate:
+	$(GO) generate ./fastpath/
+
+# Regenerate and fail if the committed objects differ from the sources.
+generate-check: generate
+	@git diff --exit-code --stat -- fastpath/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+lint:
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+# All tests, root-only ones included (they skip only where the capability
+# is missing, and say why). Fuzz corpora in testdata/ run as regression tests.
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+
+# Short fuzzing session on every fuzz target.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzXDP -fuzztime $(FUZZTIME) ./fastpath/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./config/
+	$(GO) test -run '^$$' -fuzz FuzzPostFlow -fuzztime $(FUZZTIME) ./control/admin/
+
+# The main job: calls through the relay in the lab, with the report.
+demo:
+	$(GO) run ./cmd/voipgen demo
+
+# Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
+# hot paths, then the forwarding limit and CPU per packet in the lab.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./cmd/voipgen/
+	$(GO) run ./cmd/voipgen fwdbench
+
+install: build
+	install -D -m 0755 $(BIN)/relayd $(DESTDIR)$(PREFIX)/bin/relayd
+	install -D -m 0755 $(BIN)/relayctl $(DESTDIR)$(PREFIX)/bin/relayctl
+	install -D -m 0755 $(BIN)/voipgen $(DESTDIR)$(PREFIX)/bin/voipgen
+	install -D -m 0644 systemd/relayd.service $(DESTDIR)/etc/systemd/system/relayd.service
+	install -D -m 0644 systemd/relayd-sysctl.conf $(DESTDIR)/etc/sysctl.d/60-relayd.conf
+	install -D -m 0644 systemd/relayd-tmpfiles.conf $(DESTDIR)/etc/tmpfiles.d/relayd.conf
+	@if [ -e $(DESTDIR)/etc/relayd/relayd.toml ]; then \
+		echo "keeping existing /etc/relayd/relayd.toml"; \
+	else \
+		install -D -m 0640 systemd/relayd.toml $(DESTDIR)/etc/relayd/relayd.toml; \
+	fi
+	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload || true; fi
+	@echo "edit /etc/relayd/relayd.toml, then: systemctl enable --now relayd"
+
+uninstall:
+	-systemctl disable --now relayd 2>/dev/null
+	-$(DESTDIR)$(PREFIX)/bin/relayd -detach -config /etc/relayd/relayd.toml
+	rm -f $(DESTDIR)$(PREFIX)/bin/relayd $(DESTDIR)$(PREFIX)/bin/relayctl $(DESTDIR)$(PREFIX)/bin/voipgen
+	rm -f $(DESTDIR)/etc/systemd/system/relayd.service $(DESTDIR)/etc/sysctl.d/60-relayd.conf $(DESTDIR)/etc/tmpfiles.d/relayd.conf
+
+clean:
+	rm -rf $(BIN)
