@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: all deps generate generate-check build lint test fuzz demo bench install uninstall clean
+.PHONY: all deps need generate generate-check build lint test fuzz demo bench install uninstall clean
 
 all: build
 
@@ -19,6 +19,12 @@ deps:
 	DEBIAN_FRONTEND=noninteractive apt-get update -q
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEBS)
 	$(GO) mod download
+
+# Install the packages only when one is missing, so `make test` and
+# `make demo` work on a fresh machine and cost nothing afterwards.
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool
+need:
+	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; break; }; done
 
 # bpf2go with Debian's clang-16; the generated .go and .o are committed so
 # `go build` needs no clang.
@@ -39,7 +45,7 @@ lint:
 
 # All tests, root-only ones included (they skip only where the capability
 # is missing, and say why). Fuzz corpora in testdata/ run as regression tests.
-test:
+test: need
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
 
@@ -51,12 +57,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzPostFlow -fuzztime $(FUZZTIME) ./control/admin/
 
 # The main job: calls through the relay in the lab, with the report.
-demo:
+demo: need
 	$(GO) run ./cmd/voipgen demo
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
 # hot paths, then the forwarding limit and CPU per packet in the lab.
-bench:
+bench: need
 	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./cmd/voipgen/
 	$(GO) run ./cmd/voipgen fwdbench
 
