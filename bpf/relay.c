@@ -161,7 +161,6 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, struct flow_value);
 	__uint(max_entries, 65536);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } flows SEC(".maps");
 

@@ -30,6 +30,8 @@ func BenchmarkXDP(b *testing.B) {
 		{Match: ap(callee4, 5000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000},
 		{Match: ap(callee6, 5000), SendFrom: ap(relay6, 30002), SendTo: ap(callee6, 5000), ClockRate: 8000},
 		{Match: ap(relay4, 30004), SendFrom: ap(relay4, 30006), SendTo: ap(callee4, 5000), Action: dataplane.Userspace},
+		// No clock rate: counters only, no RTP statistics (as for RTCP).
+		{Match: ap(callee4, 5002), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5002)},
 	} {
 		if err := e.fp.Install(fl); err != nil {
 			b.Fatal(err)
@@ -42,6 +44,7 @@ func BenchmarkXDP(b *testing.B) {
 		verdict uint32
 	}{
 		{"forward_ipv4", buildFrame(ap(relay4, 30002), ap(callee4, 5000), payload, frameOpts{ttl: 255}), xdpRedirect},
+		{"forward_ipv4_no_rtp_stats", buildFrame(ap(relay4, 30002), ap(callee4, 5002), payload, frameOpts{ttl: 255}), xdpRedirect},
 		{"forward_ipv6", buildFrame(ap(relay6, 30002), ap(callee6, 5000), payload, frameOpts{ttl: 255}), xdpRedirect},
 		{"punt_userspace", buildFrame(ap(caller4, 4000), ap(relay4, 30004), payload, frameOpts{}), xdpPass},
 		{"pass_no_flow", buildFrame(ap(caller4, 4000), ap(relay4, 40000), payload, frameOpts{}), xdpPass},
