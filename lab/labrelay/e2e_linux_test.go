@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/lab"
 )
@@ -338,4 +340,65 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(m.Run())
+}
+
+// xdpAttached reports whether an XDP program is attached to the relay's
+// interface.
+func xdpAttached(t *testing.T, l *lab.Lab, ifname string) bool {
+	t.Helper()
+	var attached bool
+	err := l.Relay.Do(func() error {
+		link, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		attached = link.Attrs().Xdp != nil && link.Attrs().Xdp.Attached
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return attached
+}
+
+// TestRelayStopAndDetach: a graceful stop (SIGTERM) leaves XDP attached and
+// forwarding; relayd -detach removes program, links and maps, after which
+// nothing is forwarded and the pin directory is empty.
+func TestRelayStopAndDetach(t *testing.T) {
+	l, r := startRelay(t, "native")
+	caller, callee, _ := call(t, l, r, false, 30600)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !xdpAttached(t, l, lab.RelayCallerIfName) {
+		t.Fatal("XDP detached by a graceful stop")
+	}
+	if err := caller.send(100, 5000, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := callee.recv(100, 1, 0, time.Second); got != 100 {
+		t.Errorf("with relayd stopped: %d of 100 packets forwarded", got)
+	}
+
+	out, err := l.Relay.Command(r.opts.Bin, "-config", r.ConfigPath, "-detach").CombinedOutput()
+	if err != nil {
+		t.Fatalf("relayd -detach: %v\n%s", err, out)
+	}
+	for _, ifname := range []string{lab.RelayCallerIfName, lab.RelayCalleeIfName} {
+		if xdpAttached(t, l, ifname) {
+			t.Errorf("XDP still attached to %s after -detach", ifname)
+		}
+	}
+	ents, _ := os.ReadDir(r.PinPath)
+	for _, e := range ents {
+		if e.IsDir() {
+			t.Errorf("pinned state left after -detach: %s", e.Name())
+		}
+	}
+	if err := caller.send(10, 5000, 1, 200); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := callee.recv(10, 1, 200, 300*time.Millisecond); got != 0 {
+		t.Errorf("%d packets forwarded after -detach", got)
+	}
 }
