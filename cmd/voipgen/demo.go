@@ -160,27 +160,31 @@ func demo(ctx context.Context, cfg demoConfig) (*demoReport, error) {
 	if cfg.progress == nil {
 		cfg.progress = io.Discard
 	}
-	return demoRun(ctx, cfg)
+	rep, err := demoRun(ctx, cfg)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("interrupted, lab torn down: %w", err)
+	}
+	return rep, err
 }
 
 // Directions of a stream, as the report names them.
 const (
-	dirToCallee = "caller->callee"
-	dirToCaller = "callee->caller"
+	demoToCallee = "caller->callee"
+	demoToCaller = "callee->caller"
 )
 
 // demoReport is everything the demo prints; --json encodes it as is.
 type demoReport struct {
-	Config      demoConfigReport `json:"config"`
-	Load        demoLoad         `json:"load"`
-	Flows       []demoFlow       `json:"flows"`
-	FlowSummary flowSummary      `json:"flow_summary"`
-	Directions  []demoDirection  `json:"directions"`
-	Relay       relayCounters    `json:"relay"`
-	Pass        bool             `json:"pass"`
-	Problems    []string         `json:"problems"`
-	Verdict     string           `json:"verdict"`
-	Elapsed     float64          `json:"elapsed_s"` // whole run: lab, relay, traffic, report
+	Config      demoConfigReport  `json:"config"`
+	Load        demoLoad          `json:"load"`
+	Flows       []demoFlow        `json:"flows"`
+	FlowSummary demoFlowSummary   `json:"flow_summary"`
+	Directions  []demoDirection   `json:"directions"`
+	Relay       demoRelayCounters `json:"relay"`
+	Pass        bool              `json:"pass"`
+	Problems    []string          `json:"problems"`
+	Verdict     string            `json:"verdict"`
+	Elapsed     float64           `json:"elapsed_s"` // whole run: lab, relay, traffic, report
 }
 
 type demoConfigReport struct {
@@ -216,7 +220,7 @@ type demoFlow struct {
 	admin.Flow
 }
 
-type flowSummary struct {
+type demoFlowSummary struct {
 	Flows      int     `json:"flows"`
 	OnXDP      int     `json:"on_xdp"`
 	Packets    uint64  `json:"packets"`
@@ -248,40 +252,40 @@ type demoDirection struct {
 	SendLateMax  float64 `json:"send_late_max_us"`
 }
 
-// relayCounters are relayd's global XDP counters (relayd_packets_total).
-type relayCounters struct {
-	Attached  []xdpAttachment `json:"attached"`
-	Counters  []relayCounter  `json:"counters"` // every label set, zeros included
-	Forwarded uint64          `json:"forwarded"`
-	Punted    uint64          `json:"punted"`
+// demoRelayCounters are relayd's global XDP counters (relayd_packets_total).
+type demoRelayCounters struct {
+	Attached  []demoXDPAttachment `json:"attached"`
+	Counters  []demoRelayCounter  `json:"counters"` // every label set, zeros included
+	Forwarded uint64              `json:"forwarded"`
+	Punted    uint64              `json:"punted"`
 	// FlowPunts are the punts of packets that matched a flow, which the
-	// demo expects none of; the others (prefilterPunts) happen before
+	// demo expects none of; the others (demoPrefilterPunts) happen before
 	// the flow lookup.
 	FlowPunts uint64 `json:"flow_punts"`
 	Dropped   uint64 `json:"dropped"`
 	Passed    uint64 `json:"passed"`
 }
 
-type xdpAttachment struct {
+type demoXDPAttachment struct {
 	Interface string `json:"interface"`
 	Mode      string `json:"mode"`
 }
 
-type relayCounter struct {
+type demoRelayCounter struct {
 	Verdict string `json:"verdict"`
 	Reason  string `json:"reason"`
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
 }
 
-// parseRelayMetrics reads relayd_packets_total, relayd_bytes_total and
+// parseDemoMetrics reads relayd_packets_total, relayd_bytes_total and
 // relayd_xdp_attached from a Prometheus text exposition.
-func parseRelayMetrics(text string) (relayCounters, error) {
-	var rc relayCounters
+func parseDemoMetrics(text string) (demoRelayCounters, error) {
+	var rc demoRelayCounters
 	type key struct{ verdict, reason string }
 	index := make(map[key]int)
 	for _, line := range strings.Split(text, "\n") {
-		name, labels, value, ok := parseSample(line)
+		name, labels, value, ok := parseDemoSample(line)
 		if !ok {
 			continue
 		}
@@ -292,7 +296,7 @@ func parseRelayMetrics(text string) (relayCounters, error) {
 			if !seen {
 				i = len(rc.Counters)
 				index[k] = i
-				rc.Counters = append(rc.Counters, relayCounter{Verdict: k.verdict, Reason: k.reason})
+				rc.Counters = append(rc.Counters, demoRelayCounter{Verdict: k.verdict, Reason: k.reason})
 			}
 			n, err := strconv.ParseFloat(value, 64)
 			if err != nil {
@@ -305,7 +309,7 @@ func parseRelayMetrics(text string) (relayCounters, error) {
 			}
 		case "relayd_xdp_attached":
 			if value == "1" {
-				rc.Attached = append(rc.Attached, xdpAttachment{Interface: labels["interface"], Mode: labels["mode"]})
+				rc.Attached = append(rc.Attached, demoXDPAttachment{Interface: labels["interface"], Mode: labels["mode"]})
 			}
 		}
 	}
@@ -332,7 +336,7 @@ func parseRelayMetrics(text string) (relayCounters, error) {
 			rc.Forwarded += c.Packets
 		case "punt":
 			rc.Punted += c.Packets
-			if !prefilterPunts[c.Reason] {
+			if !demoPrefilterPunts[c.Reason] {
 				rc.FlowPunts += c.Packets
 			}
 		case "drop":
@@ -344,14 +348,14 @@ func parseRelayMetrics(text string) (relayCounters, error) {
 	return rc, nil
 }
 
-// prefilterPunts are the punt reasons the XDP program counts while it
+// demoPrefilterPunts are the punt reasons the XDP program counts while it
 // parses headers, before it looks up a flow (bpf/relay.c). Any other punt
 // is of a packet that matched a flow.
-var prefilterPunts = map[string]bool{"vlan": true, "ip_options": true, "ipv6_ext": true, "fragment": true}
+var demoPrefilterPunts = map[string]bool{"vlan": true, "ip_options": true, "ipv6_ext": true, "fragment": true}
 
-// parseSample splits a Prometheus sample line `name{k="v",...} value`.
+// parseDemoSample splits a Prometheus sample line `name{k="v",...} value`.
 // Label values here never contain commas, quotes or braces.
-func parseSample(line string) (name string, labels map[string]string, value string, ok bool) {
+func parseDemoSample(line string) (name string, labels map[string]string, value string, ok bool) {
 	if line == "" || line[0] == '#' {
 		return "", nil, "", false
 	}
@@ -431,7 +435,7 @@ func (r *demoReport) judge(perStream int) {
 
 // summarizeFlows fills FlowSummary from Flows.
 func (r *demoReport) summarizeFlows() {
-	s := flowSummary{Flows: len(r.Flows)}
+	s := demoFlowSummary{Flows: len(r.Flows)}
 	for i, f := range r.Flows {
 		if f.Path == "xdp" {
 			s.OnXDP++
@@ -514,7 +518,7 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 			row(&r.Flows[i])
 		}
 		tw.Flush()
-		writeTrimmed(w, &buf)
+		demoWriteTrimmed(w, &buf)
 	} else {
 		shown := make(map[int]bool)
 		for i := 0; i < 2*first; i++ {
@@ -522,12 +526,16 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 			shown[i] = true
 		}
 		fmt.Fprintln(tw, "\t...\t\t\t\t\t\t\t\t\t\t\t")
-		fmt.Fprintln(tw, "\tworst:\t\t\t\t\t\t\t\t\t\t\t")
+		label := "worst:"
+		if fs.OnXDP == fs.Flows && fs.Lost == 0 && fs.Dropped == 0 && fs.MinPackets == fs.MaxPackets {
+			label = "highest jitter:"
+		}
+		fmt.Fprintf(tw, "\t%s\t\t\t\t\t\t\t\t\t\t\t\n", label)
 		for _, i := range r.worstFlows(worst) {
 			row(&r.Flows[i])
 		}
 		tw.Flush()
-		writeTrimmed(w, &buf)
+		demoWriteTrimmed(w, &buf)
 		fmt.Fprintf(w, "  (the first %d streams, then the %d worst flows by lost, dropped and missing packets, then jitter;\n"+
 			"   --all-flows lists all %d flows, --json has them all)\n", first, worst, len(r.Flows))
 	}
@@ -541,14 +549,14 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 			d.Lost, d.LossPct, d.MeanJitterMs, d.MaxJitterMs, d.MaxGapMs)
 	}
 	tw.Flush()
-	writeTrimmed(w, &buf)
+	demoWriteTrimmed(w, &buf)
 
 	rc := r.Relay
 	var att []string
 	for _, a := range rc.Attached {
 		att = append(att, fmt.Sprintf("%s (%s)", a.Interface, a.Mode))
 	}
-	fmt.Fprintf(w, "\nrelay XDP counters (GET /metrics, relayd_packets_total); program attached to %s:\n", orNone(strings.Join(att, ", ")))
+	fmt.Fprintf(w, "\nrelay XDP counters (GET /metrics, relayd_packets_total); program attached to %s:\n", demoOrNone(strings.Join(att, ", ")))
 	for _, v := range []string{"forward", "punt", "drop", "pass"} {
 		var parts []string
 		var total uint64
@@ -561,22 +569,22 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 				parts = append(parts, fmt.Sprintf("%s %d", ct.Reason, ct.Packets))
 			}
 		}
-		fmt.Fprintf(w, "  %-8s %10d  %s\n", v+":", total, orNone(strings.Join(parts, ", ")))
+		fmt.Fprintf(w, "  %-8s %10d  %s\n", v+":", total, demoOrNone(strings.Join(parts, ", ")))
 	}
 	fmt.Fprintf(w, "  (punted packets of flows: %d. vlan, ip_options, ipv6_ext and fragment punts happen before the flow\n"+
 		"   lookup, like pass: here the kernel's own ARP, neighbour discovery and MLD reports, never RTP)\n", rc.FlowPunts)
 	fmt.Fprintf(w, "\n%s (%.1f s)\n", r.Verdict, r.Elapsed)
 }
 
-// writeTrimmed copies a tabwriter's output to w without trailing blanks.
-func writeTrimmed(w io.Writer, buf *bytes.Buffer) {
+// demoWriteTrimmed copies a tabwriter's output to w without trailing blanks.
+func demoWriteTrimmed(w io.Writer, buf *bytes.Buffer) {
 	for line := range strings.Lines(buf.String()) {
 		fmt.Fprintln(w, strings.TrimRight(line, " \n"))
 	}
 	buf.Reset()
 }
 
-func orNone(s string) string {
+func demoOrNone(s string) string {
 	if s == "" {
 		return "none"
 	}

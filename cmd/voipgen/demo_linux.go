@@ -186,8 +186,8 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 			dir string
 			admin.FlowRequest
 		}{
-			{dirToCallee, admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(), Mode: "xdp"}},
-			{dirToCaller, admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(), Mode: "xdp"}},
+			{demoToCallee, admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(), Mode: "xdp"}},
+			{demoToCaller, admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(), Mode: "xdp"}},
 		} {
 			f, err := r.AddFlow(req.FlowRequest)
 			if err != nil {
@@ -198,11 +198,11 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	}
 	step("installed %d static flows (POST /v1/flows)", 2*cfg.streams)
 
-	caller, err := openDemoSide(l.Caller, dirToCaller, cfg, callerA, demoCallerPort, media, demoRelayPort)
+	caller, err := openDemoSide(l.Caller, demoToCaller, cfg, callerA, demoCallerPort, media, demoRelayPort)
 	if err != nil {
 		return nil, err
 	}
-	callee, err := openDemoSide(l.Callee, dirToCallee, cfg, calleeA, demoCalleePort, media, demoRelayPort+2)
+	callee, err := openDemoSide(l.Callee, demoToCallee, cfg, calleeA, demoCalleePort, media, demoRelayPort+2)
 	if err != nil {
 		caller.rc.close()
 		return nil, err
@@ -248,21 +248,21 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	if err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}
-	if rep.Relay, err = parseRelayMetrics(metrics); err != nil {
+	if rep.Relay, err = parseDemoMetrics(metrics); err != nil {
 		return nil, err
 	}
 
 	// callee receives what the caller sent, and the other way round.
 	for _, pair := range [][2]*demoSide{{caller, callee}, {callee, caller}} {
-		rep.Directions = append(rep.Directions, directionReport(pair[0], pair[1], cfg))
+		rep.Directions = append(rep.Directions, demoDirectionReport(pair[0], pair[1], cfg))
 	}
 	rep.judge(cfg.packetsPerStream())
 	rep.Elapsed = time.Since(start).Seconds()
 	return rep, nil
 }
 
-// directionReport compares what from sent with what to received.
-func directionReport(from, to *demoSide, cfg demoConfig) demoDirection {
+// demoDirectionReport compares what from sent with what to received.
+func demoDirectionReport(from, to *demoSide, cfg demoConfig) demoDirection {
 	res, rr := from.res, to.rep
 	d := demoDirection{
 		Direction: to.name, Sent: res.Packets, SendErrors: res.Errors,
@@ -298,6 +298,6 @@ func directionReport(from, to *demoSide, cfg demoConfig) demoDirection {
 func sortDemoFlows(fs []demoFlow) {
 	sort.Slice(fs, func(i, j int) bool {
 		a, b := &fs[i], &fs[j]
-		return a.Stream < b.Stream || a.Stream == b.Stream && a.Direction == dirToCallee && b.Direction != dirToCallee
+		return a.Stream < b.Stream || a.Stream == b.Stream && a.Direction == demoToCallee && b.Direction != demoToCallee
 	})
 }
