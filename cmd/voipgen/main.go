@@ -21,6 +21,7 @@ const usage = `usage: voipgen <command> [flags]
 commands:
   send   send RTP streams with G.711 or G.729-sized payloads, paced per ptime
   recv   receive RTP streams on a port range and report loss, jitter, gaps
+  fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
 
 Run "voipgen <command> -h" for the flags of a command.
@@ -39,6 +40,8 @@ func main() {
 		err = runSend(ctx, os.Args[2:], os.Stdout)
 	case "recv":
 		err = runRecv(ctx, os.Args[2:], os.Stdout)
+	case "fwdbench":
+		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
 	case "demo":
 		err = runDemo(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
