@@ -139,6 +139,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if cfg.json {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
@@ -497,10 +498,11 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 
 	l := r.Load
 	pd := l.PerDirection
-	fmt.Fprintf(w, "\nload: %d streams x 2 directions = %d flows, %d packets each; %.0f pps into the relay and %.0f pps out (%.0f per direction)\n",
-		c.Streams, l.Flows, c.PacketsPerStream, l.PPS, l.PPS, pd.PPS)
-	fmt.Fprintf(w, "  packet %d B RTP, %d B IP, %d B on the wire; %.2f Mbit/s on the wire each way through the relay (%.1f kbit/s per stream and direction), %.2f Mbit/s IP\n",
-		pd.RTPBytes, pd.IPBytes, pd.WireBytes, l.WireBitsPS/1e6, pd.PerStreamBP/1e3, l.IPBitsPS/1e6)
+	fmt.Fprintf(w, "\nload: %d streams x 2 directions = %d flows of %d packets; %.0f pps into the relay and as many out (%.0f per direction)\n",
+		c.Streams, l.Flows, c.PacketsPerStream, l.PPS, pd.PPS)
+	fmt.Fprintf(w, "  per packet %d B RTP, %d B IP, %d B on the wire; %.1f kbit/s per stream and direction;\n"+
+		"  %.2f Mbit/s on the wire into the relay and as much out (%.2f Mbit/s IP)\n",
+		pd.RTPBytes, pd.IPBytes, pd.WireBytes, pd.PerStreamBP/1e3, l.WireBitsPS/1e6, l.IPBitsPS/1e6)
 
 	fs := r.FlowSummary
 	fmt.Fprintf(w, "\nrelay flows (GET /v1/flows): %d flows, %d on xdp; %d packets (%d to %d per flow), %d bytes; lost %d, dropped %d; jitter mean %.3f ms, max %.3f ms\n",

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -233,7 +234,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 
 	flows, err := r.Flows()
 	if err != nil {
-		return nil, fmt.Errorf("read flows: %w", err)
+		return nil, fmt.Errorf("read flows: %w\nrelayd log:\n%s", err, logTail(r.Log(), 20))
 	}
 	for _, f := range flows {
 		k, ok := flowOf[f.ID]
@@ -246,7 +247,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	rep.summarizeFlows()
 	metrics, err := r.Metrics()
 	if err != nil {
-		return nil, fmt.Errorf("read metrics: %w", err)
+		return nil, fmt.Errorf("read metrics: %w\nrelayd log:\n%s", err, logTail(r.Log(), 20))
 	}
 	if rep.Relay, err = parseDemoMetrics(metrics); err != nil {
 		return nil, err
@@ -300,4 +301,10 @@ func sortDemoFlows(fs []demoFlow) {
 		a, b := &fs[i], &fs[j]
 		return a.Stream < b.Stream || a.Stream == b.Stream && a.Direction == demoToCallee && b.Direction != demoToCallee
 	})
+}
+
+// logTail returns the last n lines of log.
+func logTail(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
