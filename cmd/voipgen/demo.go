@@ -528,17 +528,13 @@ func (r *demoReport) writeText(w io.Writer, allFlows bool) {
 			shown[i] = true
 		}
 		fmt.Fprintln(tw, "\t...\t\t\t\t\t\t\t\t\t\t\t")
-		label := "worst:"
-		if fs.OnXDP == fs.Flows && fs.Lost == 0 && fs.Dropped == 0 && fs.MinPackets == fs.MaxPackets {
-			label = "highest jitter:"
-		}
-		fmt.Fprintf(tw, "\t%s\t\t\t\t\t\t\t\t\t\t\t\n", label)
+		fmt.Fprintln(tw, "\tworst\t\t\t\t\t\t\t\t\t\t\t")
 		for _, i := range r.worstFlows(worst) {
 			row(&r.Flows[i])
 		}
 		tw.Flush()
 		demoWriteTrimmed(w, &buf)
-		fmt.Fprintf(w, "  (the first %d streams, then the %d worst flows by lost, dropped and missing packets, then jitter;\n"+
+		fmt.Fprintf(w, "  (the first %d streams, then the %d worst flows: most lost, dropped or missing packets, then highest jitter;\n"+
 			"   --all-flows lists all %d flows, --json has them all)\n", first, worst, len(r.Flows))
 	}
 
