@@ -129,7 +129,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	// namespaces a killed demo left behind.
 	l, err := lab.New(lab.Config{})
 	if err != nil {
-		return nil, fmt.Errorf("build lab: %w", err)
+		return nil, fmt.Errorf("lab: %w", err)
 	}
 	defer func() {
 		if cerr := l.Close(); cerr != nil {
