@@ -24,9 +24,10 @@ Traffic: G.711/20 ms RTP (172 B RTP, 200 B IP), 50 pps per stream, one
 5-tuple per stream, from voipgen's paced sendmmsg sender on one socket in
 the caller namespace to a one-socket recvmmsg sink in the callee namespace.
 The offered rate is stepped by the number of streams (--rates); each mode
-stops after the first step that loses packets.
+stops after the first step that loses packets or where the sender falls
+short of the offered rate (on veth the sender's softirq does the relaying).
 
-Modes, each run right after a "direct" run of the same load:
+Each step runs direct, mode, mode, direct with the same load:
   direct  caller -> callee over an extra veth pair, no relay: the baseline
   kernel  caller -> relay -> callee, kernel forwarding, no relayd running
   xdp     caller -> relay -> callee through relayd's XDP program, one flow
@@ -36,7 +37,7 @@ CPU accounting (lab/measure): the CPU time of every thread involved (this
 process's sender, sink and runtime threads, relayd, ksoftirqd/N) from
 /proc/PID/task/TID/schedstat, which includes the softirq work that XDP and
 forwarding do in the sender's context on veth. The relay's cost per packet
-is a mode's ns/packet minus that of its direct run ("tasks"). Cross-check:
+is a mode's ns/packet minus the mean of its two direct runs ("tasks"). Cross-check:
 whole-machine busy time from per-CPU idle in /proc/stat ("idle"; 10 ms
 resolution, includes other processes). The XDP program's own run time comes
 from the kernel's BPF run-time statistics (enabled for the xdp phase only).
@@ -65,8 +66,8 @@ const (
 	fwdPtime       = 20 * time.Millisecond
 	fwdStreamPPS   = int(time.Second / fwdPtime)
 	fwdMaxStreams  = 10000 // relayd's lab port range 30000-39999, one port per flow
-	defaultStep    = 3 * time.Second
-	quickStep      = 1500 * time.Millisecond
+	defaultStep    = 2 * time.Second
+	quickStep      = time.Second
 	refXDPns       = 1100 // DESIGN.md section 6
 	refKernelNs    = 400
 	refProgramNs   = 300
@@ -99,9 +100,9 @@ func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
 	fs := flag.NewFlagSet("fwdbench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, fwdbenchHelp); fs.PrintDefaults() }
-	quick := fs.Bool("quick", false, "short run (~40 s): rates 50k,100k,200k, 1.5 s steps")
+	quick := fs.Bool("quick", false, "short run (~40 s): rates 50k,100k,200k, 1 s runs")
 	rates := fs.String("rates", "", "offered rates in pps, comma-separated, e.g. 20k,50k,100k (default 20k..300k)")
-	step := fs.Duration("step", 0, "duration of each measured run (default 3s, 1.5s with --quick)")
+	step := fs.Duration("step", 0, "duration of each measured run (default 2s, 1s with --quick)")
 	modes := fs.String("modes", "kernel,xdp", "modes to measure besides the direct baseline: kernel, xdp")
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	js := fs.Bool("json", false, "print machine-readable JSON")
@@ -161,17 +162,19 @@ func streamsFor(pps int) int { return max(1, (pps+fwdStreamPPS/2)/fwdStreamPPS) 
 
 // fwdStep is one measured run.
 type fwdStep struct {
-	Mode        string  `json:"mode"` // direct | kernel | xdp
-	Phase       string  `json:"phase"`
-	Streams     int     `json:"streams"`
-	OfferedPPS  int     `json:"offered_pps"`
-	SentPPS     float64 `json:"sent_pps"`     // what the sender managed
-	AchievedPPS float64 `json:"achieved_pps"` // received / send time
-	Sent        uint64  `json:"sent"`
-	SendErrors  uint64  `json:"send_errors"`
-	Received    uint64  `json:"received"`
-	Lost        int64   `json:"lost"`
-	LossPct     float64 `json:"loss_pct"`
+	Mode       string  `json:"mode"` // direct | kernel | xdp
+	Phase      string  `json:"phase"`
+	Streams    int     `json:"streams"`
+	OfferedPPS int     `json:"offered_pps"`
+	SentPPS    float64 `json:"sent_pps"` // what the sender managed
+	// SenderLimited: the sender managed less than 97% of the offered rate.
+	SenderLimited bool    `json:"sender_limited"`
+	AchievedPPS   float64 `json:"achieved_pps"` // received / send time
+	Sent          uint64  `json:"sent"`
+	SendErrors    uint64  `json:"send_errors"`
+	Received      uint64  `json:"received"`
+	Lost          int64   `json:"lost"`
+	LossPct       float64 `json:"loss_pct"`
 	// StreamsShort counts streams that received fewer packets than sent.
 	StreamsShort int `json:"streams_short"`
 	// Relayed is the packets relayd's flows counted (xdp), -1 otherwise.
@@ -206,6 +209,13 @@ type fwdModeSummary struct {
 	RelayBusyNsPerPkt float64 `json:"relay_busy_ns_per_pkt"`
 	ProgNsPerRun      float64 `json:"prog_ns_per_run,omitempty"`
 	Steps             int     `json:"lossless_steps"`
+	// The same at the 100k pps step (DESIGN.md section 6 is at 100k pps),
+	// mean of its two runs; 0 without a lossless 100k step.
+	At100kTaskNsPerPkt float64 `json:"at_100k_relay_task_ns_per_pkt"`
+	At100kBusyNsPerPkt float64 `json:"at_100k_relay_busy_ns_per_pkt"`
+	At100kProgNsPerRun float64 `json:"at_100k_prog_ns_per_run,omitempty"`
+	// MaxLosslessSenderLimited: the sender, not the relay, set the limit.
+	MaxLosslessSenderLimited bool `json:"max_lossless_sender_limited"`
 }
 
 type fwdSummary struct {
@@ -213,6 +223,9 @@ type fwdSummary struct {
 	// XDP over kernel relay cost, both measured in this run.
 	XDPOverKernelTasks float64 `json:"xdp_over_kernel_tasks,omitempty"`
 	XDPOverKernelBusy  float64 `json:"xdp_over_kernel_busy,omitempty"`
+	// The same at 100k pps.
+	XDPOverKernelTasks100k float64 `json:"xdp_over_kernel_tasks_100k,omitempty"`
+	XDPOverKernelBusy100k  float64 `json:"xdp_over_kernel_busy_100k,omitempty"`
 	// Program share of the XDP relay cost (tasks).
 	ProgramShare float64 `json:"program_share_of_xdp,omitempty"`
 	// DESIGN.md section 6 on this hardware.
@@ -251,13 +264,23 @@ func summarize(steps []fwdStep, modes []string) fwdSummary {
 	for _, m := range modes {
 		ms := fwdModeSummary{Mode: m}
 		var task, busy, prog []float64
+		n100 := 0
 		for _, s := range steps {
 			if s.Mode != m || !s.lossless() {
 				continue
 			}
 			ms.Steps++
-			if s.OfferedPPS > ms.MaxLosslessOfferedPPS {
+			if s.AchievedPPS > ms.MaxLosslessAchievedPPS {
 				ms.MaxLosslessOfferedPPS, ms.MaxLosslessAchievedPPS = s.OfferedPPS, s.AchievedPPS
+				ms.MaxLosslessSenderLimited = s.SenderLimited
+			}
+			if s.OfferedPPS == 100000 && s.RelayTaskNsPerPkt != nil {
+				n100++
+				ms.At100kTaskNsPerPkt += *s.RelayTaskNsPerPkt
+				ms.At100kBusyNsPerPkt += *s.RelayBusyNsPerPkt
+				if s.ProgNsPerRun != nil {
+					ms.At100kProgNsPerRun += *s.ProgNsPerRun
+				}
 			}
 			if s.RelayTaskNsPerPkt != nil {
 				task = append(task, *s.RelayTaskNsPerPkt)
@@ -268,6 +291,11 @@ func summarize(steps []fwdStep, modes []string) fwdSummary {
 			}
 		}
 		ms.RelayTaskNsPerPkt, ms.RelayBusyNsPerPkt = median(task), median(busy)
+		if n100 > 0 {
+			ms.At100kTaskNsPerPkt /= float64(n100)
+			ms.At100kBusyNsPerPkt /= float64(n100)
+			ms.At100kProgNsPerRun /= float64(n100)
+		}
 		if len(prog) > 0 {
 			ms.ProgNsPerRun = median(prog)
 		}
@@ -281,6 +309,10 @@ func summarize(steps []fwdStep, modes []string) fwdSummary {
 		case "kernel":
 			k = &sum.Modes[i]
 		}
+	}
+	if x != nil && k != nil && x.At100kTaskNsPerPkt != 0 && k.At100kTaskNsPerPkt != 0 {
+		sum.XDPOverKernelTasks100k = x.At100kTaskNsPerPkt / k.At100kTaskNsPerPkt
+		sum.XDPOverKernelBusy100k = x.At100kBusyNsPerPkt / k.At100kBusyNsPerPkt
 	}
 	if x != nil && k != nil {
 		sum.XDPOverKernelTasks = x.RelayTaskNsPerPkt / k.RelayTaskNsPerPkt
@@ -301,6 +333,7 @@ func summarize(steps []fwdStep, modes []string) fwdSummary {
 	}
 	sum.XDPOverKernelTasks, sum.XDPOverKernelBusy = zeroNaN(sum.XDPOverKernelTasks), zeroNaN(sum.XDPOverKernelBusy)
 	sum.ProgramShare = zeroNaN(sum.ProgramShare)
+	sum.XDPOverKernelTasks100k, sum.XDPOverKernelBusy100k = zeroNaN(sum.XDPOverKernelTasks100k), zeroNaN(sum.XDPOverKernelBusy100k)
 	return sum
 }
 
@@ -331,17 +364,27 @@ func (r *fwdReport) writeText(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "per mode (relay cost = mode minus its direct run; median over lossless steps):")
 	for _, m := range r.Summary.Modes {
-		fmt.Fprintf(w, "  %-6s max lossless %d pps offered (%.0f achieved); relay CPU %.0f ns/pkt (tasks), %.0f ns/pkt (idle cross-check)",
-			m.Mode, m.MaxLosslessOfferedPPS, m.MaxLosslessAchievedPPS, m.RelayTaskNsPerPkt, m.RelayBusyNsPerPkt)
+		lim := ""
+		if m.MaxLosslessSenderLimited {
+			lim = ", sender-limited"
+		}
+		fmt.Fprintf(w, "  %-6s max lossless %.0f pps achieved (%d offered%s); relay CPU median %.0f ns/pkt (tasks), %.0f (idle cross-check)",
+			m.Mode, m.MaxLosslessAchievedPPS, m.MaxLosslessOfferedPPS, lim, m.RelayTaskNsPerPkt, m.RelayBusyNsPerPkt)
 		if m.ProgNsPerRun > 0 {
-			fmt.Fprintf(w, "; program %.0f ns/run", m.ProgNsPerRun)
+			fmt.Fprintf(w, ", program %.0f ns/run", m.ProgNsPerRun)
+		}
+		if m.At100kTaskNsPerPkt != 0 {
+			fmt.Fprintf(w, "; at 100k pps %.0f ns/pkt (tasks), %.0f (idle)", m.At100kTaskNsPerPkt, m.At100kBusyNsPerPkt)
+			if m.At100kProgNsPerRun > 0 {
+				fmt.Fprintf(w, ", program %.0f ns/run", m.At100kProgNsPerRun)
+			}
 		}
 		fmt.Fprintln(w)
 	}
 	s := r.Summary
 	if s.XDPOverKernelTasks != 0 {
-		fmt.Fprintf(w, "xdp/kernel: %.2f (tasks), %.2f (idle); reference %.2f (%d ns / %d ns)\n",
-			s.XDPOverKernelTasks, s.XDPOverKernelBusy, referenceRatio, refXDPns, refKernelNs)
+		fmt.Fprintf(w, "xdp/kernel: %.2f (tasks), %.2f (idle) median over steps; %.2f (tasks), %.2f (idle) at 100k pps; reference %.2f (%d ns / %d ns)\n",
+			s.XDPOverKernelTasks, s.XDPOverKernelBusy, s.XDPOverKernelTasks100k, s.XDPOverKernelBusy100k, referenceRatio, refXDPns, refKernelNs)
 	}
 	if s.ProgramShare != 0 {
 		fmt.Fprintf(w, "program share of the xdp relay cost: %.2f; reference %.2f (%d ns / %d ns)\n",
