@@ -64,6 +64,7 @@ type fwdBench struct {
 	sampler  measure.Sampler
 	softirqd []int
 	prog     *ebpf.Program
+	run      uint8 // id of the last run, carried in the SSRC's bits 16-23
 }
 
 func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport, err error) {
@@ -182,8 +183,9 @@ func progText(p *float64) string {
 // warm sends a little traffic on a path so that neighbours are resolved
 // and caches are warm before the first measured run.
 func (b *fwdBench) warm(ctx context.Context, mode string) error {
-	b.snd.run(ctx, b.snd.msgs[mode][:fwdWarmStreams], 300*time.Millisecond)
-	b.sink.drain()
+	b.run++
+	res := b.snd.run(ctx, b.snd.msgs[mode][:fwdWarmStreams], 300*time.Millisecond, b.run)
+	b.sink.drain(b.run, res.packets)
 	return ctx.Err()
 }
 
@@ -208,7 +210,9 @@ func (b *fwdBench) measure(ctx context.Context, mode, phase string, streams, rat
 	st := fwdStep{Mode: mode, Phase: phase, Streams: streams, OfferedPPS: streams * fwdStreamPPS, Relayed: -1}
 	msgs := b.snd.msgs[mode][:streams]
 	countsBefore := b.sink.counts(streams)
-	totalBefore := b.sink.total.Load()
+	b.run++
+	run := b.run
+	totalBefore := b.sink.runs[run].Load() // stragglers of the run 256 runs ago
 	var relayedBefore uint64
 	var progBefore *ebpf.ProgramStats
 	if mode == "xdp" {
@@ -225,8 +229,8 @@ func (b *fwdBench) measure(ctx context.Context, mode, phase string, streams, rat
 	if err != nil {
 		return st, err
 	}
-	res := b.snd.run(ctx, msgs, b.cfg.step)
-	b.sink.drain()
+	res := b.snd.run(ctx, msgs, b.cfg.step, run)
+	b.sink.drain(run, res.packets+totalBefore)
 	s1, err := b.sampler.Snapshot(targets)
 	if err != nil {
 		return st, err
@@ -234,7 +238,7 @@ func (b *fwdBench) measure(ctx context.Context, mode, phase string, streams, rat
 	u := measure.Diff(s0, s1)
 
 	st.Sent, st.SendErrors = res.packets, res.errors
-	st.Received = b.sink.total.Load() - totalBefore
+	st.Received = b.sink.runs[run].Load() - totalBefore
 	st.Lost = int64(st.Sent) - int64(st.Received)
 	st.ElapsedS = res.elapsed.Seconds()
 	if st.Sent > 0 {
@@ -454,8 +458,8 @@ func (b *fwdBench) close() error {
 
 // fwdSender sends the streams from one socket bound to 0.0.0.0:4000 in the
 // caller namespace, like voipgen send --shared-socket: stream i's packet
-// leaves in its 1 ms slot of the ptime, each slot in one sendmmsg. The
-// streams' SSRC is their index, for the sink. Only the RTP header changes
+// leaves in its 1 ms slot of the ptime, each slot in one sendmmsg. A
+// stream's SSRC is run<<16 | its index, for the sink. Only the RTP header changes
 // per packet (the G.711 payload is encoded once), to keep the sender's
 // cost low and constant. A single goroutine locked to one thread sends, so
 // its time on CPU is that thread's.
@@ -472,6 +476,7 @@ type fwdSendJob struct {
 	ctx  context.Context
 	msgs []ipv4.Message
 	dur  time.Duration
+	run  uint8
 	done chan fwdSendResult
 }
 
@@ -524,13 +529,13 @@ func (s *fwdSender) loop(tid chan<- int) {
 	runtime.LockOSThread() // never unlocked: the thread is the sender's alone
 	tid <- unix.Gettid()
 	for j := range s.jobs {
-		j.done <- s.send(j.ctx, j.msgs, j.dur)
+		j.done <- s.send(j.ctx, j.msgs, j.dur, j.run)
 	}
 }
 
-func (s *fwdSender) run(ctx context.Context, msgs []ipv4.Message, dur time.Duration) fwdSendResult {
+func (s *fwdSender) run(ctx context.Context, msgs []ipv4.Message, dur time.Duration, run uint8) fwdSendResult {
 	done := make(chan fwdSendResult, 1)
-	s.jobs <- fwdSendJob{ctx, msgs, dur, done}
+	s.jobs <- fwdSendJob{ctx, msgs, dur, run, done}
 	return <-done
 }
 
@@ -543,9 +548,12 @@ func (st *stream) nextHeader() {
 	st.sent++
 }
 
-func (s *fwdSender) send(ctx context.Context, msgs []ipv4.Message, dur time.Duration) fwdSendResult {
+func (s *fwdSender) send(ctx context.Context, msgs []ipv4.Message, dur time.Duration, run uint8) fwdSendResult {
 	var res fwdSendResult
 	n := len(msgs)
+	for i := range n {
+		s.streams[i].hdr.SSRC = uint32(run)<<16 | uint32(i)
+	}
 	slots := max(1, min(n, int(fwdPtime/slotWidth)))
 	cycles := int(dur / fwdPtime)
 	start := time.Now().Add(time.Millisecond)
@@ -584,10 +592,13 @@ func (s *fwdSender) close() error {
 
 // fwdSink receives on one UDP socket in the callee namespace with blocking
 // recvmmsg on a thread of its own (no Go netpoller), and counts packets per
-// stream by SSRC: the cheapest receiver that still checks every stream.
+// stream and per run by SSRC (bits 0-15 the stream, 16-23 the run): the
+// cheapest receiver that still checks every stream, and that counts
+// packets arriving late for their run to that run, not to the next.
 type fwdSink struct {
 	fd      int
 	perSSRC []atomic.Uint64
+	runs    [256]atomic.Uint64
 	total   atomic.Uint64
 	stop    atomic.Bool
 	done    chan struct{}
@@ -656,9 +667,10 @@ func (k *fwdSink) loop(tid chan<- int) {
 			if hdrs[i].n >= 12 {
 				b := &bufs[i]
 				ssrc := uint32(b[8])<<24 | uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
-				if int(ssrc) < len(k.perSSRC) {
-					k.perSSRC[ssrc].Add(1)
+				if i := int(ssrc & 0xffff); i < len(k.perSSRC) {
+					k.perSSRC[i].Add(1)
 				}
+				k.runs[ssrc>>16&0xff].Add(1)
 			}
 		}
 		k.total.Add(uint64(n))
@@ -674,13 +686,16 @@ func (k *fwdSink) counts(n int) []uint64 {
 	return c
 }
 
-// drain waits until no packet arrived for 100 ms (at most 3 s): packets
-// still queued in veth rings or the socket are counted before the step
-// ends.
-func (k *fwdSink) drain() {
+// drain waits until run's count reaches want or no packet arrived for
+// 100 ms (at most 3 s): packets still queued in veth rings or the socket
+// are counted before the step ends.
+func (k *fwdSink) drain(run uint8, want uint64) {
 	last, since := k.total.Load(), time.Now()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+		if k.runs[run].Load() >= want {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 		if v := k.total.Load(); v != last {
 			last, since = v, time.Now()
 		} else if time.Since(since) >= 100*time.Millisecond {
