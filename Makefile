@@ -29,11 +29,11 @@ need:
 # bpf2go with Debian's clang-16; the generated .go and .o are committed so
 # `go build` needs no clang.
 generate:
-	$(GO) generate ./fastpath/
+	$(GO) generate ./fastpath/ ./slowpath/
 
 # Regenerate and fail if the committed objects differ from the sources.
 generate-check: generate
-	@git diff --exit-code --stat -- fastpath/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- fastpath/ slowpath/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...

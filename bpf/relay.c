@@ -589,17 +589,28 @@ static __always_inline int handle_ipv6(struct pkt *p)
 		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
 	if ((ip6->vtc_flow & bpf_htonl(0xf0000000)) != bpf_htonl(0x60000000))
 		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
-	switch (ip6->nexthdr) {
-	case IPPROTO_UDP:
-		break;
-	case 0:   /* hop-by-hop */
-	case 43:  /* routing */
-	case 60:  /* destination options */
+	if (ip6->nexthdr != IPPROTO_UDP) {
+		/* Walk a few extension headers only to tell UDP that may be ours
+		 * (punted: the kernel parses the chain) from the kernel's own
+		 * traffic such as MLD reports behind a hop-by-hop header. */
+		__u8 next = ip6->nexthdr;
+		__u8 *h = (void *)(ip6 + 1);
+		int frag = 0;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			if (next != 0 && next != 43 && next != 44 && next != 60)
+				break;
+			if ((void *)(h + 8) > p->end)
+				return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
+			frag |= next == 44;
+			next = h[0];
+			h += next == 44 ? 8 : ((__u32)h[1] + 1) * 8;
+		}
+		if (next != IPPROTO_UDP)
+			return count(COUNTER_PASS_NOT_UDP, p->frame_len, XDP_PASS);
+		if (frag)
+			return count(COUNTER_PUNT_FRAGMENT, p->frame_len, XDP_PASS);
 		return count(COUNTER_PUNT_IPV6_EXT, p->frame_len, XDP_PASS);
-	case 44:
-		return count(COUNTER_PUNT_FRAGMENT, p->frame_len, XDP_PASS);
-	default:
-		return count(COUNTER_PASS_NOT_UDP, p->frame_len, XDP_PASS);
 	}
 
 	__u32 plen = bpf_ntohs(ip6->payload_len);

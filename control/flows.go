@@ -272,7 +272,12 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.DataPlane, err
 	case mode == "" && crypto:
 		mode = dataplane.PathUserspace
 	case mode == "":
+		// The default: XDP where it runs, else the userspace data plane
+		// (dataplane.mode = "userspace").
 		mode = dataplane.PathXDP
+		if _, ok := m.planes[mode]; !ok {
+			mode = dataplane.PathUserspace
+		}
 	case mode != dataplane.PathXDP && mode != dataplane.PathUserspace:
 		return fl, nil, fmt.Errorf("%w: mode %q (want xdp or userspace)", ErrInvalid, mode)
 	}

@@ -203,9 +203,15 @@ func TestManagerUserspacePlane(t *testing.T) {
 	if f.Path != dataplane.PathUserspace || user.Len() != 1 {
 		t.Errorf("flow %+v, userspace plane has %d flows", f, user.Len())
 	}
-	// No xdp plane: the default mode xdp is not implemented.
+	// No xdp plane (dataplane.mode = "userspace"): the default mode is
+	// userspace, an explicit xdp is not implemented.
 	spec.Mode = ""
 	spec.Match = ap("198.18.1.1:30020")
+	if f, err := m.Add(spec); err != nil || f.Path != dataplane.PathUserspace {
+		t.Errorf("Add without mode: %+v, %v; want a userspace flow", f, err)
+	}
+	spec.Mode = dataplane.PathXDP
+	spec.Match = ap("198.18.1.1:30040")
 	if _, err := m.Add(spec); !errors.Is(err, ErrNotImplemented) {
 		t.Errorf("Add mode xdp without xdp plane: %v, want ErrNotImplemented", err)
 	}

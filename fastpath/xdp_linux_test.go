@@ -294,6 +294,12 @@ func TestXDPPuntAndDrop(t *testing.T) {
 		{"ipv6 fragment header", buildFrame(ap(caller6, 4000), ap(relay6, 32000), rtp, frameOpts{ipv6Ext: 44, hasExt: true}), xdpPass, "punt/fragment", netip.AddrPort{}},
 		{"ipv6 hop-by-hop", buildFrame(ap(caller6, 4000), ap(relay6, 32000), rtp, frameOpts{ipv6Ext: 0, hasExt: true}), xdpPass, "punt/ipv6_ext", netip.AddrPort{}},
 		{"ipv6 destination options", buildFrame(ap(caller6, 4000), ap(relay6, 32000), rtp, frameOpts{ipv6Ext: 60, hasExt: true}), xdpPass, "punt/ipv6_ext", netip.AddrPort{}},
+		{"ipv6 hop-by-hop then icmpv6 (MLD)", func() []byte {
+			f := buildFrame(ap(caller6, 4000), ap(relay6, 32000), rtp, frameOpts{ipv6Ext: 0, hasExt: true})
+			f[14+40] = 58
+			return f
+		}(), xdpPass, "pass/not_udp", netip.AddrPort{}},
+		{"ipv6 truncated extension header", buildFrame(ap(caller6, 4000), ap(relay6, 32000), nil, frameOpts{ipv6Ext: 60, hasExt: true})[:14+40+4], xdpPass, "pass/malformed", netip.AddrPort{}},
 		{"stun", v4(ap(caller4, 4000), 32000, stun, frameOpts{}), xdpPass, "punt/not_rtp", netip.AddrPort{}},
 		{"dtls", v4(ap(caller4, 4000), 32000, dtls, frameOpts{}), xdpPass, "punt/not_rtp", netip.AddrPort{}},
 		{"empty payload", v4(ap(caller4, 4000), 32000, nil, frameOpts{}), xdpPass, "punt/not_rtp", netip.AddrPort{}},

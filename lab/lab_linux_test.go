@@ -365,9 +365,19 @@ func TestRemovesLeftovers(t *testing.T) {
 	for !errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
 		pid--
 	}
-	orphan, err := newNamedNS(fmt.Sprintf("rl%d-1-callee", pid))
-	if err != nil {
-		t.Fatal(err)
+	// Another test process building a lab at the same moment may remove
+	// the orphan while it is being made: that is the behaviour under
+	// test, so try again.
+	var orphan *NS
+	for try := 0; ; try++ {
+		orphan, err = newNamedNS(fmt.Sprintf("rl%d-1-callee", pid))
+		if err == nil {
+			break
+		}
+		if try == 5 {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	orphan.fd.Close()
 	t.Cleanup(func() { deleteNamedNS(orphan.name) })

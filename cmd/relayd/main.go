@@ -29,6 +29,7 @@ import (
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/fastpath"
+	"github.com/relayd/relayd/slowpath"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -153,9 +154,23 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 		}()
 		planes = append(planes, fp)
 		observers = append(observers, fp)
-	case "userspace":
-		log.Warn("the userspace data plane is not built yet; running with no data plane (POST /v1/flows answers 501)")
 	}
+	// The userspace data plane: every flow in mode userspace, and in mode
+	// xdp the flows XDP hands over.
+	pool, err := slowpath.New(slowpath.Config{
+		Workers:  cfg.Dataplane.Workers,
+		MaxFlows: cfg.Dataplane.MaxFlows,
+	}, log.Named("slowpath"))
+	if err != nil {
+		return fmt.Errorf("start userspace data plane: %w", err)
+	}
+	defer func() {
+		if cerr := pool.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close userspace data plane: %w", cerr))
+		}
+	}()
+	planes = append(planes, pool)
+	observers = append(observers, pool)
 
 	mgr, err := control.NewManager(control.ManagerConfig{
 		Addr:    cfg.Media.Addr,

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -111,7 +110,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 		if bin, err = labrelay.Build(); err != nil {
 			return nil, err
 		}
-		defer os.RemoveAll(filepath.Dir(bin))
+		defer labrelay.RemoveBuild()
 	} else if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("--relayd: %w", err)
 	}

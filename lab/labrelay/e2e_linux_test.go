@@ -139,6 +139,12 @@ func (l *leg) recv(n int, ssrc uint32, first uint16, idle time.Duration) (int, e
 // the relay, each expecting its source, and opens both legs.
 func call(t *testing.T, l *lab.Lab, r *Relay, v6 bool, port uint16) (caller, callee *leg, flows [2]admin.Flow) {
 	t.Helper()
+	return callMode(t, l, r, v6, port, "xdp")
+}
+
+// callMode is call with the flows in the given mode.
+func callMode(t *testing.T, l *lab.Lab, r *Relay, v6 bool, port uint16, mode string) (caller, callee *leg, flows [2]admin.Flow) {
+	t.Helper()
 	media, callerA, calleeA := l.RelayMedia4, l.CallerAddr4, l.CalleeAddr4
 	if v6 {
 		media, callerA, calleeA = l.RelayMedia6, l.CallerAddr6, l.CalleeAddr6
@@ -146,11 +152,11 @@ func call(t *testing.T, l *lab.Lab, r *Relay, v6 bool, port uint16) (caller, cal
 	a, b := netip.AddrPortFrom(media, port), netip.AddrPortFrom(media, port+2)
 	callerEP, calleeEP := netip.AddrPortFrom(callerA, 4000+port%1000), netip.AddrPortFrom(calleeA, 5000+port%1000)
 	var err error
-	flows[0], err = r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(), Mode: "xdp"})
+	flows[0], err = r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(), Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
-	flows[1], err = r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(), Mode: "xdp"})
+	flows[1], err = r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(), Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +216,7 @@ func TestRelayForwarding(t *testing.T) {
 	for _, mode := range []string{"native", "generic"} {
 		t.Run(mode, func(t *testing.T) {
 			l, r := startRelay(t, mode)
-			if v, _ := r.Metric(fmt.Sprintf(`relayd_xdp_attached{interface="r0",mode=%q}`, mode)); v != 1 {
+			if v, err := r.Metric(fmt.Sprintf(`relayd_xdp_attached{interface="r0",mode=%q}`, mode)); err != nil || v != 1 {
 				m, _ := r.Metrics()
 				t.Fatalf("r0 not attached in %s mode:\n%s", mode, m)
 			}
@@ -232,8 +238,8 @@ func TestRelayForwarding(t *testing.T) {
 				})
 			}
 			for _, reason := range []string{"fib_no_neigh", "fib_other", "no_egress", "over_mtu", "not_rtp"} {
-				if v, _ := r.Metric(fmt.Sprintf(`relayd_packets_total{reason=%q,verdict="punt"}`, reason)); v != 0 {
-					t.Errorf("%v packets punted for %s", v, reason)
+				if v, err := r.Metric(fmt.Sprintf(`relayd_packets_total{reason=%q,verdict="punt"}`, reason)); err != nil || v != 0 {
+					t.Errorf("%v packets punted for %s (%v)", v, reason, err)
 				}
 			}
 		})
@@ -327,8 +333,8 @@ func TestRelayUnresolvedNeighbour(t *testing.T) {
 			t.Errorf("v6=%v: first packet: received %d (%v)", v6, got, err)
 		}
 	}
-	if v, _ := r.Metric(`relayd_packets_total{reason="fib_no_neigh",verdict="punt"}`); v != 0 {
-		t.Errorf("%v packets punted for an unresolved neighbour", v)
+	if v, err := r.Metric(`relayd_packets_total{reason="fib_no_neigh",verdict="punt"}`); err != nil || v != 0 {
+		t.Errorf("%v packets punted for an unresolved neighbour (%v)", v, err)
 	}
 }
 
@@ -339,7 +345,9 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	RemoveBuild()
+	os.Exit(code)
 }
 
 // xdpAttached reports whether an XDP program is attached to the relay's
@@ -400,5 +408,43 @@ func TestRelayStopAndDetach(t *testing.T) {
 	}
 	if got, _ := callee.recv(10, 1, 200, 300*time.Millisecond); got != 0 {
 		t.Errorf("%d packets forwarded after -detach", got)
+	}
+}
+
+// TestRelayUserspace relays 10,000 packets each way, IPv4 and IPv6, through
+// the userspace worker pool: with relayd in userspace mode, and with flows
+// in mode userspace next to XDP.
+func TestRelayUserspace(t *testing.T) {
+	for _, dpMode := range []string{"userspace", "xdp"} {
+		t.Run("dataplane_"+dpMode, func(t *testing.T) {
+			l := lab.NewT(t)
+			r, err := New(l, Options{Dir: t.TempDir(), Mode: dpMode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("relayd log:\n%s", r.tail())
+				}
+				r.Close()
+			})
+			if err := r.Start(); err != nil {
+				t.Fatal(err)
+			}
+			const n = 10000
+			for i, v6 := range []bool{false, true} {
+				caller, callee, flows := callMode(t, l, r, v6, uint16(31000+8*i), "userspace")
+				toCallee, toCaller := exchange(t, caller, callee, n, 20000)
+				if toCallee != n || toCaller != n {
+					t.Errorf("v6=%v: received %d at callee and %d at caller, want %d each", v6, toCallee, toCaller, n)
+				}
+				for _, fl := range flows {
+					f := flowByID(t, r, fl.ID)
+					if f.Packets != n || f.Path != "userspace" || f.Lost != 0 || f.Dropped != 0 || f.Received != n {
+						t.Errorf("flow %s: %+v, want %d packets in userspace, none lost or dropped", f.Match, f, n)
+					}
+				}
+			}
+		})
 	}
 }

@@ -55,28 +55,44 @@ type Relay struct {
 }
 
 var (
-	buildOnce sync.Once
-	buildBin  string
-	buildErr  error
+	buildMu  sync.Mutex
+	buildDir string
 )
 
-// Build compiles relayd once per process into a temporary directory and
-// returns its path.
+// Build compiles relayd into a temporary directory the first time it is
+// called in a process (and again if the binary was removed) and returns its
+// path. RemoveBuild removes it.
 func Build() (string, error) {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "relayd-bin-")
-		if err != nil {
-			buildErr = err
-			return
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		bin := filepath.Join(buildDir, "relayd")
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
 		}
-		buildBin = filepath.Join(dir, "relayd")
-		cmd := exec.Command("go", "build", "-o", buildBin, "github.com/relayd/relayd/cmd/relayd")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build relayd: %w\n%s", err, out)
-		}
-	})
-	return buildBin, buildErr
+	}
+	dir, err := os.MkdirTemp("", "relayd-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "relayd")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/relayd/relayd/cmd/relayd").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("go build relayd: %w\n%s", err, out)
+	}
+	buildDir = dir
+	return bin, nil
+}
+
+// RemoveBuild removes the binary Build made, if any.
+func RemoveBuild() {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+		buildDir = ""
+	}
 }
 
 // New prepares a relay in l (config, bpffs) without starting it.
@@ -155,6 +171,9 @@ func (r *Relay) Start() error {
 	}
 	r.cmd = r.Lab.Relay.Command(r.opts.Bin, "-config", r.ConfigPath)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	// Its own process group: a terminal's Ctrl-C goes to the caller, which
+	// stops relayd in order.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := r.cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start relayd: %w", err)
@@ -275,7 +294,7 @@ func (r *Relay) Metrics() (string, error) {
 }
 
 // Metric returns the value of the sample whose line starts with prefix
-// (name and labels), or 0.
+// (name and labels); a sample that is not there is an error.
 func (r *Relay) Metric(prefix string) (float64, error) {
 	m, err := r.Metrics()
 	if err != nil {
@@ -288,7 +307,7 @@ func (r *Relay) Metric(prefix string) (float64, error) {
 			return v, err
 		}
 	}
-	return 0, nil
+	return 0, fmt.Errorf("no metric %s", prefix)
 }
 
 func (r *Relay) do(method, path string, in, out any, want ...int) error {

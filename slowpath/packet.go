@@ -1,0 +1,198 @@
+package slowpath
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/rtp"
+)
+
+// verdict is what the worker does with one packet.
+type verdict uint8
+
+const (
+	vSend        verdict = iota // out holds an IP packet to send
+	vDropSource                 // not from the expected source
+	vDropFlow                   // the flow's action is drop
+	vDropTooBig                 // does not fit the output buffer
+	vDropNoRoute                // address family of the output differs
+	vDropCrypto                 // SRTP authentication or replay check failed
+	vMax
+)
+
+var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "crypto"}
+
+const (
+	ipv4HeaderLen = 20
+	ipv6HeaderLen = 40
+	udpHeaderLen  = 8
+	defaultTTL    = 64
+	// maxPacket bounds an output packet (IP header included).
+	maxPacket = 2048
+)
+
+// flowState is one flow as the worker that owns it holds it: the flow, its
+// counters and RFC 3550 state. Only that worker touches it.
+type flowState struct {
+	flow dataplane.Flow
+
+	packets, bytes, dropped uint64
+	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
+	rtpBase                 int64 // receive time of the first RTP packet
+	rtp                     rtp.ReceiverStats
+}
+
+// outIs4 reports whether the flow sends IPv4 (reflected packets go back
+// in the family they came in).
+func (f *flowState) outIs4() bool {
+	if f.flow.Action == dataplane.Reflect || !f.flow.SendTo.IsValid() {
+		return f.flow.Match.Addr().Is4()
+	}
+	return f.flow.SendTo.Addr().Is4()
+}
+
+// stats returns the flow's statistics.
+func (f *flowState) stats() dataplane.Stats {
+	st := dataplane.Stats{Packets: f.packets, Bytes: f.bytes, Dropped: f.dropped}
+	if f.lastSeen != 0 {
+		st.LastSeen = time.Unix(0, f.lastSeen)
+	}
+	if f.rtp.Initialized {
+		st.SSRC = f.rtp.SSRC
+		st.ExtHighestSeq = f.rtp.ExtendedMax()
+		st.BaseSeq = f.rtp.BaseSeq
+		st.Received = f.rtp.Received
+		st.Lost = f.rtp.Lost()
+		st.Jitter = f.rtp.Jitter()
+		st.SSRCChanges = f.rtp.SSRCChanges
+	}
+	return st
+}
+
+// process handles one UDP payload that arrived at the flow's match from
+// src at now (Unix ns, the kernel's receive timestamp). For vSend it writes the complete IP packet
+// (header, UDP header, payload) into out and returns its length and the
+// destination. It allocates nothing.
+func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) (int, netip.AddrPort, verdict) {
+	fl := &f.flow
+	if fl.Action == dataplane.Drop {
+		f.dropped++
+		return 0, netip.AddrPort{}, vDropFlow
+	}
+	if fl.ExpectSource.IsValid() &&
+		(src.Addr() != fl.ExpectSource.Addr() || (fl.ExpectSource.Port() != 0 && src.Port() != fl.ExpectSource.Port())) {
+		f.dropped++
+		return 0, netip.AddrPort{}, vDropSource
+	}
+	from, to := fl.SendFrom, fl.SendTo
+	if fl.Action == dataplane.Reflect {
+		from, to = fl.Match, src
+	}
+	if from.Addr().Is4() != to.Addr().Is4() {
+		f.dropped++
+		return 0, netip.AddrPort{}, vDropNoRoute
+	}
+	hdr := ipv4HeaderLen
+	if !to.Addr().Is4() {
+		hdr = ipv6HeaderLen
+	}
+	n := hdr + udpHeaderLen + len(payload)
+	if n > len(out) {
+		f.dropped++
+		return 0, netip.AddrPort{}, vDropTooBig
+	}
+
+	f.packets++
+	f.lastSeen = now
+	// Bytes at the IP layer as they arrived, like the XDP counters.
+	inHdr := ipv4HeaderLen
+	if !src.Addr().Is4() {
+		inHdr = ipv6HeaderLen
+	}
+	f.bytes += uint64(inHdr + udpHeaderLen + len(payload))
+	if fl.ClockRate != 0 && len(payload) >= rtp.HeaderSize && rtp.Demux(payload) == rtp.ClassRTP {
+		if !f.rtp.Initialized {
+			f.rtpBase = now
+		}
+		d := uint64(now - f.rtpBase)
+		arrival := uint32(d/1e9*uint64(fl.ClockRate) + d%1e9*uint64(fl.ClockRate)/1e9)
+		f.rtp.Update(binary.BigEndian.Uint32(payload[8:]), binary.BigEndian.Uint16(payload[2:]),
+			binary.BigEndian.Uint32(payload[4:]), arrival)
+	}
+
+	copy(out[hdr+udpHeaderLen:], payload)
+	writeHeaders(out[:n], from, to)
+	return n, to, vSend
+}
+
+// writeHeaders fills the IP and UDP headers of pkt, whose payload is in
+// place, for a datagram from -> to. Both must be of one family.
+func writeHeaders(pkt []byte, from, to netip.AddrPort) {
+	var udp []byte
+	var sum uint32
+	if to.Addr().Is4() {
+		ip := pkt[:ipv4HeaderLen]
+		ip[0] = 0x45
+		ip[1] = 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(pkt)))
+		binary.BigEndian.PutUint16(ip[4:], 0)      // id: filled in by the kernel
+		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+		ip[8] = defaultTTL
+		ip[9] = 17
+		binary.BigEndian.PutUint16(ip[10:], 0) // checksum: filled in by the kernel
+		a, b := from.Addr().As4(), to.Addr().As4()
+		copy(ip[12:16], a[:])
+		copy(ip[16:20], b[:])
+		sum = sum16(sum, ip[12:20])
+		udp = pkt[ipv4HeaderLen:]
+	} else {
+		ip := pkt[:ipv6HeaderLen]
+		binary.BigEndian.PutUint32(ip[0:], 6<<28)
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(pkt)-ipv6HeaderLen))
+		ip[6] = 17
+		ip[7] = defaultTTL
+		a, b := from.Addr().As16(), to.Addr().As16()
+		copy(ip[8:24], a[:])
+		copy(ip[24:40], b[:])
+		sum = sum16(sum, ip[8:40])
+		udp = pkt[ipv6HeaderLen:]
+	}
+	binary.BigEndian.PutUint16(udp[0:], from.Port())
+	binary.BigEndian.PutUint16(udp[2:], to.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	udp[6], udp[7] = 0, 0
+	sum += 17 + uint32(len(udp))
+	sum = sum16(sum, udp)
+	c := ^fold(sum)
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+}
+
+// sum16 adds b to a one's complement sum as big-endian 16-bit words.
+func sum16(sum uint32, b []byte) uint32 {
+	for len(b) >= 8 {
+		sum += uint32(binary.BigEndian.Uint16(b)) + uint32(binary.BigEndian.Uint16(b[2:])) +
+			uint32(binary.BigEndian.Uint16(b[4:])) + uint32(binary.BigEndian.Uint16(b[6:]))
+		b = b[8:]
+		sum = sum&0xffff + sum>>16
+	}
+	for len(b) >= 2 {
+		sum += uint32(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
+	}
+	return sum
+}
+
+func fold(sum uint32) uint16 {
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
+}

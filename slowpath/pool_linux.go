@@ -1,0 +1,519 @@
+package slowpath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+)
+
+// Pool is the userspace data plane: one worker per CPU, each on its own
+// OS thread pinned to its CPU, each owning its flows. Safe for concurrent
+// use.
+type Pool struct {
+	log     *zap.Logger
+	cfg     Config
+	objs    steerObjects
+	lookup  link.Link
+	workers []*worker
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex // guards the following
+	owner map[netip.AddrPort]int
+	count []int // flows per worker
+}
+
+// New creates the sockets and workers and attaches the steering program to
+// the network namespace of the calling thread.
+func New(cfg Config, log *zap.Logger) (*Pool, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("raise memlock limit: %w", err)
+	}
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs))}
+	spec, err := loadSteer()
+	if err != nil {
+		return nil, fmt.Errorf("load steering spec: %w", err)
+	}
+	spec.Maps["steer"].MaxEntries = uint32(cfg.MaxFlows)
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		return nil, fmt.Errorf("load steering program: %w", err)
+	}
+	for i, cpu := range cfg.CPUs {
+		w, err := newWorker(i, cpu, log.With(zap.Int("worker", i), zap.Int("cpu", cpu)))
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.workers = append(p.workers, w)
+		if err := p.objs.Sockets.Update(uint32(i), uint64(w.rxFD), ebpf.UpdateAny); err != nil {
+			p.Close()
+			return nil, fmt.Errorf("add worker %d socket to the sockmap: %w", i, err)
+		}
+	}
+	ns, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	defer ns.Close()
+	p.lookup, err = link.AttachNetNs(int(ns.Fd()), p.objs.RelaySteer)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("attach socket steering: %w", err)
+	}
+	for _, w := range p.workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			w.run()
+		}()
+	}
+	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs))
+	return p, nil
+}
+
+// Close stops the workers and detaches the steering program.
+func (p *Pool) Close() error {
+	var errs []error
+	if p.lookup != nil {
+		errs = append(errs, p.lookup.Close())
+	}
+	for _, w := range p.workers {
+		errs = append(errs, w.close())
+	}
+	p.wg.Wait()
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Path implements dataplane.DataPlane.
+func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
+
+func steerKey(ap netip.AddrPort) steerSteerKey {
+	var k steerSteerKey
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		k.Family = unix.AF_INET
+		b := a.As4()
+		copy(k.Addr[:], b[:])
+	} else {
+		k.Family = unix.AF_INET6
+		k.Addr = a.As16()
+	}
+	k.Port = ap.Port()<<8 | ap.Port()>>8
+	return k
+}
+
+// Install implements dataplane.DataPlane. The flow goes to the worker with
+// the fewest flows.
+func (p *Pool) Install(fl dataplane.Flow) error {
+	if err := fl.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.owner[fl.Match]; ok {
+		return dataplane.ErrExists
+	}
+	if len(p.owner) >= p.cfg.MaxFlows {
+		return dataplane.ErrFull
+	}
+	wi := 0
+	for i, c := range p.count {
+		if c < p.count[wi] {
+			wi = i
+		}
+	}
+	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl}); err != nil {
+		return err
+	}
+	if err := p.objs.Steer.Update(steerKey(fl.Match), uint32(wi), ebpf.UpdateAny); err != nil {
+		p.workers[wi].call(ctrl{op: opRemove, flow: fl})
+		return fmt.Errorf("steer %s: %w", fl.Match, err)
+	}
+	p.owner[fl.Match] = wi
+	p.count[wi]++
+	return nil
+}
+
+// Update implements dataplane.DataPlane; the flow keeps its statistics.
+func (p *Pool) Update(fl dataplane.Flow) error {
+	if err := fl.Validate(); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	wi, ok := p.owner[fl.Match]
+	p.mu.Unlock()
+	if !ok {
+		return dataplane.ErrNotFound
+	}
+	_, err := p.workers[wi].call(ctrl{op: opUpdate, flow: fl})
+	return err
+}
+
+// Remove implements dataplane.DataPlane.
+func (p *Pool) Remove(match netip.AddrPort) (dataplane.Stats, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	wi, ok := p.owner[match]
+	if !ok {
+		return dataplane.Stats{}, dataplane.ErrNotFound
+	}
+	if err := p.objs.Steer.Delete(steerKey(match)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return dataplane.Stats{}, fmt.Errorf("unsteer %s: %w", match, err)
+	}
+	delete(p.owner, match)
+	p.count[wi]--
+	r, err := p.workers[wi].call(ctrl{op: opRemove, flow: dataplane.Flow{Match: match}})
+	if err != nil || len(r) == 0 {
+		return dataplane.Stats{}, err
+	}
+	return r[0].Stats, nil
+}
+
+// Stats implements dataplane.DataPlane.
+func (p *Pool) Stats(match netip.AddrPort) (dataplane.Stats, error) {
+	p.mu.Lock()
+	wi, ok := p.owner[match]
+	p.mu.Unlock()
+	if !ok {
+		return dataplane.Stats{}, dataplane.ErrNotFound
+	}
+	r, err := p.workers[wi].call(ctrl{op: opGet, flow: dataplane.Flow{Match: match}})
+	if err != nil {
+		return dataplane.Stats{}, err
+	}
+	if len(r) == 0 {
+		return dataplane.Stats{}, dataplane.ErrNotFound
+	}
+	return r[0].Stats, nil
+}
+
+// List implements dataplane.DataPlane.
+func (p *Pool) List() ([]dataplane.FlowStats, error) {
+	var out []dataplane.FlowStats
+	for _, w := range p.workers {
+		r, err := w.call(ctrl{op: opList})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r...)
+	}
+	return out, nil
+}
+
+// Counters implements dataplane.Observer: packets by verdict, summed over
+// workers.
+func (p *Pool) Counters() ([]dataplane.Counter, error) {
+	out := make([]dataplane.Counter, 0, vMax+2)
+	var c [vMax + 2]dataplane.Counter
+	for _, w := range p.workers {
+		for v := range vMax {
+			c[v].Packets += w.counters[v].Load()
+		}
+		c[vMax].Packets += w.noFlow.Load()
+		c[vMax+1].Packets += w.sendFailed.Load()
+	}
+	for v := range vMax {
+		verdict := "drop"
+		if v == vSend {
+			verdict = "forward"
+		}
+		out = append(out, dataplane.Counter{Verdict: verdict, Reason: "userspace_" + verdictNames[v], Packets: c[v].Packets})
+	}
+	out = append(out,
+		dataplane.Counter{Verdict: "drop", Reason: "userspace_no_flow", Packets: c[vMax].Packets},
+		dataplane.Counter{Verdict: "drop", Reason: "userspace_send_failed", Packets: c[vMax+1].Packets})
+	return out, nil
+}
+
+// Interfaces implements dataplane.Observer: the userspace data plane
+// attaches to no interface.
+func (p *Pool) Interfaces() []dataplane.Interface { return nil }
+
+type ctrlOp uint8
+
+const (
+	opAdd ctrlOp = iota
+	opUpdate
+	opRemove
+	opGet
+	opList
+)
+
+type ctrl struct {
+	op    ctrlOp
+	flow  dataplane.Flow
+	reply chan ctrlReply
+}
+
+type ctrlReply struct {
+	flows []dataplane.FlowStats
+	err   error
+}
+
+// worker owns a receiving socket (dual-stack where the host has IPv6), two
+// raw sending sockets and its flows. Only its goroutine, locked to its
+// pinned thread, touches the flows; the control plane talks to it through
+// a queue and wakes it with a read deadline.
+type worker struct {
+	id  int
+	cpu int
+	log *zap.Logger
+
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	rxFD  int
+	raw4  int
+	raw6  int
+	flows map[netip.AddrPort]*flowState
+
+	ctrlMu  sync.Mutex // guards ctrlQ
+	ctrlQ   []ctrl
+	pending atomic.Bool
+
+	counters   [vMax]atomic.Uint64
+	noFlow     atomic.Uint64
+	sendFailed atomic.Uint64
+	closed     atomic.Bool
+}
+
+func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
+	w := &worker{id: id, cpu: cpu, log: log, flows: make(map[netip.AddrPort]*flowState), raw4: -1, raw6: -1}
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified})
+	if err != nil {
+		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("worker %d socket: %w", id, err)
+	}
+	w.conn = conn
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	w.rc = rc
+	var serr error
+	rc.Control(func(fd uintptr) {
+		w.rxFD = int(fd)
+		set := func(level, opt, v int) {
+			if err := unix.SetsockoptInt(int(fd), level, opt, v); err != nil && serr == nil {
+				serr = fmt.Errorf("setsockopt %d/%d: %w", level, opt, err)
+			}
+		}
+		set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+		set(unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+		set(unix.SOL_IP, unix.IP_RECVORIGDSTADDR, 1)
+		if conn.LocalAddr().(*net.UDPAddr).IP.To4() == nil {
+			set(unix.SOL_IPV6, unix.IPV6_RECVORIGDSTADDR, 1)
+		}
+	})
+	if serr != nil {
+		w.close()
+		return nil, serr
+	}
+	if w.raw4, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
+		w.close()
+		return nil, fmt.Errorf("worker %d raw IPv4 socket: %w", id, err)
+	}
+	unix.SetsockoptInt(w.raw4, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
+	if w.raw6, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err == nil {
+		if err := unix.SetsockoptInt(w.raw6, unix.SOL_IPV6, unix.IPV6_HDRINCL, 1); err != nil {
+			w.close()
+			return nil, fmt.Errorf("worker %d IPV6_HDRINCL: %w", id, err)
+		}
+		unix.SetsockoptInt(w.raw6, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
+	} else {
+		w.raw6 = -1
+		log.Warn("no raw IPv6 socket: IPv6 flows cannot be sent", zap.Error(err))
+	}
+	return w, nil
+}
+
+func (w *worker) close() error {
+	w.closed.Store(true)
+	var errs []error
+	if w.conn != nil {
+		errs = append(errs, w.conn.Close())
+	}
+	for _, fd := range []int{w.raw4, w.raw6} {
+		if fd >= 0 {
+			errs = append(errs, unix.Close(fd))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var errWorkerClosed = errors.New("worker closed")
+
+// call hands a control request to the worker and waits for its answer.
+func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
+	if w.closed.Load() {
+		return nil, errWorkerClosed
+	}
+	c.reply = make(chan ctrlReply, 1)
+	w.ctrlMu.Lock()
+	w.ctrlQ = append(w.ctrlQ, c)
+	w.ctrlMu.Unlock()
+	w.pending.Store(true)
+	// Wake the worker out of its read.
+	w.conn.SetReadDeadline(time.Unix(1, 0))
+	select {
+	case r := <-c.reply:
+		return r.flows, r.err
+	case <-time.After(5 * time.Second):
+		return nil, fmt.Errorf("worker %d did not answer", w.id)
+	}
+}
+
+func (w *worker) drainCtrl() {
+	w.pending.Store(false)
+	w.ctrlMu.Lock()
+	q := w.ctrlQ
+	w.ctrlQ = nil
+	w.ctrlMu.Unlock()
+	for _, c := range q {
+		c.reply <- w.handleCtrl(c)
+	}
+}
+
+func (w *worker) handleCtrl(c ctrl) ctrlReply {
+	switch c.op {
+	case opAdd:
+		if _, ok := w.flows[c.flow.Match]; ok {
+			return ctrlReply{err: dataplane.ErrExists}
+		}
+		w.flows[c.flow.Match] = &flowState{flow: c.flow}
+	case opUpdate:
+		f, ok := w.flows[c.flow.Match]
+		if !ok {
+			return ctrlReply{err: dataplane.ErrNotFound}
+		}
+		f.flow = c.flow
+	case opRemove, opGet:
+		f, ok := w.flows[c.flow.Match]
+		if !ok {
+			return ctrlReply{err: dataplane.ErrNotFound}
+		}
+		if c.op == opRemove {
+			delete(w.flows, c.flow.Match)
+		}
+		return ctrlReply{flows: []dataplane.FlowStats{{Flow: f.flow, Stats: f.stats()}}}
+	case opList:
+		out := make([]dataplane.FlowStats, 0, len(w.flows))
+		for _, f := range w.flows {
+			out = append(out, dataplane.FlowStats{Flow: f.flow, Stats: f.stats()})
+		}
+		return ctrlReply{flows: out}
+	}
+	return ctrlReply{}
+}
+
+// pin locks the goroutine to its thread and the thread to the worker's CPU.
+func (w *worker) pin() {
+	runtime.LockOSThread()
+	var set unix.CPUSet
+	set.Set(w.cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		w.log.Warn("cannot pin worker to its CPU", zap.Error(err))
+	}
+}
+
+// run is the worker's packet loop: recvmmsg a batch, relay each packet,
+// sendmmsg per family. It ends when the socket is closed.
+func (w *worker) run() {
+	w.pin()
+	defer runtime.UnlockOSThread()
+	rx := newRxBatch()
+	tx4 := newTxBatch(w.raw4, false)
+	var tx6 *txBatch
+	if w.raw6 >= 0 {
+		tx6 = newTxBatch(w.raw6, true)
+	}
+	for {
+		n, err := rx.recv(w.rc)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				w.conn.SetReadDeadline(time.Time{})
+				w.drainCtrl()
+				continue
+			}
+			if w.closed.Load() {
+				w.drainCtrl()
+				return
+			}
+			w.log.Error("receive", zap.Error(err))
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		w.relayBatch(rx, n, tx4, tx6)
+		if w.pending.Load() {
+			w.drainCtrl()
+		}
+	}
+}
+
+// relayBatch relays the n packets of rx. It allocates nothing.
+func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
+	for i := 0; i < n; i++ {
+		payload, src, dst, ts := rx.packet(i)
+		f := w.flows[dst]
+		if f == nil {
+			w.noFlow.Add(1)
+			continue
+		}
+		tx := tx4
+		if !f.outIs4() {
+			tx = tx6
+		}
+		if tx == nil {
+			w.counters[vDropNoRoute].Add(1)
+			continue
+		}
+		out := tx.next()
+		if out == nil {
+			w.flush(tx4, tx6)
+			out = tx.next()
+		}
+		if ts == 0 {
+			ts = time.Now().UnixNano()
+		}
+		m, to, v := f.process(out, payload, src, ts)
+		w.counters[v].Add(1)
+		if v == vSend {
+			tx.commit(m, to.Addr())
+		}
+	}
+	w.flush(tx4, tx6)
+}
+
+func (w *worker) flush(txs ...*txBatch) {
+	for _, tx := range txs {
+		if tx == nil || tx.n == 0 {
+			continue
+		}
+		if _, failed := tx.flush(); failed > 0 {
+			w.sendFailed.Add(uint64(failed))
+		}
+	}
+}
