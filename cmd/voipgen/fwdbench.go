@@ -362,7 +362,7 @@ func (r *fwdReport) writeText(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "per mode (relay cost = mode minus its direct run; median over lossless steps):")
+	fmt.Fprintln(w, "per mode (relay cost = mode minus the mean of its two direct runs; median over lossless steps):")
 	for _, m := range r.Summary.Modes {
 		lim := ""
 		if m.MaxLosslessSenderLimited {
