@@ -197,3 +197,27 @@ type Observer interface {
 	Counters() ([]Counter, error)
 	Interfaces() []Interface
 }
+
+// PuntRelay relays, in userspace, the packets of XDP flows that the XDP
+// program passes to the kernel (next hop not resolved yet, fragments, IP
+// options, over MTU, a change of address family, STUN/DTLS). The XDP data
+// plane installs a shadow of each of its flows there; shadows are not
+// listed as flows of their own.
+type PuntRelay interface {
+	InstallShadow(f Flow) error
+	UpdateShadow(f Flow) error
+	RemoveShadow(match netip.AddrPort) (Stats, error)
+	// ShadowStats returns the statistics of every shadow by match.
+	ShadowStats() (map[netip.AddrPort]Stats, error)
+}
+
+// Add adds the packet counters of o to s (for a flow carried partly by
+// two data planes); RTP statistics stay s's.
+func (s *Stats) Add(o Stats) {
+	s.Packets += o.Packets
+	s.Bytes += o.Bytes
+	s.Dropped += o.Dropped
+	if o.LastSeen.After(s.LastSeen) {
+		s.LastSeen = o.LastSeen
+	}
+}

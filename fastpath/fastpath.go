@@ -2,6 +2,8 @@ package fastpath
 
 import (
 	"time"
+
+	"github.com/relayd/relayd/dataplane"
 )
 
 // LayoutVersion is the version of the pinned map layout; it must match
@@ -19,6 +21,10 @@ type Config struct {
 	PinPath          string   // bpffs directory; default DefaultPinPath
 	MaxFlows         int      // flow table size; default 65536
 	EnableForwarding bool     // turn IP forwarding on for the interfaces when off
+
+	// Punt, when set, relays in userspace the packets of XDP flows that
+	// the program passes to the kernel: each flow gets a shadow there.
+	Punt dataplane.PuntRelay
 
 	// NeighbourWait is how long Install waits for the next hop of a new
 	// flow to be resolved; 0 means 100ms, negative disables resolution.

@@ -155,7 +155,20 @@ func (f *Fastpath) adopt() error {
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
 	}
+	for _, e := range flows {
+		f.shadow(flowOf(e.k, e.v))
+	}
 	return nil
+}
+
+// shadow installs fl in the punt relay, if there is one.
+func (f *Fastpath) shadow(fl dataplane.Flow) {
+	if f.cfg.Punt == nil || (fl.Action != dataplane.Forward && fl.Action != dataplane.Reflect) {
+		return
+	}
+	if err := f.cfg.Punt.InstallShadow(fl); err != nil {
+		f.log.Warn("punted packets of this flow will not be relayed", zap.Stringer("match", fl.Match), zap.Error(err))
+	}
 }
 
 func (f *Fastpath) linkPath(name string) string { return filepath.Join(f.dir, "link_"+name) }
@@ -511,6 +524,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("install flow %s: %w", fl.Match, err)
 	}
 	f.installed[k] = f.cfg.now()
+	f.shadow(fl)
 	return nil
 }
 
@@ -564,6 +578,12 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
+	if f.cfg.Punt != nil {
+		if err := f.cfg.Punt.UpdateShadow(fl); err != nil {
+			f.cfg.Punt.RemoveShadow(fl.Match)
+			f.shadow(fl)
+		}
+	}
 	return nil
 }
 
@@ -588,6 +608,11 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 	delete(f.installed, k)
 	st, err := f.readStats(v.StatsIdx)
 	f.free = append(f.free, v.StatsIdx)
+	if f.cfg.Punt != nil {
+		if sh, err := f.cfg.Punt.RemoveShadow(match); err == nil {
+			st.Add(sh)
+		}
+	}
 	return st, err
 }
 
@@ -600,7 +625,13 @@ func (f *Fastpath) Stats(match netip.AddrPort) (dataplane.Stats, error) {
 		}
 		return dataplane.Stats{}, fmt.Errorf("look up flow %s: %w", match, err)
 	}
-	return f.readStats(v.StatsIdx)
+	st, err := f.readStats(v.StatsIdx)
+	if err == nil && f.cfg.Punt != nil {
+		if sh, err := f.cfg.Punt.ShadowStats(); err == nil {
+			st.Add(sh[match])
+		}
+	}
+	return st, err
 }
 
 func (f *Fastpath) readStats(slot uint32) (dataplane.Stats, error) {
@@ -716,6 +747,12 @@ func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
 	if err != nil {
 		return nil, err
 	}
+	var shadows map[netip.AddrPort]dataplane.Stats
+	if f.cfg.Punt != nil {
+		if shadows, err = f.cfg.Punt.ShadowStats(); err != nil {
+			f.log.Warn("read punted packet counters", zap.Error(err))
+		}
+	}
 	mono, wall := monoNow(), f.cfg.now()
 	out := make([]dataplane.FlowStats, 0, len(flows))
 	for _, e := range flows {
@@ -723,6 +760,7 @@ func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
 		if int(e.v.StatsIdx) < len(stats) {
 			fs.Stats = convertStats(&stats[e.v.StatsIdx], mono, wall)
 		}
+		fs.Stats.Add(shadows[fs.Flow.Match])
 		out = append(out, fs)
 	}
 	return out, nil

@@ -36,7 +36,8 @@ const (
 // flowState is one flow as the worker that owns it holds it: the flow, its
 // counters and RFC 3550 state. Only that worker touches it.
 type flowState struct {
-	flow dataplane.Flow
+	flow   dataplane.Flow
+	shadow bool // relays what XDP punts of an XDP flow
 
 	packets, bytes, dropped uint64
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
@@ -137,8 +138,8 @@ func writeHeaders(pkt []byte, from, to netip.AddrPort) {
 		ip[0] = 0x45
 		ip[1] = 0
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(pkt)))
-		binary.BigEndian.PutUint16(ip[4:], 0)      // id: filled in by the kernel
-		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+		binary.BigEndian.PutUint16(ip[4:], 0) // id: filled in by the kernel
+		binary.BigEndian.PutUint16(ip[6:], 0) // no DF: the kernel fragments what XDP punted for its size
 		ip[8] = defaultTTL
 		ip[9] = 17
 		binary.BigEndian.PutUint16(ip[10:], 0) // checksum: filled in by the kernel

@@ -125,7 +125,33 @@ func steerKey(ap netip.AddrPort) steerSteerKey {
 
 // Install implements dataplane.DataPlane. The flow goes to the worker with
 // the fewest flows.
-func (p *Pool) Install(fl dataplane.Flow) error {
+func (p *Pool) Install(fl dataplane.Flow) error { return p.install(fl, false) }
+
+// InstallShadow implements dataplane.PuntRelay.
+func (p *Pool) InstallShadow(fl dataplane.Flow) error { return p.install(fl, true) }
+
+// UpdateShadow implements dataplane.PuntRelay.
+func (p *Pool) UpdateShadow(fl dataplane.Flow) error { return p.update(fl, true) }
+
+// RemoveShadow implements dataplane.PuntRelay.
+func (p *Pool) RemoveShadow(match netip.AddrPort) (dataplane.Stats, error) {
+	return p.remove(match, true)
+}
+
+// ShadowStats implements dataplane.PuntRelay.
+func (p *Pool) ShadowStats() (map[netip.AddrPort]dataplane.Stats, error) {
+	list, err := p.list(true)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.AddrPort]dataplane.Stats, len(list))
+	for _, fs := range list {
+		out[fs.Flow.Match] = fs.Stats
+	}
+	return out, nil
+}
+
+func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -143,11 +169,11 @@ func (p *Pool) Install(fl dataplane.Flow) error {
 			wi = i
 		}
 	}
-	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl}); err != nil {
+	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow}); err != nil {
 		return err
 	}
 	if err := p.objs.Steer.Update(steerKey(fl.Match), uint32(wi), ebpf.UpdateAny); err != nil {
-		p.workers[wi].call(ctrl{op: opRemove, flow: fl})
+		p.workers[wi].call(ctrl{op: opRemove, flow: fl, shadow: shadow})
 		return fmt.Errorf("steer %s: %w", fl.Match, err)
 	}
 	p.owner[fl.Match] = wi
@@ -156,7 +182,9 @@ func (p *Pool) Install(fl dataplane.Flow) error {
 }
 
 // Update implements dataplane.DataPlane; the flow keeps its statistics.
-func (p *Pool) Update(fl dataplane.Flow) error {
+func (p *Pool) Update(fl dataplane.Flow) error { return p.update(fl, false) }
+
+func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -166,26 +194,32 @@ func (p *Pool) Update(fl dataplane.Flow) error {
 	if !ok {
 		return dataplane.ErrNotFound
 	}
-	_, err := p.workers[wi].call(ctrl{op: opUpdate, flow: fl})
+	_, err := p.workers[wi].call(ctrl{op: opUpdate, flow: fl, shadow: shadow})
 	return err
 }
 
 // Remove implements dataplane.DataPlane.
-func (p *Pool) Remove(match netip.AddrPort) (dataplane.Stats, error) {
+func (p *Pool) Remove(match netip.AddrPort) (dataplane.Stats, error) { return p.remove(match, false) }
+
+func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	wi, ok := p.owner[match]
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
+	// Ask the worker first: the flow must be of the kind asked for.
+	r, err := p.workers[wi].call(ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow})
+	if err != nil {
+		return dataplane.Stats{}, err
+	}
 	if err := p.objs.Steer.Delete(steerKey(match)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return dataplane.Stats{}, fmt.Errorf("unsteer %s: %w", match, err)
 	}
 	delete(p.owner, match)
 	p.count[wi]--
-	r, err := p.workers[wi].call(ctrl{op: opRemove, flow: dataplane.Flow{Match: match}})
-	if err != nil || len(r) == 0 {
-		return dataplane.Stats{}, err
+	if len(r) == 0 {
+		return dataplane.Stats{}, nil
 	}
 	return r[0].Stats, nil
 }
@@ -208,11 +242,13 @@ func (p *Pool) Stats(match netip.AddrPort) (dataplane.Stats, error) {
 	return r[0].Stats, nil
 }
 
-// List implements dataplane.DataPlane.
-func (p *Pool) List() ([]dataplane.FlowStats, error) {
+// List implements dataplane.DataPlane. Shadows are not listed.
+func (p *Pool) List() ([]dataplane.FlowStats, error) { return p.list(false) }
+
+func (p *Pool) list(shadow bool) ([]dataplane.FlowStats, error) {
 	var out []dataplane.FlowStats
 	for _, w := range p.workers {
-		r, err := w.call(ctrl{op: opList})
+		r, err := w.call(ctrl{op: opList, shadow: shadow})
 		if err != nil {
 			return nil, err
 		}
@@ -261,9 +297,10 @@ const (
 )
 
 type ctrl struct {
-	op    ctrlOp
-	flow  dataplane.Flow
-	reply chan ctrlReply
+	op     ctrlOp
+	flow   dataplane.Flow
+	shadow bool // the flow is a shadow of an XDP flow
+	reply  chan ctrlReply
 }
 
 type ctrlReply struct {
@@ -403,16 +440,16 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		w.flows[c.flow.Match] = &flowState{flow: c.flow}
+		w.flows[c.flow.Match] = &flowState{flow: c.flow, shadow: c.shadow}
 	case opUpdate:
 		f, ok := w.flows[c.flow.Match]
-		if !ok {
+		if !ok || f.shadow != c.shadow {
 			return ctrlReply{err: dataplane.ErrNotFound}
 		}
 		f.flow = c.flow
 	case opRemove, opGet:
 		f, ok := w.flows[c.flow.Match]
-		if !ok {
+		if !ok || f.shadow != c.shadow {
 			return ctrlReply{err: dataplane.ErrNotFound}
 		}
 		if c.op == opRemove {
@@ -422,7 +459,9 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 	case opList:
 		out := make([]dataplane.FlowStats, 0, len(w.flows))
 		for _, f := range w.flows {
-			out = append(out, dataplane.FlowStats{Flow: f.flow, Stats: f.stats()})
+			if f.shadow == c.shadow {
+				out = append(out, dataplane.FlowStats{Flow: f.flow, Stats: f.stats()})
+			}
 		}
 		return ctrlReply{flows: out}
 	}

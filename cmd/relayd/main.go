@@ -133,28 +133,6 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 
 	var planes []dataplane.DataPlane
 	var observers []dataplane.Observer
-	switch cfg.Dataplane.Mode {
-	case "xdp":
-		fp, err := fastpath.New(fastpath.Config{
-			Interfaces:       cfg.Dataplane.Interfaces,
-			XDPMode:          cfg.Dataplane.XDPMode,
-			PinPath:          cfg.Dataplane.PinPath,
-			MaxFlows:         cfg.Dataplane.MaxFlows,
-			EnableForwarding: cfg.Dataplane.EnableForwarding,
-		}, log.Named("fastpath"))
-		if err != nil {
-			return fmt.Errorf("start xdp data plane: %w", err)
-		}
-		// Close keeps the pinned program, maps and links: media keeps
-		// flowing while relayd restarts.
-		defer func() {
-			if cerr := fp.Close(); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("close xdp data plane: %w", cerr))
-			}
-		}()
-		planes = append(planes, fp)
-		observers = append(observers, fp)
-	}
 	// The userspace data plane: every flow in mode userspace, and in mode
 	// xdp the flows XDP hands over.
 	pool, err := slowpath.New(slowpath.Config{
@@ -171,6 +149,29 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	}()
 	planes = append(planes, pool)
 	observers = append(observers, pool)
+	switch cfg.Dataplane.Mode {
+	case "xdp":
+		fp, err := fastpath.New(fastpath.Config{
+			Interfaces:       cfg.Dataplane.Interfaces,
+			XDPMode:          cfg.Dataplane.XDPMode,
+			PinPath:          cfg.Dataplane.PinPath,
+			MaxFlows:         cfg.Dataplane.MaxFlows,
+			EnableForwarding: cfg.Dataplane.EnableForwarding,
+			Punt:             pool,
+		}, log.Named("fastpath"))
+		if err != nil {
+			return fmt.Errorf("start xdp data plane: %w", err)
+		}
+		// Close keeps the pinned program, maps and links: media keeps
+		// flowing while relayd restarts.
+		defer func() {
+			if cerr := fp.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("close xdp data plane: %w", cerr))
+			}
+		}()
+		planes = append(planes, fp)
+		observers = append(observers, fp)
+	}
 
 	mgr, err := control.NewManager(control.ManagerConfig{
 		Addr:    cfg.Media.Addr,

@@ -316,11 +316,23 @@ func TestRelayRestartKeepsMedia(t *testing.T) {
 	}
 }
 
-// TestRelayUnresolvedNeighbour flushes the relay's neighbour tables before
-// a call: installing the flow resolves the next hop, so the very first
-// packet is forwarded by XDP, not punted.
+// TestRelayUnresolvedNeighbour: the first packet of a call still arrives
+// when the relay has no neighbour entry for the next hop. Before the flow is
+// installed: installing it resolves the next hop, and XDP forwards the
+// first packet. After (the entry expired or was flushed): XDP punts the
+// packet with fib_no_neigh, the userspace worker relays it (the kernel
+// resolves the neighbour on that send), and later packets go through XDP.
 func TestRelayUnresolvedNeighbour(t *testing.T) {
 	l, r := startRelay(t, "native")
+	metric := func(name string) float64 {
+		t.Helper()
+		v, err := r.Metric(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const noNeigh = `relayd_packets_total{reason="fib_no_neigh",verdict="punt"}`
 	for _, v6 := range []bool{false, true} {
 		if err := l.Relay.FlushNeighbors(""); err != nil {
 			t.Fatal(err)
@@ -330,11 +342,42 @@ func TestRelayUnresolvedNeighbour(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got, err := callee.recv(1, 1, 0, 2*time.Second); got != 1 || err != nil {
-			t.Errorf("v6=%v: first packet: received %d (%v)", v6, got, err)
+			t.Errorf("v6=%v, flushed before install: first packet: received %d (%v)", v6, got, err)
 		}
 	}
-	if v, err := r.Metric(`relayd_packets_total{reason="fib_no_neigh",verdict="punt"}`); err != nil || v != 0 {
-		t.Errorf("%v packets punted for an unresolved neighbour (%v)", v, err)
+	if v := metric(noNeigh); v != 0 {
+		t.Errorf("%v packets punted for an unresolved neighbour, want 0", v)
+	}
+
+	for i, v6 := range []bool{false, true} {
+		caller, callee, flows := call(t, l, r, v6, map[bool]uint16{false: 30600, true: 30700}[v6])
+		if err := l.Relay.FlushNeighbors(""); err != nil {
+			t.Fatal(err)
+		}
+		before := metric(noNeigh)
+		if err := caller.send(1, 1000, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := callee.recv(1, 1, 0, 2*time.Second); got != 1 || err != nil {
+			t.Errorf("v6=%v, flushed after install: first packet: received %d (%v)", v6, got, err)
+		}
+		if v := metric(noNeigh); v != before+1 {
+			t.Errorf("v6=%v: fib_no_neigh punts %v -> %v, want one more", v6, before, v)
+		}
+		// The neighbour is resolved now: the rest goes through XDP.
+		time.Sleep(100 * time.Millisecond)
+		if err := caller.send(99, 5000, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := callee.recv(99, 1, 1, 2*time.Second); got != 99 {
+			t.Errorf("v6=%v: %d of the next 99 packets arrived", v6, got)
+		}
+		if v := metric(noNeigh); v != before+1 {
+			t.Errorf("v6=%v: %v packets punted after resolution", v6, v-before-1)
+		}
+		if f := flowByID(t, r, flows[0].ID); f.Packets != 100 {
+			t.Errorf("flow %d: %d packets counted, want 100 (99 by XDP, 1 relayed from the punt)", i, f.Packets)
+		}
 	}
 }
 
