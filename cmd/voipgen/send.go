@@ -268,9 +268,16 @@ func (s *sender) run(ctx context.Context) sendResult {
 
 // write sends ms with as few sendmmsg calls as the kernel allows; a message
 // that fails is counted and skipped.
+var errNothingSent = errors.New("sendmmsg sent nothing")
+
 func (s *sender) write(res *sendResult, w batchWriter, ms []ipv4.Message) {
 	for len(ms) > 0 {
 		n, err := w.WriteBatch(ms, 0)
+		// x/net returns -1 when the first message fails.
+		n = max(n, 0)
+		if n == 0 && err == nil {
+			err = errNothingSent
+		}
 		for i := 0; i < n; i++ {
 			res.Bytes += uint64(ms[i].N)
 		}
