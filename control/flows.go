@@ -10,7 +10,6 @@ package control
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/sdes"
 )
 
 // Errors the flow manager returns; callers (the admin API) branch on them
@@ -255,21 +255,27 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.DataPlane, err
 	for _, c := range []struct {
 		name string
 		c    *Crypto
-	}{{"decrypt", spec.Decrypt}, {"encrypt", spec.Encrypt}} {
+		dst  **dataplane.SRTP
+	}{{"decrypt", spec.Decrypt, &fl.Decrypt}, {"encrypt", spec.Encrypt, &fl.Encrypt}} {
 		if c.c == nil {
 			continue
 		}
-		if c.c.Suite == "" {
-			return fl, nil, fmt.Errorf("%w: %s: need suite", ErrInvalid, c.name)
+		if fl.Action != dataplane.Forward {
+			return fl, nil, fmt.Errorf("%w: %s: only forwarded flows take SRTP", ErrInvalid, c.name)
 		}
-		if _, err := base64.StdEncoding.DecodeString(c.c.Key); err != nil || c.c.Key == "" {
-			return fl, nil, fmt.Errorf("%w: %s: key is not base64", ErrInvalid, c.name)
+		suite, err := sdes.ParseSuite(c.c.Suite)
+		if err != nil {
+			return fl, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, c.name, err)
 		}
+		key, salt, err := sdes.DecodeKey(suite, c.c.Key)
+		if err != nil {
+			return fl, nil, fmt.Errorf("%w: %s: %w", ErrInvalid, c.name, err)
+		}
+		*c.dst = &dataplane.SRTP{Suite: suite.String(), Key: key, Salt: salt}
 	}
-	crypto := spec.Decrypt != nil || spec.Encrypt != nil
 	mode := spec.Mode
 	switch {
-	case mode == "" && crypto:
+	case mode == "" && fl.HasSRTP():
 		mode = dataplane.PathUserspace
 	case mode == "":
 		// The default: XDP where it runs, else the userspace data plane
@@ -280,11 +286,9 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.DataPlane, err
 		}
 	case mode != dataplane.PathXDP && mode != dataplane.PathUserspace:
 		return fl, nil, fmt.Errorf("%w: mode %q (want xdp or userspace)", ErrInvalid, mode)
-	}
-	if crypto {
-		// A flow with SRTP always runs in userspace, whatever mode says;
-		// dataplane.Flow has no transforms yet.
-		return fl, nil, fmt.Errorf("flows with decrypt or encrypt (userspace SRTP): %w", ErrNotImplemented)
+	case fl.HasSRTP():
+		// A flow with SRTP always runs in userspace, whatever mode says.
+		mode = dataplane.PathUserspace
 	}
 	p, ok := m.planes[mode]
 	if !ok {

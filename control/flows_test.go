@@ -135,8 +135,19 @@ func TestManagerAddErrors(t *testing.T) {
 		{"action userspace", func(s *FlowSpec) { s.Action = dataplane.Userspace }, ErrInvalid, "action"},
 		{"bad mode", func(s *FlowSpec) { s.Mode = "dpdk" }, ErrInvalid, "mode"},
 		{"userspace mode without plane", func(s *FlowSpec) { s.Mode = dataplane.PathUserspace }, ErrNotImplemented, "userspace"},
-		{"decrypt", func(s *FlowSpec) { s.Decrypt = &Crypto{Suite: "AES_CM_128_HMAC_SHA1_80", Key: "AAAA"} }, ErrNotImplemented, "decrypt"},
-		{"encrypt with xdp", func(s *FlowSpec) { s.Mode = "xdp"; s.Encrypt = &Crypto{Suite: "AEAD_AES_128_GCM", Key: "AAAA"} }, ErrNotImplemented, "encrypt"},
+		{"decrypt without userspace plane", func(s *FlowSpec) {
+			s.Decrypt = &Crypto{Suite: "AES_CM_128_HMAC_SHA1_80", Key: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwd"}
+		}, ErrNotImplemented, "userspace"},
+		{"decrypt short key", func(s *FlowSpec) { s.Decrypt = &Crypto{Suite: "AES_CM_128_HMAC_SHA1_80", Key: "AAAA"} }, ErrInvalid, "30"},
+		{"decrypt unknown suite", func(s *FlowSpec) { s.Decrypt = &Crypto{Suite: "NULL", Key: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwd"} }, ErrInvalid, "suite"},
+		{"srtp on a drop flow", func(s *FlowSpec) {
+			s.Action = dataplane.Drop
+			s.Decrypt = &Crypto{Suite: "AES_CM_128_HMAC_SHA1_80", Key: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwd"}
+		}, ErrInvalid, "forwarded"},
+		{"encrypt with xdp", func(s *FlowSpec) {
+			s.Mode = "xdp"
+			s.Encrypt = &Crypto{Suite: "AEAD_AES_128_GCM", Key: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGw=="}
+		}, ErrNotImplemented, "userspace"},
 		{"crypto bad key", func(s *FlowSpec) { s.Encrypt = &Crypto{Suite: "AEAD_AES_128_GCM", Key: "!!"} }, ErrInvalid, "base64"},
 		{"crypto no suite", func(s *FlowSpec) { s.Decrypt = &Crypto{Key: "AAAA"} }, ErrInvalid, "suite"},
 	}

@@ -84,7 +84,32 @@ type Flow struct {
 	// ClockRate is the RTP clock rate in Hz used for interarrival jitter.
 	// Zero means the flow carries no RTP (RTCP only): no RTP statistics.
 	ClockRate uint32
+	// Decrypt and Encrypt, when set, are SRTP transforms: arriving SRTP
+	// and SRTCP is authenticated and decrypted, leaving RTP and RTCP
+	// encrypted (both set: re-keyed between legs). Such a flow always runs
+	// in userspace.
+	Decrypt, Encrypt *SRTP
 }
+
+// SRTP is the keying of one direction of an SRTP flow.
+type SRTP struct {
+	Suite string // RFC 4568 name, e.g. AES_CM_128_HMAC_SHA1_80
+	Key   []byte // master key
+	Salt  []byte // master salt
+	MKI   []byte // master key identifier, usually empty
+}
+
+// Equal reports whether s and o key the same way (nil equals nil).
+func (s *SRTP) Equal(o *SRTP) bool {
+	if s == nil || o == nil {
+		return s == o
+	}
+	return s.Suite == o.Suite && string(s.Key) == string(o.Key) &&
+		string(s.Salt) == string(o.Salt) && string(s.MKI) == string(o.MKI)
+}
+
+// HasSRTP reports whether the flow needs an SRTP transform.
+func (f *Flow) HasSRTP() bool { return f.Decrypt != nil || f.Encrypt != nil }
 
 // Validate reports whether f is complete and consistent.
 func (f *Flow) Validate() error {

@@ -496,6 +496,9 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
+	if fl.HasSRTP() {
+		return fmt.Errorf("SRTP flows run in userspace: %w", dataplane.ErrNotSupported)
+	}
 	k := keyOf(fl.Match)
 	f.resolve(&fl)
 	f.mu.Lock()

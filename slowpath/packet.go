@@ -2,11 +2,14 @@ package slowpath
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/rtp"
+	"github.com/relayd/relayd/sdes"
+	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
 // verdict is what the worker does with one packet.
@@ -18,11 +21,12 @@ const (
 	vDropFlow                   // the flow's action is drop
 	vDropTooBig                 // does not fit the output buffer
 	vDropNoRoute                // address family of the output differs
-	vDropCrypto                 // SRTP authentication or replay check failed
+	vDropCrypto                 // SRTP: authentication failed, truncated or malformed
+	vDropReplay                 // SRTP: replayed packet
 	vMax
 )
 
-var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "crypto"}
+var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay"}
 
 const (
 	ipv4HeaderLen = 20
@@ -31,6 +35,9 @@ const (
 	defaultTTL    = 64
 	// maxPacket bounds an output packet (IP header included).
 	maxPacket = 2048
+	// maxSRTPOverhead bounds what encryption adds: a 16-byte GCM tag or
+	// a 10-byte HMAC tag, the 4-byte SRTCP index and an MKI.
+	maxSRTPOverhead = 16 + 4 + 16
 )
 
 // flowState is one flow as the worker that owns it holds it: the flow, its
@@ -38,6 +45,8 @@ const (
 type flowState struct {
 	flow   dataplane.Flow
 	shadow bool // relays what XDP punts of an XDP flow
+	dec    *srtpflow.Decrypter
+	enc    *srtpflow.Encrypter
 
 	packets, bytes, dropped uint64
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
@@ -99,10 +108,31 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 	if !to.Addr().Is4() {
 		hdr = ipv6HeaderLen
 	}
-	n := hdr + udpHeaderLen + len(payload)
-	if n > len(out) {
+	off := hdr + udpHeaderLen
+	if off+len(payload)+maxSRTPOverhead > len(out) {
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropTooBig
+	}
+	body := out[off : off+len(payload)] // capacity to the end of out
+	copy(body, payload)
+	class := rtp.Demux(payload)
+
+	// Authenticate before anything is counted: a forged packet must not
+	// touch the statistics.
+	if f.dec != nil && (class == rtp.ClassRTP || class == rtp.ClassRTCP) {
+		var err error
+		if class == rtp.ClassRTCP {
+			body, err = f.dec.DecryptRTCP(body, body)
+		} else {
+			body, err = f.dec.DecryptRTP(body, body)
+		}
+		if err != nil {
+			f.dropped++
+			if err == srtpflow.ErrReplay {
+				return 0, netip.AddrPort{}, vDropReplay
+			}
+			return 0, netip.AddrPort{}, vDropCrypto
+		}
 	}
 
 	f.packets++
@@ -113,17 +143,30 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 		inHdr = ipv6HeaderLen
 	}
 	f.bytes += uint64(inHdr + udpHeaderLen + len(payload))
-	if fl.ClockRate != 0 && len(payload) >= rtp.HeaderSize && rtp.Demux(payload) == rtp.ClassRTP {
+	if fl.ClockRate != 0 && class == rtp.ClassRTP && len(body) >= rtp.HeaderSize {
 		if !f.rtp.Initialized {
 			f.rtpBase = now
 		}
 		d := uint64(now - f.rtpBase)
 		arrival := uint32(d/1e9*uint64(fl.ClockRate) + d%1e9*uint64(fl.ClockRate)/1e9)
-		f.rtp.Update(binary.BigEndian.Uint32(payload[8:]), binary.BigEndian.Uint16(payload[2:]),
-			binary.BigEndian.Uint32(payload[4:]), arrival)
+		f.rtp.Update(binary.BigEndian.Uint32(body[8:]), binary.BigEndian.Uint16(body[2:]),
+			binary.BigEndian.Uint32(body[4:]), arrival)
 	}
 
-	copy(out[hdr+udpHeaderLen:], payload)
+	if f.enc != nil && (class == rtp.ClassRTP || class == rtp.ClassRTCP) {
+		var err error
+		if class == rtp.ClassRTCP {
+			body, err = f.enc.EncryptRTCP(body, body)
+		} else {
+			body, err = f.enc.EncryptRTP(body, body)
+		}
+		if err != nil {
+			f.dropped++
+			return 0, netip.AddrPort{}, vDropCrypto
+		}
+	}
+
+	n := off + len(body)
 	writeHeaders(out[:n], from, to)
 	return n, to, vSend
 }
@@ -196,4 +239,37 @@ func fold(sum uint32) uint16 {
 		sum = sum&0xffff + sum>>16
 	}
 	return uint16(sum)
+}
+
+// newTransforms builds the SRTP contexts of fl.
+func newTransforms(fl *dataplane.Flow) (*srtpflow.Decrypter, *srtpflow.Encrypter, error) {
+	var dec *srtpflow.Decrypter
+	var enc *srtpflow.Encrypter
+	if fl.Decrypt != nil {
+		cfg, err := srtpConfig(fl.Decrypt)
+		if err != nil {
+			return nil, nil, fmt.Errorf("decrypt: %w", err)
+		}
+		if dec, err = srtpflow.NewDecrypter(cfg); err != nil {
+			return nil, nil, fmt.Errorf("decrypt: %w", err)
+		}
+	}
+	if fl.Encrypt != nil {
+		cfg, err := srtpConfig(fl.Encrypt)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encrypt: %w", err)
+		}
+		if enc, err = srtpflow.NewEncrypter(cfg); err != nil {
+			return nil, nil, fmt.Errorf("encrypt: %w", err)
+		}
+	}
+	return dec, enc, nil
+}
+
+func srtpConfig(s *dataplane.SRTP) (srtpflow.Config, error) {
+	suite, err := sdes.ParseSuite(s.Suite)
+	if err != nil {
+		return srtpflow.Config{}, err
+	}
+	return srtpflow.Config{Suite: suite, Key: s.Key, Salt: s.Salt, MKI: s.MKI}, nil
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
 // Pool is the userspace data plane: one worker per CPU, each on its own
@@ -169,7 +170,11 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 			wi = i
 		}
 	}
-	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow}); err != nil {
+	dec, enc, err := newTransforms(&fl)
+	if err != nil {
+		return err
+	}
+	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}); err != nil {
 		return err
 	}
 	if err := p.objs.Steer.Update(steerKey(fl.Match), uint32(wi), ebpf.UpdateAny); err != nil {
@@ -194,7 +199,11 @@ func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 	if !ok {
 		return dataplane.ErrNotFound
 	}
-	_, err := p.workers[wi].call(ctrl{op: opUpdate, flow: fl, shadow: shadow})
+	dec, enc, err := newTransforms(&fl)
+	if err != nil {
+		return err
+	}
+	_, err = p.workers[wi].call(ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc})
 	return err
 }
 
@@ -300,6 +309,8 @@ type ctrl struct {
 	op     ctrlOp
 	flow   dataplane.Flow
 	shadow bool // the flow is a shadow of an XDP flow
+	dec    *srtpflow.Decrypter
+	enc    *srtpflow.Encrypter
 	reply  chan ctrlReply
 }
 
@@ -440,11 +451,19 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		w.flows[c.flow.Match] = &flowState{flow: c.flow, shadow: c.shadow}
+		w.flows[c.flow.Match] = &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
 	case opUpdate:
 		f, ok := w.flows[c.flow.Match]
 		if !ok || f.shadow != c.shadow {
 			return ctrlReply{err: dataplane.ErrNotFound}
+		}
+		// Same keys: keep the contexts, with their rollover counters and
+		// replay windows. New keys: new contexts.
+		if !f.flow.Decrypt.Equal(c.flow.Decrypt) {
+			f.dec = c.dec
+		}
+		if !f.flow.Encrypt.Equal(c.flow.Encrypt) {
+			f.enc = c.enc
 		}
 		f.flow = c.flow
 	case opRemove, opGet:

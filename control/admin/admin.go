@@ -246,7 +246,6 @@ func (s *Server) addFlow(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := toWire(f)
-	out.Decrypt, out.Encrypt = req.Decrypt, req.Encrypt
 	w.Header().Set("Location", "/v1/flows/"+strconv.FormatUint(f.Flow.ID, 10))
 	writeJSON(w, http.StatusCreated, out)
 }
@@ -401,6 +400,13 @@ func toWire(f control.FlowState) Flow {
 	if !st.LastSeen.IsZero() {
 		ts := st.LastSeen.UTC().Format(TimeFormat)
 		out.LastSeen = &ts
+	}
+	// The suite, never the key: keys go in, they do not come out.
+	if fl.Decrypt != nil {
+		out.Decrypt = &Crypto{Suite: fl.Decrypt.Suite}
+	}
+	if fl.Encrypt != nil {
+		out.Encrypt = &Crypto{Suite: fl.Encrypt.Suite}
 	}
 	return out
 }

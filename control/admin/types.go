@@ -2,10 +2,11 @@ package admin
 
 // Wire types of the admin API (docs/api.md). relayctl uses them too.
 
-// Crypto is an SRTP transform in a flow request.
+// Crypto is an SRTP transform in a flow request: suite and base64 master
+// key||salt. Flows as returned carry the suite only.
 type Crypto struct {
 	Suite string `json:"suite"`
-	Key   string `json:"key"`
+	Key   string `json:"key,omitempty"`
 }
 
 // FlowRequest is the body of POST /v1/flows.
