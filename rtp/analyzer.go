@@ -26,8 +26,41 @@ type StreamAnalyzer struct {
 	LastArrival  int64 // Unix nanoseconds of the last packet
 	MaxGap       int64 // longest time between consecutive packets, ns
 
-	seen [dupWindow / 64]uint64 // bit per seq&(dupWindow-1), valid up to Stats.MaxSeq
+	// Loss periods: each run of consecutive sequence numbers missing when a
+	// later packet arrived (a glitch), oldest first, at most
+	// MaxLossPeriods; later ones are only counted in LossRuns. A missing
+	// packet that arrives late shrinks the period it belonged to (and
+	// removes it when none is left missing).
+	LossPeriods []LossPeriod
+	LossRuns    uint64 // loss periods seen, including the ones not kept
+
+	seen    [dupWindow / 64]uint64 // bit per seq&(dupWindow-1), valid up to Stats.MaxSeq
+	lastTS  uint32                 // RTP timestamp of the packet with Stats.MaxSeq
+	lastMax int64                  // arrival of the packet with Stats.MaxSeq
 }
+
+// MaxLossPeriods bounds StreamAnalyzer.LossPeriods.
+const MaxLossPeriods = 256
+
+// LossPeriod is one run of lost packets of a stream.
+type LossPeriod struct {
+	// Before and After are the arrival times (Unix ns) of the packets on
+	// either side of the run: the last one before and the first after.
+	Before, After int64
+	// FirstSeq is the extended sequence number of the first missing packet
+	// (RFC 3550 A.1 numbering: cycles plus seq), Lost how many are missing.
+	FirstSeq uint32
+	Lost     uint32
+	// Missing is the audio missing in ns, from the RTP timestamps around
+	// the run: Lost packets of (timestamp step / clock rate) each.
+	Missing int64
+}
+
+// GapMillis is the time in ms between the packets around the period.
+func (p *LossPeriod) GapMillis() float64 { return float64(p.After-p.Before) / 1e6 }
+
+// MissingMillis is the audio missing in ms.
+func (p *LossPeriod) MissingMillis() float64 { return float64(p.Missing) / 1e6 }
 
 // Update accounts one packet with parsed header h, UDP payload size size,
 // which arrived at now (Unix nanoseconds, e.g. a kernel receive timestamp).
@@ -51,6 +84,9 @@ func (a *StreamAnalyzer) Update(h *Header, size int, now int64) {
 		case udelta == 0:
 			a.Duplicates++
 		case udelta < MaxDropout:
+			if udelta > 1 {
+				a.lossPeriod(h, udelta, now)
+			}
 			a.advance(st.MaxSeq, udelta)
 			a.mark(seq)
 		case udelta > SeqMod-MaxMisorder:
@@ -59,14 +95,57 @@ func (a *StreamAnalyzer) Update(h *Header, size int, now int64) {
 			} else {
 				a.Reordered++
 				a.mark(seq)
+				a.found(seq)
 			}
 		}
 	}
+	prevMax, prevCycles := st.MaxSeq, st.Cycles
 	st.Update(h.SSRC, seq, h.Timestamp, a.rtpTime(now))
 	if fresh || (st.Received == 1 && st.BaseSeq == uint32(seq)) {
 		// New source or sequence resync: restart the window.
 		a.seen = [dupWindow / 64]uint64{}
 		a.mark(seq)
+	}
+	if fresh || st.MaxSeq != prevMax || st.Cycles != prevCycles {
+		a.lastTS, a.lastMax = h.Timestamp, now
+	}
+}
+
+// lossPeriod records the run of udelta-1 packets missing before h.
+func (a *StreamAnalyzer) lossPeriod(h *Header, udelta uint16, now int64) {
+	a.LossRuns++
+	if len(a.LossPeriods) >= MaxLossPeriods {
+		return
+	}
+	lost := uint32(udelta) - 1
+	var missing int64
+	if a.ClockRate > 0 {
+		step := int64(h.Timestamp-a.lastTS) / int64(udelta) // per sequence number
+		missing = step * int64(lost) * 1e9 / int64(a.ClockRate)
+	}
+	a.LossPeriods = append(a.LossPeriods, LossPeriod{
+		Before: a.lastMax, After: now, Lost: lost, Missing: missing,
+		FirstSeq: a.Stats.Cycles + uint32(a.Stats.MaxSeq) + 1,
+	})
+}
+
+// found accounts a late packet seq against the loss period it was
+// counted in, looking back over the last few periods.
+func (a *StreamAnalyzer) found(seq uint16) {
+	for i := len(a.LossPeriods) - 1; i >= 0 && i >= len(a.LossPeriods)-4; i-- {
+		p := &a.LossPeriods[i]
+		if uint16(seq-uint16(p.FirstSeq)) >= uint16(p.Lost) {
+			continue
+		}
+		if p.Lost > 0 {
+			p.Missing -= p.Missing / int64(p.Lost)
+		}
+		p.Lost--
+		if p.Lost == 0 {
+			a.LossPeriods = append(a.LossPeriods[:i], a.LossPeriods[i+1:]...)
+			a.LossRuns--
+		}
+		return
 	}
 }
 

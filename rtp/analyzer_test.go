@@ -63,3 +63,47 @@ func TestStreamAnalyzerSteady(t *testing.T) {
 		t.Fatalf("allocs = %v", n)
 	}
 }
+
+// TestLossPeriods works a hand-made sequence: 20 ms packets, a 300 ms
+// outage (15 packets, seq 10-24), a single loss later (seq 40) whose packet
+// then arrives late, and a two-packet run across the sequence wrap.
+func TestLossPeriods(t *testing.T) {
+	a := StreamAnalyzer{ClockRate: 8000}
+	const ms = int64(1e6)
+	send := func(seq int, at int64) {
+		h := Header{SSRC: 7, SequenceNumber: uint16(65000 + seq), Timestamp: uint32(seq) * 160}
+		a.Update(&h, 172, at*ms)
+	}
+	for s := 0; s < 10; s++ {
+		send(s, int64(s)*20)
+	}
+	for s := 25; s < 40; s++ { // 10..24 lost: the link was down 300 ms
+		send(s, int64(s)*20)
+	}
+	for s := 41; s < 530; s++ { // 40 missing for now; wraps at s = 536
+		if s == 45 {
+			send(40, 45*20+1) // 40 arrives late
+		}
+		send(s, int64(s)*20)
+	}
+	for s := 538; s < 600; s++ { // 530..537 lost across the wrap (65530..65537)
+		send(s, int64(s)*20)
+	}
+	if a.LossRuns != 2 || len(a.LossPeriods) != 2 {
+		t.Fatalf("loss runs %d, periods %+v; want 2", a.LossRuns, a.LossPeriods)
+	}
+	p := a.LossPeriods[0]
+	if p.Lost != 15 || p.Before != 9*20*ms || p.After != 25*20*ms || p.MissingMillis() != 300 || p.GapMillis() != 320 ||
+		p.FirstSeq != 65010 {
+		t.Errorf("outage period %+v, want 15 lost, 300 ms missing, 320 ms gap, first seq 65010", p)
+	}
+	if p := a.LossPeriods[1]; p.Lost != 8 || p.MissingMillis() != 160 || p.FirstSeq != 65530 {
+		t.Errorf("wrap period %+v, want 8 lost from 65530", p)
+	}
+	if a.Reordered != 1 || a.Stats.Lost() != 23 {
+		t.Errorf("reordered %d lost %d, want 1 and 23", a.Reordered, a.Stats.Lost())
+	}
+	if n := testing.AllocsPerRun(100, func() { send(600, 600*20) }); n != 0 {
+		t.Errorf("allocs per in-order packet = %v", n)
+	}
+}
