@@ -73,6 +73,7 @@ enum flow_action {
 enum flow_flags {
 	FLOW_F_EXPECT_ADDR = 1 << 0, /* only accept packets from expect_addr */
 	FLOW_F_EXPECT_PORT = 1 << 1, /* ... and from expect_port */
+	FLOW_F_LATCH = 1 << 2,       /* latching in userspace (action is FLOW_USERSPACE until locked) */
 };
 
 /* Global counters: every packet the program sees is counted once, under

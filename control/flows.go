@@ -78,6 +78,8 @@ type FlowSpec struct {
 	ClockRate uint32           // RTP clock rate; 0 = no RTP statistics
 	Decrypt   *Crypto          // optional SRTP decryption of arriving packets
 	Encrypt   *Crypto          // optional SRTP encryption of leaving packets
+	Latch     bool             // symmetric RTP: learn and lock the source (see dataplane.Flow)
+	Reverse   netip.AddrPort   // match of the flow whose send_to follows the learned source
 }
 
 // FlowState is a flow, where it runs and its statistics.
@@ -231,6 +233,8 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.DataPlane, err
 		SendTo:       spec.SendTo,
 		Action:       spec.Action,
 		ClockRate:    spec.ClockRate,
+		Latch:        spec.Latch,
+		Reverse:      spec.Reverse,
 	}
 	switch spec.Action {
 	case dataplane.Forward, dataplane.Drop, dataplane.Reflect:
@@ -248,6 +252,12 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.DataPlane, err
 	}
 	if !m.isRelay(fl.Match) {
 		return fl, nil, fmt.Errorf("match %s: %w (%s)", fl.Match, ErrNotRelayAddress, m.relayDesc())
+	}
+	if fl.Reverse.IsValid() && !m.isRelay(fl.Reverse) {
+		return fl, nil, fmt.Errorf("reverse %s: %w (%s)", fl.Reverse, ErrNotRelayAddress, m.relayDesc())
+	}
+	if fl.Latch && fl.Action != dataplane.Forward {
+		return fl, nil, fmt.Errorf("%w: latch: only forwarded flows latch", ErrInvalid)
 	}
 	if fl.SendFrom.IsValid() && !m.isRelay(fl.SendFrom) {
 		return fl, nil, fmt.Errorf("send_from %s: %w (%s)", fl.SendFrom, ErrNotRelayAddress, m.relayDesc())
@@ -491,4 +501,49 @@ func (m *Manager) RunIdleSweep(ctx context.Context, interval, idle time.Duration
 			}
 		}
 	}
+}
+
+// Latched is called when a latching flow learned a source (locked false):
+// the reverse flow, if any, now sends there; and when its window closed
+// (locked true): the flow now expects exactly that source and stops
+// latching, so an XDP flow goes back to XDP.
+func (m *Manager) Latched(match, source netip.AddrPort, locked bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, ok := m.byMatch[match]
+	if !ok {
+		return
+	}
+	e := m.flows[id]
+	fl := e.flow
+	if locked {
+		fl.Latch = false
+		fl.ExpectSource = source
+		if err := e.plane.Update(fl); err != nil {
+			m.log.Warn("lock latched source", zap.Uint64("id", id), zap.Stringer("source", source), zap.Error(err))
+			return
+		}
+		e.flow = fl
+		m.log.Info("source latched", zap.Uint64("id", id), zap.Stringer("match", match), zap.Stringer("source", source),
+			zap.String("path", string(e.plane.Path())))
+	}
+	if !fl.Reverse.IsValid() {
+		return
+	}
+	rid, ok := m.byMatch[fl.Reverse]
+	if !ok {
+		return
+	}
+	re := m.flows[rid]
+	rfl := re.flow
+	if rfl.SendTo == source {
+		return
+	}
+	rfl.SendTo = source
+	if err := re.plane.Update(rfl); err != nil {
+		m.log.Warn("send reverse flow to latched source", zap.Uint64("id", rid), zap.Stringer("source", source), zap.Error(err))
+		return
+	}
+	re.flow = rfl
+	m.log.Debug("reverse flow follows the source", zap.Uint64("id", rid), zap.Stringer("send_to", source))
 }

@@ -400,3 +400,44 @@ func TestNewManagerConfig(t *testing.T) {
 		t.Error("two xdp planes accepted")
 	}
 }
+
+func TestManagerLatched(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	m := newTestManager(t, xdp)
+	up := goodSpec()
+	up.Latch = true
+	up.ExpectSource = ap("198.18.0.2:9000")
+	up.Reverse = up.SendFrom
+	f, err := m.Add(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := goodSpec()
+	down.Match, down.SendFrom = up.SendFrom, up.Match
+	down.SendTo = up.ExpectSource
+	g, err := m.Add(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := ap("198.18.0.2:4000")
+	m.Latched(f.Flow.Match, real, false)
+	if got, _ := m.Get(g.Flow.ID); got.Flow.SendTo != real {
+		t.Errorf("after learning: reverse sends to %s, want %s", got.Flow.SendTo, real)
+	}
+	if got, _ := m.Get(f.Flow.ID); !got.Flow.Latch {
+		t.Error("learning ended the latch")
+	}
+	m.Latched(f.Flow.Match, real, true)
+	got, _ := m.Get(f.Flow.ID)
+	if got.Flow.Latch || got.Flow.ExpectSource != real {
+		t.Errorf("after locking: %+v, want latch off and expect_source %s", got.Flow, real)
+	}
+	// The data plane has the same view as the manager.
+	list, _ := xdp.List()
+	for _, fs := range list {
+		if fs.Flow.Match == f.Flow.Match && (fs.Flow.Latch || fs.Flow.ExpectSource != real) {
+			t.Errorf("data plane still has %+v", fs.Flow)
+		}
+	}
+	m.Latched(ap("198.18.1.1:39000"), real, true) // unknown flow: ignored
+}

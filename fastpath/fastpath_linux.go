@@ -463,13 +463,21 @@ func valueOf(fl *dataplane.Flow, slot uint32) relayFlowValue {
 		v.DstAddr = addrBytes(fl.SendTo.Addr())
 		v.DstPort = htons(fl.SendTo.Port())
 	}
-	if fl.ExpectSource.IsValid() {
+	if fl.Latch {
+		// The userspace shadow learns the source; until it is locked the
+		// program hands the flow's packets over.
+		v.Flags |= uint8(relayFlowFlagsFLOW_F_LATCH)
+		v.Action = uint8(dataplane.Userspace)
+	}
+	if fl.ExpectSource.IsValid() && !fl.Latch {
 		v.Flags |= uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR)
-		v.ExpectAddr = addrBytes(fl.ExpectSource.Addr())
 		if fl.ExpectSource.Port() != 0 {
 			v.Flags |= uint8(relayFlowFlagsFLOW_F_EXPECT_PORT)
-			v.ExpectPort = htons(fl.ExpectSource.Port())
 		}
+	}
+	if fl.ExpectSource.IsValid() {
+		v.ExpectAddr = addrBytes(fl.ExpectSource.Addr())
+		v.ExpectPort = htons(fl.ExpectSource.Port())
 	}
 	return v
 }
@@ -485,8 +493,14 @@ func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
 		fl.SendFrom = addrPortOf(v.Family, v.SrcAddr, v.SrcPort)
 		fl.SendTo = addrPortOf(v.Family, v.DstAddr, v.DstPort)
 	}
-	if v.Flags&uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR) != 0 {
-		fl.ExpectSource = addrPortOf(k.Family, v.ExpectAddr, v.ExpectPort)
+	if v.Flags&uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR) != 0 || v.Flags&uint8(relayFlowFlagsFLOW_F_LATCH) != 0 {
+		if v.ExpectAddr != ([16]uint8{}) {
+			fl.ExpectSource = addrPortOf(k.Family, v.ExpectAddr, v.ExpectPort)
+		}
+	}
+	if v.Flags&uint8(relayFlowFlagsFLOW_F_LATCH) != 0 {
+		fl.Latch = true
+		fl.Action = dataplane.Forward
 	}
 	return fl
 }

@@ -43,6 +43,7 @@ type relayFlowFlags uint32
 const (
 	relayFlowFlagsFLOW_F_EXPECT_ADDR relayFlowFlags = 1
 	relayFlowFlagsFLOW_F_EXPECT_PORT relayFlowFlags = 2
+	relayFlowFlagsFLOW_F_LATCH       relayFlowFlags = 4
 )
 
 type relayFlowKey struct {

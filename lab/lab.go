@@ -101,6 +101,10 @@ type Iface struct {
 // concurrent use; Close tears it down.
 type Lab struct {
 	Caller, Relay, Callee *NS
+	// Attacker is a fourth host behind the relay's r2, made by AddAttacker:
+	// 198.18.4.2/24 and 2001:2:0:4::2/64 on a0. Nil until then.
+	Attacker                     *NS
+	AttackerAddr4, AttackerAddr6 netip.Addr
 
 	CallerIf      Iface // c0, in Caller
 	RelayCallerIf Iface // r0, in Relay

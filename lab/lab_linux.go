@@ -64,11 +64,11 @@ func (l *Lab) Close() error {
 	// Delete the veths explicitly: a socket left open in a namespace
 	// keeps it, and its interfaces, alive.
 	if l.Relay != nil {
-		if err := l.Relay.deleteLinks(RelayCallerIfName, RelayCalleeIfName); err != nil {
+		if err := l.Relay.deleteLinks(RelayCallerIfName, RelayCalleeIfName, RelayAttackerIfName); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee} {
+	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee, l.Attacker} {
 		if ns == nil {
 			continue
 		}
@@ -106,7 +106,7 @@ func (ns *NS) deleteLinks(names ...string) error {
 
 // staleName matches namespaces with a default prefix; the number after rl
 // is the pid of the process that made them.
-var staleName = regexp.MustCompile(`^rl([0-9]+)-[0-9]+-(caller|relay|callee)$`)
+var staleName = regexp.MustCompile(`^rl([0-9]+)-[0-9]+-(caller|relay|callee|attacker)$`)
 
 // removeStale deletes the namespaces the lab with prefix is about to
 // create, and namespaces with a default prefix whose process is gone.
@@ -118,7 +118,7 @@ func removeStale(prefix string) error {
 		}
 		return fmt.Errorf("remove stale namespaces: %w", err)
 	}
-	mine := make(map[string]bool)
+	mine := map[string]bool{prefix + "attacker": true}
 	for _, r := range roles {
 		mine[prefix+r] = true
 	}
@@ -376,6 +376,73 @@ func available() error {
 	}()
 	if err := <-errc; err != nil {
 		return fmt.Errorf("network namespaces unavailable: unshare: %w", err)
+	}
+	return nil
+}
+
+// Names of the attacker's link.
+const (
+	RelayAttackerIfName = "r2" // in relay, towards the attacker
+	AttackerIfName      = "a0" // in attacker
+)
+
+// AddAttacker adds a fourth namespace, attacker, behind the relay's r2
+// (198.18.4.0/24, 2001:2:0:4::/64), routed like the caller: a host on the
+// path that is not a party to any call, for RTP Bleed and injection tests.
+// The relay's XDP is not attached to r2, so its packets take the kernel's
+// path to the relay's sockets.
+func (l *Lab) AddAttacker() error {
+	if l.Attacker != nil {
+		return nil
+	}
+	ns, err := newNamedNS(l.prefix + "attacker")
+	if err != nil {
+		return err
+	}
+	l.Attacker = ns
+	l.AttackerAddr4 = netip.MustParseAddr("198.18.4.2")
+	l.AttackerAddr6 = netip.MustParseAddr("2001:2:0:4::2")
+	relay4, relay6 := netip.MustParseAddr("198.18.4.1"), netip.MustParseAddr("2001:2:0:4::1")
+	for _, key := range []string{"net/ipv6/conf/all/accept_dad", "net/ipv6/conf/default/accept_dad"} {
+		if err := ns.SetSysctl(key, "0"); err != nil {
+			return err
+		}
+	}
+	if err := l.Relay.addVeth(RelayAttackerIfName, AttackerIfName, ns); err != nil {
+		return err
+	}
+	if err := ns.SetTxChecksum(AttackerIfName, false); err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		ns   *NS
+		name string
+	}{{ns, "lo"}, {ns, AttackerIfName}, {l.Relay, RelayAttackerIfName}} {
+		if err := k.ns.SetLinkUp(k.name); err != nil {
+			return err
+		}
+	}
+	if err := l.Relay.SetSysctl("net/ipv6/conf/"+RelayAttackerIfName+"/forwarding", "1"); err != nil {
+		return err
+	}
+	for _, a := range []struct {
+		ns     *NS
+		ifname string
+		addr   netip.Prefix
+	}{
+		{ns, AttackerIfName, netip.PrefixFrom(l.AttackerAddr4, 24)},
+		{ns, AttackerIfName, netip.PrefixFrom(l.AttackerAddr6, 64)},
+		{l.Relay, RelayAttackerIfName, netip.PrefixFrom(relay4, 24)},
+		{l.Relay, RelayAttackerIfName, netip.PrefixFrom(relay6, 64)},
+	} {
+		if err := a.ns.addAddr(a.ifname, a.addr); err != nil {
+			return err
+		}
+	}
+	for _, gw := range []netip.Addr{relay4, relay6} {
+		if err := ns.addDefaultRoute(AttackerIfName, gw); err != nil {
+			return err
+		}
 	}
 	return nil
 }

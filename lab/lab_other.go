@@ -91,3 +91,6 @@ func (ns *NS) SetTxChecksum(ifname string, on bool) error { return errUnsupporte
 
 // TxChecksum returns an error.
 func (ns *NS) TxChecksum(ifname string) (bool, error) { return false, errUnsupported }
+
+// AddAttacker needs Linux.
+func (l *Lab) AddAttacker() error { return errUnsupported }

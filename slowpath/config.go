@@ -2,7 +2,9 @@ package slowpath
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
+	"time"
 )
 
 // Config configures the userspace data plane.
@@ -12,11 +14,21 @@ type Config struct {
 	CPUs     []int
 	Workers  int
 	MaxFlows int // default 65536
+	// LatchWindow is how long after a latching flow's first packet its
+	// source may be learned (media.latch_window); default 3s.
+	LatchWindow time.Duration
+	// OnLatched, if set, is called (from one goroutine, in order) when a
+	// latching flow learns a source (locked false) and when the window
+	// closes and the learned source is locked (locked true).
+	OnLatched func(match, source netip.AddrPort, locked bool)
 }
 
 func (c *Config) setDefaults() error {
 	if c.MaxFlows == 0 {
 		c.MaxFlows = 65536
+	}
+	if c.LatchWindow == 0 {
+		c.LatchWindow = 3 * time.Second
 	}
 	if len(c.CPUs) == 0 {
 		n := c.Workers

@@ -48,6 +48,11 @@ type flowState struct {
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 
+	// Symmetric RTP latching (flow.Latch).
+	latchUntil int64          // end of the window (Unix ns); 0 before the first packet
+	learned    netip.AddrPort // the source learned so far
+	locked     bool           // the window is over: only learned is accepted
+
 	packets, bytes, dropped uint64
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
 	rtpBase                 int64 // receive time of the first RTP packet
@@ -81,6 +86,41 @@ func (f *flowState) stats() dataplane.Stats {
 	return st
 }
 
+// latchResult says what latching did with a packet.
+type latchResult uint8
+
+const (
+	latchNone    latchResult = iota
+	latchLearned             // a new source was learned
+	latchLocked              // the window closed: the learned source is locked
+)
+
+// latch applies symmetric RTP learning to a packet from src at now: it
+// reports whether the packet is accepted and what changed. Guard against
+// RTP Bleed: sources are learned only within window from the first packet,
+// and only from the signalled address when that address is routable.
+func (f *flowState) latch(src netip.AddrPort, now, window int64) (bool, latchResult) {
+	if f.locked {
+		return src == f.learned, latchNone
+	}
+	if f.latchUntil == 0 {
+		f.latchUntil = now + window
+	}
+	if now > f.latchUntil && f.learned.IsValid() {
+		f.locked = true
+		return src == f.learned, latchLocked
+	}
+	sig := f.flow.ExpectSource
+	if sig.IsValid() && dataplane.Routable(sig.Addr()) && src.Addr() != sig.Addr() {
+		return false, latchNone
+	}
+	if src != f.learned {
+		f.learned = src
+		return true, latchLearned
+	}
+	return true, latchNone
+}
+
 // process handles one UDP payload that arrived at the flow's match from
 // src at now (Unix ns, the kernel's receive timestamp). For vSend it writes the complete IP packet
 // (header, UDP header, payload) into out and returns its length and the
@@ -91,7 +131,9 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropFlow
 	}
-	if fl.ExpectSource.IsValid() &&
+	if fl.Latch {
+		// The worker applied latch() already; see worker.relayBatch.
+	} else if fl.ExpectSource.IsValid() &&
 		(src.Addr() != fl.ExpectSource.Addr() || (fl.ExpectSource.Port() != 0 && src.Port() != fl.ExpectSource.Port())) {
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropSource

@@ -32,6 +32,9 @@ type Pool struct {
 	lookup  link.Link
 	workers []*worker
 	wg      sync.WaitGroup
+	events  sync.WaitGroup
+
+	latched chan latchEvent
 
 	mu    sync.Mutex // guards the following
 	owner map[netip.AddrPort]int
@@ -49,7 +52,8 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("raise memlock limit: %w", err)
 	}
-	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs))}
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
+		latched: make(chan latchEvent, 4096)}
 	spec, err := loadSteer()
 	if err != nil {
 		return nil, fmt.Errorf("load steering spec: %w", err)
@@ -64,6 +68,8 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			p.Close()
 			return nil, err
 		}
+		w.latchWindow = int64(cfg.LatchWindow)
+		w.latched = p.latched
 		p.workers = append(p.workers, w)
 		if err := p.objs.Sockets.Update(uint32(i), uint64(w.rxFD), ebpf.UpdateAny); err != nil {
 			p.Close()
@@ -88,6 +94,15 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			w.run()
 		}()
 	}
+	p.events.Add(1)
+	go func() {
+		defer p.events.Done()
+		for ev := range p.latched {
+			if p.cfg.OnLatched != nil {
+				p.cfg.OnLatched(ev.match, ev.source, ev.locked)
+			}
+		}
+	}()
 	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs))
 	return p, nil
 }
@@ -102,6 +117,10 @@ func (p *Pool) Close() error {
 		errs = append(errs, w.close())
 	}
 	p.wg.Wait()
+	if p.latched != nil {
+		close(p.latched)
+		p.events.Wait()
+	}
 	errs = append(errs, p.objs.Close())
 	return errors.Join(errs...)
 }
@@ -164,10 +183,15 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	if len(p.owner) >= p.cfg.MaxFlows {
 		return dataplane.ErrFull
 	}
-	wi := 0
-	for i, c := range p.count {
-		if c < p.count[wi] {
-			wi = i
+	// A flow and its reverse live on one worker: latching updates the
+	// reverse flow's destination in place.
+	wi, ok := p.owner[fl.Reverse]
+	if !ok {
+		wi = 0
+		for i, c := range p.count {
+			if c < p.count[wi] {
+				wi = i
+			}
 		}
 	}
 	dec, enc, err := newTransforms(&fl)
@@ -339,6 +363,10 @@ type worker struct {
 	ctrlQ   []ctrl
 	pending atomic.Bool
 
+	latchWindow int64             // ns
+	latched     chan<- latchEvent // to the pool; never blocks
+	latchLost   atomic.Uint64     // events dropped because the queue was full
+
 	counters   [vMax]atomic.Uint64
 	noFlow     atomic.Uint64
 	sendFailed atomic.Uint64
@@ -413,6 +441,20 @@ func (w *worker) close() error {
 }
 
 var errWorkerClosed = errors.New("worker closed")
+
+// latchEvent reports that a flow learned a source, or locked it.
+type latchEvent struct {
+	match, source netip.AddrPort
+	locked        bool
+}
+
+func (w *worker) notifyLatched(match, source netip.AddrPort, locked bool) {
+	select {
+	case w.latched <- latchEvent{match, source, locked}:
+	default:
+		w.latchLost.Add(1)
+	}
+}
 
 // call hands a control request to the worker and waits for its answer.
 func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
@@ -555,6 +597,26 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		}
 		if ts == 0 {
 			ts = time.Now().UnixNano()
+		}
+		if f.flow.Latch {
+			ok, res := f.latch(src, ts, w.latchWindow)
+			if !ok {
+				f.dropped++
+				w.counters[vDropSource].Add(1)
+				continue
+			}
+			if res == latchLearned && f.flow.Reverse.IsValid() {
+				// Media goes back where it comes from: at once here, and
+				// through the control plane in the data plane that carries
+				// the reverse flow.
+				if r := w.flows[f.flow.Reverse]; r != nil {
+					r.flow.SendTo = src
+				}
+				w.notifyLatched(f.flow.Match, src, false)
+			}
+			if res == latchLocked {
+				w.notifyLatched(f.flow.Match, f.learned, true)
+			}
 		}
 		m, to, v := f.process(out, payload, src, ts)
 		w.counters[v].Add(1)

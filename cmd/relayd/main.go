@@ -14,9 +14,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -135,9 +137,17 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	var observers []dataplane.Observer
 	// The userspace data plane: every flow in mode userspace, and in mode
 	// xdp the flows XDP hands over.
+	// Latched sources are locked by the flow manager, made below.
+	var mgrRef atomic.Pointer[control.Manager]
 	pool, err := slowpath.New(slowpath.Config{
-		Workers:  cfg.Dataplane.Workers,
-		MaxFlows: cfg.Dataplane.MaxFlows,
+		Workers:     cfg.Dataplane.Workers,
+		MaxFlows:    cfg.Dataplane.MaxFlows,
+		LatchWindow: cfg.Media.LatchDuration,
+		OnLatched: func(match, source netip.AddrPort, locked bool) {
+			if m := mgrRef.Load(); m != nil {
+				m.Latched(match, source, locked)
+			}
+		},
 	}, log.Named("slowpath"))
 	if err != nil {
 		return fmt.Errorf("start userspace data plane: %w", err)
@@ -182,6 +192,7 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	if err != nil {
 		return err
 	}
+	mgrRef.Store(mgr)
 
 	srv := admin.New(admin.Config{Observers: observers, Version: getVersion()}, mgr, log.Named("admin"))
 	l, err := admin.Listen(cfg.Admin.Listen)

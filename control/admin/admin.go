@@ -341,6 +341,10 @@ func toSpec(req FlowRequest) (control.FlowSpec, error) {
 	if spec.SendTo, err = parseAddrPort("send_to", req.SendTo, false); err != nil {
 		return spec, err
 	}
+	if spec.Reverse, err = parseAddrPort("reverse", req.Reverse, false); err != nil {
+		return spec, err
+	}
+	spec.Latch = req.Latch
 	switch req.Mode {
 	case "", "xdp", "userspace":
 		spec.Mode = dataplane.Path(req.Mode)
@@ -385,6 +389,8 @@ func toWire(f control.FlowState) Flow {
 		ExpectSource: addrPortString(fl.ExpectSource),
 		SendFrom:     addrPortString(fl.SendFrom),
 		SendTo:       addrPortString(fl.SendTo),
+		Latch:        fl.Latch,
+		Reverse:      addrPortString(fl.Reverse),
 		Mode:         string(f.Path),
 		Action:       fl.Action.String(),
 		ClockRate:    fl.ClockRate,

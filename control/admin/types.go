@@ -20,6 +20,8 @@ type FlowRequest struct {
 	ClockRate    *uint32 `json:"clock_rate,omitempty"` // default 8000; 0 = no RTP statistics
 	Decrypt      *Crypto `json:"decrypt,omitempty"`
 	Encrypt      *Crypto `json:"encrypt,omitempty"`
+	Latch        bool    `json:"latch,omitempty"`   // symmetric RTP: learn, then lock the source
+	Reverse      string  `json:"reverse,omitempty"` // match of the flow that follows the learned source
 }
 
 // Flow is a flow as the API returns it.
@@ -34,6 +36,8 @@ type Flow struct {
 	ClockRate    uint32  `json:"clock_rate"`
 	Decrypt      *Crypto `json:"decrypt,omitempty"`
 	Encrypt      *Crypto `json:"encrypt,omitempty"`
+	Latch        bool    `json:"latch,omitempty"`
+	Reverse      string  `json:"reverse,omitempty"`
 
 	Path     string  `json:"path"`
 	Packets  uint64  `json:"packets"`
