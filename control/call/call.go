@@ -1,0 +1,277 @@
+package call
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/relayd/relayd/dataplane"
+)
+
+// State is a call's state.
+type State string
+
+const (
+	StateTrying   State = "trying"   // INVITE received, no answer yet
+	StateEarly    State = "early"    // a provisional answer with SDP (early media)
+	StateAnswered State = "answered" // 200 OK relayed
+	StateEnded    State = "ended"
+)
+
+// Disposition says how a call ended, for CDRs.
+type Disposition string
+
+const (
+	Answered     Disposition = "answered"      // answered and ended normally (BYE)
+	Failed       Disposition = "failed"        // every destination failed
+	Canceled     Disposition = "canceled"      // caller canceled before the answer
+	Rejected     Disposition = "rejected"      // refused by relayd (400, 415, 488, 503...)
+	MediaTimeout Disposition = "media_timeout" // no media for media.timeout
+	MaxDuration  Disposition = "max_duration"  // the maximum call duration passed
+	Shutdown     Disposition = "shutdown"      // relayd stopped
+)
+
+// Leg is the signalling identity of one leg.
+type Leg struct {
+	CallID    string `json:"call_id"`
+	FromTag   string `json:"from_tag,omitempty"`
+	ToTag     string `json:"to_tag,omitempty"`
+	Remote    string `json:"remote,omitempty"`    // peer's signalling address
+	Transport string `json:"transport,omitempty"` // udp | tcp
+}
+
+// Attempt is one try of one destination.
+type Attempt struct {
+	Destination string    `json:"destination"`
+	Start       time.Time `json:"start"`
+	// Code is the final SIP status (0 on timeout or transport error).
+	Code int `json:"code"`
+	// Result is "answered", "failed", "timeout", "canceled" or "error".
+	Result string `json:"result"`
+	// FirstResponseMS is the time to the first response in ms, -1 if none.
+	FirstResponseMS float64 `json:"first_response_ms"`
+	// DurationMS is the time to the final outcome in ms.
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// Call is one call. Its exported fields are set at creation and never
+// change; the rest is read through methods. Safe for concurrent use.
+type Call struct {
+	ID      string
+	Created time.Time
+	Source  netip.AddrPort // caller's signalling address
+	From    string         // From URI of the incoming INVITE
+	To      string         // To URI
+	Media   *Media
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu          sync.Mutex // guards the following
+	state       State
+	route       string
+	legs        [2]Leg
+	attempts    []Attempt
+	answered    time.Time
+	ended       time.Time
+	disposition Disposition
+	code        int
+	reason      string
+	final       []FlowStat // flow statistics at the end
+}
+
+// Context is done when the call ends; its cause says why.
+func (c *Call) Context() context.Context { return c.ctx }
+
+// State returns the call's state.
+func (c *Call) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// SetState moves the call to s; StateAnswered also records the answer
+// time. A call that ended stays ended.
+func (c *Call) SetState(s State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == StateEnded {
+		return
+	}
+	c.state = s
+	if s == StateAnswered && c.answered.IsZero() {
+		c.answered = time.Now()
+	}
+}
+
+// SetLeg records a leg's signalling identity.
+func (c *Call) SetLeg(s Side, l Leg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.legs[s] = l
+}
+
+// Leg returns a leg's signalling identity.
+func (c *Call) Leg(s Side) Leg {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.legs[s]
+}
+
+// SetRoute records the route that matched.
+func (c *Call) SetRoute(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.route = name
+}
+
+// AddAttempt records an attempt.
+func (c *Call) AddAttempt(a Attempt) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attempts = append(c.attempts, a)
+}
+
+// End marks the call ended with a disposition and SIP code, closes its
+// media and cancels its context. It reports false if the call had ended
+// already (the first end wins).
+func (c *Call) End(d Disposition, code int, reason string) bool {
+	c.mu.Lock()
+	if c.state == StateEnded {
+		c.mu.Unlock()
+		return false
+	}
+	c.state = StateEnded
+	c.ended = time.Now()
+	c.disposition, c.code, c.reason = d, code, reason
+	c.mu.Unlock()
+	final := c.Media.Close()
+	c.mu.Lock()
+	c.final = final
+	c.mu.Unlock()
+	c.cancel(endError{d})
+	return true
+}
+
+type endError struct{ d Disposition }
+
+func (e endError) Error() string { return "call ended: " + string(e.d) }
+
+// LegStats are the media statistics of one leg: what relayd received from
+// that leg's peer.
+type LegStats struct {
+	Packets  uint64  `json:"packets"`
+	Bytes    uint64  `json:"bytes"`
+	Dropped  uint64  `json:"dropped"`
+	Lost     int64   `json:"lost"`
+	JitterMS float64 `json:"jitter_ms"`
+	Path     string  `json:"path,omitempty"` // xdp | userspace
+	SRTP     string  `json:"srtp,omitempty"` // suite when relayd decrypts or encrypts this leg
+	Mux      bool    `json:"rtcp_mux"`
+}
+
+// FlowInfo is a call's flow for the admin API.
+type FlowInfo struct {
+	ID       uint64  `json:"id"`
+	Leg      string  `json:"leg"` // a or b: where the packets come from
+	Match    string  `json:"match"`
+	SendTo   string  `json:"send_to"`
+	Path     string  `json:"path"`
+	Packets  uint64  `json:"packets"`
+	Bytes    uint64  `json:"bytes"`
+	Lost     int64   `json:"lost"`
+	JitterMS float64 `json:"jitter_ms"`
+}
+
+// Info is a snapshot of a call, as the admin API shows it and CDRs record
+// it.
+type Info struct {
+	ID          string      `json:"id"`
+	State       State       `json:"state"`
+	Source      string      `json:"source"`
+	From        string      `json:"from"`
+	To          string      `json:"to"`
+	Route       string      `json:"route,omitempty"`
+	Legs        [2]Leg      `json:"legs"`
+	Attempts    []Attempt   `json:"attempts"`
+	Start       time.Time   `json:"start"`
+	Answer      *time.Time  `json:"answer,omitempty"`
+	End         *time.Time  `json:"end,omitempty"`
+	DurationS   float64     `json:"duration_s"` // answer to end (or now)
+	Disposition Disposition `json:"disposition,omitempty"`
+	Code        int         `json:"code,omitempty"`
+	Reason      string      `json:"reason,omitempty"`
+	Media       [2]LegStats `json:"media"`
+	Flows       []FlowInfo  `json:"flows"`
+}
+
+// Info returns a snapshot with current media statistics (final ones once
+// the call ended).
+func (c *Call) Info() Info {
+	c.mu.Lock()
+	info := Info{
+		ID:          c.ID,
+		State:       c.state,
+		Source:      c.Source.String(),
+		From:        c.From,
+		To:          c.To,
+		Route:       c.route,
+		Legs:        c.legs,
+		Attempts:    slices.Clone(c.attempts),
+		Start:       c.Created,
+		Disposition: c.disposition,
+		Code:        c.code,
+		Reason:      c.reason,
+	}
+	if info.Attempts == nil {
+		info.Attempts = []Attempt{}
+	}
+	end := time.Now()
+	if !c.ended.IsZero() {
+		e := c.ended
+		info.End, end = &e, e
+	}
+	if !c.answered.IsZero() {
+		a := c.answered
+		info.Answer = &a
+		info.DurationS = end.Sub(a).Seconds()
+	}
+	flows := c.final
+	ended := c.state == StateEnded
+	c.mu.Unlock()
+	if !ended {
+		flows = c.Media.Flows()
+	}
+	streams := c.Media.Streams()
+	info.Flows = make([]FlowInfo, 0, len(flows))
+	for _, f := range flows {
+		info.Flows = append(info.Flows, FlowInfo{
+			ID: f.Flow.ID, Leg: f.Side.String(), Match: f.Flow.Match.String(), SendTo: f.Flow.SendTo.String(),
+			Path: string(f.Path), Packets: f.Stats.Packets, Bytes: f.Stats.Bytes, Lost: f.Stats.Lost,
+			JitterMS: f.Stats.JitterMillis(f.Flow.ClockRate),
+		})
+		ls := &info.Media[f.Side]
+		ls.Packets += f.Stats.Packets
+		ls.Bytes += f.Stats.Bytes
+		ls.Dropped += f.Stats.Dropped
+		if f.Flow.ClockRate != 0 {
+			ls.Lost += f.Stats.Lost
+			ls.JitterMS = max(ls.JitterMS, f.Stats.JitterMillis(f.Flow.ClockRate))
+		}
+		if ls.Path == "" || f.Path == dataplane.PathUserspace {
+			ls.Path = string(f.Path)
+		}
+	}
+	for _, st := range streams {
+		for s := range st.Ends {
+			e := &st.Ends[s]
+			info.Media[s].Mux = info.Media[s].Mux || st.Mux
+			if e.Recv != nil {
+				info.Media[s].SRTP = e.Recv.Suite.String()
+			}
+		}
+	}
+	return info
+}

@@ -1,0 +1,267 @@
+package call
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/dataplane/dataplanetest"
+	"github.com/relayd/relayd/sdes"
+)
+
+var (
+	relay4   = netip.MustParseAddr("198.18.1.1")
+	relay6   = netip.MustParseAddr("2001:2:0:1::1")
+	callerIP = netip.MustParseAddr("198.18.0.2")
+	calleeIP = netip.MustParseAddr("198.18.2.2")
+)
+
+func TestPorts(t *testing.T) {
+	p, err := NewPorts(30000, 30005)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint16
+	for range 3 {
+		port, err := p.Alloc()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, port)
+	}
+	if got[0] != 30000 || got[1] != 30002 || got[2] != 30004 {
+		t.Errorf("ports %v, want 30000 30002 30004", got)
+	}
+	if _, err := p.Alloc(); !errors.Is(err, ErrNoPorts) {
+		t.Errorf("exhausted: %v, want ErrNoPorts", err)
+	}
+	p.Release(30002)
+	p.Release(30002) // twice: no effect
+	p.Release(12)    // out of range: no effect
+	if p.Free() != 1 {
+		t.Errorf("free %d, want 1", p.Free())
+	}
+	if port, _ := p.Alloc(); port != 30002 {
+		t.Errorf("after release got %d, want 30002", port)
+	}
+	if _, err := NewPorts(30001, 30005); err == nil {
+		t.Error("odd first port accepted")
+	}
+}
+
+func TestPortsRoundRobin(t *testing.T) {
+	p, _ := NewPorts(30000, 30007)
+	a, _ := p.Alloc()
+	p.Release(a)
+	b, _ := p.Alloc()
+	if a == b {
+		t.Errorf("released pair %d reused at once; want the next one", a)
+	}
+}
+
+func newTable(t *testing.T, planes ...dataplane.DataPlane) *Table {
+	t.Helper()
+	tb, err := NewTable(Config{Addr: relay4, Addr6: relay6, PortMin: 30000, PortMax: 30099}, zaptest.NewLogger(t), planes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+func TestMediaFlows(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	tb := newTable(t, xdp, dataplanetest.New(dataplane.PathUserspace))
+	c := tb.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:a@x", "sip:b@y")
+	m := c.Media
+	if err := m.Ensure(0, relay4, relay4); err != nil {
+		t.Fatal(err)
+	}
+	st := m.Streams()[0]
+	pa, pb := st.Ends[A].Port, st.Ends[B].Port
+	if pa%2 != 0 || pb%2 != 0 || pa == pb {
+		t.Fatalf("ports %d %d", pa, pb)
+	}
+	// Offer known: nothing can be installed toward B, but B->A can.
+	m.Edit(0, func(st *Stream) {
+		st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+		st.Ends[A].RTCP = netip.AddrPortFrom(callerIP, 4001)
+	})
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Len() != 2 {
+		t.Fatalf("%d flows after the offer, want 2 (B->A RTP and RTCP)", xdp.Len())
+	}
+	m.Edit(0, func(st *Stream) {
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		st.Ends[B].RTCP = netip.AddrPortFrom(calleeIP, 6001)
+	})
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Len() != 4 {
+		t.Fatalf("%d flows after the answer, want 4", xdp.Len())
+	}
+	aToB := netip.AddrPortFrom(relay4, pa)
+	fl, _ := xdp.List()
+	var found bool
+	for _, fs := range fl {
+		if fs.Flow.Match == aToB {
+			found = true
+			if fs.Flow.SendTo != netip.AddrPortFrom(calleeIP, 6000) || fs.Flow.SendFrom != netip.AddrPortFrom(relay4, pb) ||
+				fs.Flow.ExpectSource != netip.AddrPortFrom(callerIP, 0) || fs.Flow.ClockRate != 8000 {
+				t.Errorf("A->B flow %+v", fs.Flow)
+			}
+			if fs.Flow.ID < 1<<40 {
+				t.Errorf("call flow id %d below the call range", fs.Flow.ID)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no flow on %s", aToB)
+	}
+	// Statistics survive an update (re-INVITE to a new port).
+	xdp.SetStats(aToB, dataplane.Stats{Packets: 10, Bytes: 2000})
+	installs, updates := xdp.Calls("Install"), xdp.Calls("Update")
+	m.Edit(0, func(st *Stream) { st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 7000) })
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Calls("Install") != installs || xdp.Calls("Update") != updates+1 {
+		t.Errorf("re-target: %d installs, %d updates; want one update only", xdp.Calls("Install")-installs, xdp.Calls("Update")-updates)
+	}
+	if s, _ := xdp.Stats(aToB); s.Packets != 10 {
+		t.Errorf("stats after update %+v", s)
+	}
+	// rtcp-mux: the RTCP flows go.
+	m.Edit(0, func(st *Stream) { st.Mux = true })
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Len() != 2 {
+		t.Errorf("%d flows with rtcp-mux, want 2", xdp.Len())
+	}
+	info := c.Info()
+	if info.Media[A].Packets != 10 || info.Media[A].Path != "xdp" || len(info.Flows) != 2 {
+		t.Errorf("info %+v", info)
+	}
+	free := tb.Ports().Free()
+	if !c.End(Answered, 200, "") {
+		t.Fatal("End returned false")
+	}
+	if c.End(Failed, 500, "") {
+		t.Error("second End returned true")
+	}
+	if xdp.Len() != 0 {
+		t.Errorf("%d flows left after the end", xdp.Len())
+	}
+	if tb.Ports().Free() != free+2 {
+		t.Errorf("ports not released: %d free, want %d", tb.Ports().Free(), free+2)
+	}
+	info = c.Info()
+	if info.Disposition != Answered || info.Media[A].Packets != 10 || info.End == nil {
+		t.Errorf("final info %+v", info)
+	}
+	if c.Context().Err() == nil {
+		t.Error("call context not done after End")
+	}
+}
+
+func TestMediaUserspaceOnly(t *testing.T) {
+	us := dataplanetest.New(dataplane.PathUserspace)
+	tb := newTable(t, us)
+	c := tb.New(netip.AddrPort{}, "", "")
+	c.Media.Ensure(0, relay4, relay6)
+	c.Media.Edit(0, func(st *Stream) {
+		st.Mux = true
+		st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+		st.Ends[B].RTP = netip.MustParseAddrPort("[2001:2:0:2::2]:6000")
+	})
+	if err := c.Media.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := us.List()
+	if len(l) != 2 {
+		t.Fatalf("%d flows, want 2", len(l))
+	}
+	for _, fs := range l {
+		if fs.Flow.Match.Addr().Is4() == fs.Flow.SendFrom.Addr().Is4() {
+			t.Errorf("flow %+v does not cross families", fs.Flow)
+		}
+	}
+	c.End(Answered, 200, "")
+}
+
+func TestMediaSRTPUnsupported(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	c := tb.New(netip.AddrPort{}, "", "")
+	c.Media.Ensure(0, relay4, relay4)
+	key, _ := sdes.Generate(1, sdes.AES_CM_128_HMAC_SHA1_80)
+	c.Media.Edit(0, func(st *Stream) {
+		st.Mux = true
+		st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		st.Ends[A].Recv = key
+	})
+	if err := c.Media.Sync(); !errors.Is(err, ErrSRTPUnsupported) {
+		t.Errorf("Sync: %v, want ErrSRTPUnsupported", err)
+	}
+	c.End(Rejected, 488, "")
+}
+
+func TestPortExhaustion(t *testing.T) {
+	tb, err := NewTable(Config{Addr: relay4, PortMin: 30000, PortMax: 30003}, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := tb.New(netip.AddrPort{}, "", "")
+	if err := c1.Media.Ensure(0, relay4, relay4); err != nil {
+		t.Fatal(err)
+	}
+	c2 := tb.New(netip.AddrPort{}, "", "")
+	if err := c2.Media.Ensure(0, relay4, relay4); !errors.Is(err, ErrNoPorts) {
+		t.Fatalf("second call: %v, want ErrNoPorts", err)
+	}
+	c2.End(Rejected, 503, "")
+	c1.End(Answered, 200, "")
+	if tb.Ports().Free() != 2 {
+		t.Errorf("%d pairs free, want 2: a failed allocation must give back what it took", tb.Ports().Free())
+	}
+}
+
+func TestIdle(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	tb := newTable(t, xdp)
+	now := time.Now()
+	tb.now = func() time.Time { return now }
+	mk := func() *Call {
+		c := tb.New(netip.AddrPort{}, "", "")
+		c.Media.Ensure(0, relay4, relay4)
+		c.Media.Edit(0, func(st *Stream) {
+			st.Mux = true
+			st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+			st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		})
+		if err := c.Media.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		c.SetState(StateAnswered)
+		return c
+	}
+	quiet, busy := mk(), mk()
+	tb.now = func() time.Time { return now.Add(time.Minute) }
+	for _, f := range busy.Media.Flows() {
+		xdp.SetStats(f.Flow.Match, dataplane.Stats{Packets: 1, LastSeen: now.Add(50 * time.Second)})
+	}
+	idle, err := tb.Idle(30 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idle) != 1 || idle[0] != quiet {
+		t.Errorf("idle calls %v, want only the quiet one", idle)
+	}
+}

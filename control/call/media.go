@@ -1,0 +1,352 @@
+package call
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/sdes"
+)
+
+// Side is a leg of a call.
+type Side int
+
+const (
+	A Side = iota // the caller's leg (relayd is its UAS)
+	B             // the callee's leg (relayd is its UAC)
+)
+
+func (s Side) String() string {
+	if s == A {
+		return "a"
+	}
+	return "b"
+}
+
+// Other returns the other leg.
+func (s Side) Other() Side { return 1 - s }
+
+// ErrSRTPUnsupported: the call needs SRTP re-keyed between its legs and
+// the data plane cannot carry SRTP transforms yet (SIP 488).
+var ErrSRTPUnsupported = errors.New("SRTP between legs with different keys is not supported by the data plane")
+
+// End is one leg's end of a stream.
+type End struct {
+	Relay netip.Addr // relay media address on this leg
+	Port  uint16     // relay RTP port on this leg (RTCP is Port+1); 0 until allocated
+	// RTP and RTCP are the peer's addresses from its SDP; invalid while
+	// unknown or on hold with c=0.0.0.0.
+	RTP, RTCP netip.AddrPort
+	// Recv is the key the peer encrypts with (relayd decrypts), Send the
+	// key relayd encrypts with toward the peer. Both nil on a plain leg
+	// and when SRTP passes through end to end.
+	Recv, Send *sdes.Crypto
+}
+
+// Stream is one media stream (m= line) of a call.
+type Stream struct {
+	Index     int
+	Ends      [2]End // by Side
+	Mux       bool   // rtcp-mux on both legs: no RTCP flows
+	ClockRate uint32 // RTP clock rate of the main codec
+	Disabled  bool   // rejected or removed (port 0): no flows
+}
+
+// flowRec is a flow relayd installed for a call.
+type flowRec struct {
+	flow      dataplane.Flow
+	plane     dataplane.DataPlane
+	side      Side // the leg the packets arrive from
+	installed time.Time
+}
+
+// Media is the media of one call: its streams and their flows. Create it
+// with Table.NewMedia. Safe for concurrent use.
+type Media struct {
+	t *Table
+
+	mu      sync.Mutex // guards the following
+	streams []*Stream
+	flows   map[netip.AddrPort]*flowRec
+	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
+	closed  bool
+}
+
+// Ensure makes sure stream i exists (and the streams before it), with a
+// relay port pair on each leg on the given relay addresses (an invalid
+// address keeps the one set before). It fails with ErrNoPorts when the
+// range is exhausted.
+func (m *Media) Ensure(i int, relayA, relayB netip.Addr) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("media closed")
+	}
+	for len(m.streams) <= i {
+		m.streams = append(m.streams, &Stream{Index: len(m.streams), ClockRate: 8000})
+	}
+	st := m.streams[i]
+	for s, relay := range [2]netip.Addr{relayA, relayB} {
+		e := &st.Ends[s]
+		if relay.IsValid() {
+			// A new destination may be of the other family: the flows
+			// move with the next Sync.
+			e.Relay = relay
+		}
+		if e.Port == 0 {
+			p, err := m.t.allocPort()
+			if err != nil {
+				return err
+			}
+			e.Port = p
+		}
+	}
+	return nil
+}
+
+// Edit calls f with stream i (which must exist) under the media's lock;
+// call Sync after to apply the change to the flows.
+func (m *Media) Edit(i int, f func(st *Stream)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i >= 0 && i < len(m.streams) {
+		f(m.streams[i])
+	}
+}
+
+// Streams returns a copy of the streams.
+func (m *Media) Streams() []Stream {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Stream, len(m.streams))
+	for i, st := range m.streams {
+		out[i] = *st
+	}
+	return out
+}
+
+// want returns the flows the streams call for, by match.
+func (m *Media) want() (map[netip.AddrPort]wanted, error) {
+	out := make(map[netip.AddrPort]wanted)
+	for _, st := range m.streams {
+		if st.Disabled {
+			continue
+		}
+		for _, from := range []Side{A, B} {
+			in, out2 := &st.Ends[from], &st.Ends[from.Other()]
+			if in.Port == 0 || out2.Port == 0 || !out2.RTP.IsValid() {
+				continue // the destination is not known yet
+			}
+			dec, enc := in.Recv, out2.Send
+			rtp := dataplane.Flow{
+				Match:     netip.AddrPortFrom(in.Relay, in.Port),
+				SendFrom:  netip.AddrPortFrom(out2.Relay, out2.Port),
+				SendTo:    out2.RTP,
+				Action:    dataplane.Forward,
+				ClockRate: st.ClockRate,
+			}
+			if in.RTP.IsValid() {
+				// Only the signalled address may send (RTP Bleed); any
+				// port, for peers behind NAT.
+				rtp.ExpectSource = netip.AddrPortFrom(in.RTP.Addr(), 0)
+			}
+			out[rtp.Match] = wanted{rtp, from, dec, enc}
+			if st.Mux || !out2.RTCP.IsValid() {
+				continue
+			}
+			rtcp := rtp
+			rtcp.Match = netip.AddrPortFrom(in.Relay, in.Port+1)
+			rtcp.SendFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
+			rtcp.SendTo = out2.RTCP
+			rtcp.ClockRate = 0
+			if in.RTCP.IsValid() {
+				rtcp.ExpectSource = netip.AddrPortFrom(in.RTCP.Addr(), 0)
+			}
+			out[rtcp.Match] = wanted{rtcp, from, dec, enc}
+		}
+	}
+	return out, nil
+}
+
+type wanted struct {
+	flow     dataplane.Flow
+	side     Side
+	dec, enc *sdes.Crypto
+}
+
+// Sync makes the installed flows match the streams: flows whose two ends
+// are known are installed, changed ones updated in place (statistics
+// kept, no packet lost), and flows no stream calls for any more removed.
+// On error the flows stay as they were where the change failed.
+func (m *Media) Sync() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return errors.New("media closed")
+	}
+	want, err := m.want()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for match, rec := range m.flows {
+		if _, ok := want[match]; ok {
+			continue
+		}
+		st, err := rec.plane.Remove(match)
+		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove flow %s: %w", match, err))
+			continue
+		}
+		m.keepLast(rec, st)
+		delete(m.flows, match)
+	}
+	for _, match := range sortedKeys(want) {
+		w := want[match]
+		if w.dec != nil || w.enc != nil {
+			// TODO(srtp): set w.flow.Decrypt/Encrypt once dataplane.Flow
+			// carries SRTP transforms and install in userspace.
+			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
+			continue
+		}
+		plane := m.t.planeFor(w.flow)
+		if plane == nil {
+			errs = append(errs, fmt.Errorf("flow %s: no data plane", match))
+			continue
+		}
+		rec, ok := m.flows[match]
+		if ok && rec.plane == plane {
+			w.flow.ID = rec.flow.ID
+			if rec.flow == w.flow {
+				continue
+			}
+			if err := plane.Update(w.flow); err != nil {
+				errs = append(errs, fmt.Errorf("update flow %s: %w", match, err))
+				continue
+			}
+			rec.flow = w.flow
+			m.t.log.Debug("flow updated", zap.Stringer("match", match), zap.Stringer("send_to", w.flow.SendTo))
+			continue
+		}
+		if ok {
+			// Moving between data planes (SRTP on or off).
+			st, err := rec.plane.Remove(match)
+			if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
+				errs = append(errs, fmt.Errorf("move flow %s: %w", match, err))
+				continue
+			}
+			m.keepLast(rec, st)
+			w.flow.ID = rec.flow.ID
+			delete(m.flows, match)
+		} else {
+			w.flow.ID = m.t.flowID()
+		}
+		if err := plane.Install(w.flow); err != nil {
+			errs = append(errs, fmt.Errorf("install flow %s: %w", match, err))
+			continue
+		}
+		m.flows[match] = &flowRec{flow: w.flow, plane: plane, side: w.side, installed: m.t.now()}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys(m map[netip.AddrPort]wanted) []netip.AddrPort {
+	keys := make([]netip.AddrPort, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return keys
+}
+
+// keepLast keeps a removed flow's statistics for the call's totals.
+func (m *Media) keepLast(rec *flowRec, st dataplane.Stats) {
+	if m.last == nil {
+		m.last = make(map[netip.AddrPort]FlowStat)
+	}
+	prev := m.last[rec.flow.Match]
+	st.Add(prev.Stats)
+	m.last[rec.flow.Match] = FlowStat{Flow: rec.flow, Path: rec.plane.Path(), Side: rec.side, Stats: st}
+}
+
+// FlowStat is a call's flow with its statistics.
+type FlowStat struct {
+	Flow  dataplane.Flow
+	Path  dataplane.Path
+	Side  Side // the leg its packets arrive from
+	Stats dataplane.Stats
+}
+
+// Flows returns the installed flows with current statistics, sorted by
+// match.
+func (m *Media) Flows() []FlowStat {
+	m.mu.Lock()
+	recs := make([]*flowRec, 0, len(m.flows))
+	for _, r := range m.flows {
+		recs = append(recs, r)
+	}
+	m.mu.Unlock()
+	out := make([]FlowStat, 0, len(recs))
+	for _, r := range recs {
+		st, _ := r.plane.Stats(r.flow.Match)
+		out = append(out, FlowStat{Flow: r.flow, Path: r.plane.Path(), Side: r.side, Stats: st})
+	}
+	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
+	return out
+}
+
+// lastActivity returns the latest packet (or install) time over the
+// call's flows, and whether it has any flow.
+func (m *Media) lastActivity(seen map[netip.AddrPort]time.Time) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var last time.Time
+	for match, r := range m.flows {
+		t := r.installed
+		if s, ok := seen[match]; ok && s.After(t) {
+			t = s
+		}
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last, len(m.flows) > 0
+}
+
+// Close removes every flow, releases the ports and returns the final
+// statistics of every flow the call had. Calling it again returns nil.
+func (m *Media) Close() []FlowStat {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	for match, rec := range m.flows {
+		st, err := rec.plane.Remove(match)
+		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
+			m.t.log.Warn("remove flow at call end", zap.Stringer("match", match), zap.Error(err))
+		}
+		m.keepLast(rec, st)
+	}
+	m.flows = nil
+	for _, st := range m.streams {
+		for s := range st.Ends {
+			if p := st.Ends[s].Port; p != 0 {
+				m.t.ports.Release(p)
+			}
+		}
+	}
+	out := make([]FlowStat, 0, len(m.last))
+	for _, fs := range m.last {
+		out = append(out, fs)
+	}
+	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
+	return out
+}
