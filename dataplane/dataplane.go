@@ -89,7 +89,31 @@ type Flow struct {
 	// encrypted (both set: re-keyed between legs). Such a flow always runs
 	// in userspace.
 	Decrypt, Encrypt *SRTP
+	// Latch turns on symmetric RTP for endpoints behind NAT: the source is
+	// learned within the latch window from the flow's first packet, and
+	// then locked. RTP Bleed guard: when ExpectSource's address (the
+	// signalled one) is routable, only sources with that address are
+	// learned (any port); otherwise any source may be. Until locked the
+	// flow's packets are handled in userspace.
+	Latch bool
+	// Reverse, when valid, is the match of the flow that carries media
+	// back to this flow's source: its SendTo follows the learned source.
+	Reverse netip.AddrPort
 }
+
+// Routable reports whether a is a globally reachable unicast address: not
+// private (RFC 1918, RFC 4193), shared (RFC 6598), loopback, link-local or
+// unspecified. Latching trusts only a routable signalled address.
+func Routable(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || a.IsUnspecified() || a.IsLoopback() || a.IsPrivate() ||
+		a.IsLinkLocalUnicast() || a.IsMulticast() {
+		return false
+	}
+	return !cgnat.Contains(a)
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
 // SRTP is the keying of one direction of an SRTP flow.
 type SRTP struct {
