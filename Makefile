@@ -13,7 +13,7 @@ all: build
 
 # Debian packages the build, tests and demo use. Packages that ship daemons
 # must not start them: policy-rc.d refuses while we install.
-DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q
@@ -23,8 +23,10 @@ deps:
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
 NEED_BINS := ip ethtool tshark sipp clang-16 bpftool
+NEED_FILES := /usr/include/srtp2/srtp.h
 need:
-	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; break; }; done
+	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
+	for f in $(NEED_FILES); do test -e $$f || { $(MAKE) deps; exit 0; }; done
 
 # bpf2go with Debian's clang-16; the generated .go and .o are committed so
 # `go build` needs no clang.
