@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,7 @@ type Dataplane struct {
 	XDPMode          string   `toml:"xdp_mode"`          // native | generic; default native
 	Interfaces       []string `toml:"interfaces"`        // where XDP attaches; required in mode xdp
 	Workers          int      `toml:"workers"`           // userspace workers, 0 = one per online CPU
+	CPUs             []int    `toml:"cpus"`              // explicit CPUs, one worker pinned on each; overrides workers
 	EnableForwarding bool     `toml:"enable_forwarding"` // turn IP forwarding on for the interfaces; default false
 	PinPath          string   `toml:"pin_path"`          // bpffs directory; default /sys/fs/bpf/relayd
 	MaxFlows         int      `toml:"max_flows"`         // flow table size; default 65536
@@ -249,6 +251,16 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if d.Workers < 0 {
 		bad("dataplane.workers", "%d is negative (0 means one per online CPU)", d.Workers)
+	}
+	cpuSeen := make(map[int]bool)
+	for _, cpu := range d.CPUs {
+		switch {
+		case cpu < 0 || cpu >= runtime.NumCPU():
+			bad("dataplane.cpus", "CPU %d is not online (0-%d)", cpu, runtime.NumCPU()-1)
+		case cpuSeen[cpu]:
+			bad("dataplane.cpus", "CPU %d listed twice", cpu)
+		}
+		cpuSeen[cpu] = true
 	}
 	if d.PinPath == "" || !filepath.IsAbs(d.PinPath) {
 		bad("dataplane.pin_path", "%q is not an absolute path", d.PinPath)

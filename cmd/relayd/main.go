@@ -141,6 +141,7 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	var mgrRef atomic.Pointer[control.Manager]
 	pool, err := slowpath.New(slowpath.Config{
 		Workers:     cfg.Dataplane.Workers,
+		CPUs:        cfg.Dataplane.CPUs,
 		MaxFlows:    cfg.Dataplane.MaxFlows,
 		LatchWindow: cfg.Media.LatchDuration,
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
