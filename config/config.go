@@ -33,6 +33,12 @@ type Config struct {
 	Admin     Admin     `toml:"admin"`
 	Dataplane Dataplane `toml:"dataplane"`
 	Media     Media     `toml:"media"`
+
+	// The SIP B2BUA (control/sip); off without [sip] listen addresses.
+	SIP         SIP         `toml:"sip"`
+	Routes      []Route     `toml:"route"`
+	RouteServer RouteServer `toml:"route_server"`
+	CDR         CDR         `toml:"cdr"`
 }
 
 // Log is the [log] section.
@@ -302,6 +308,7 @@ func (c *Config) validate(lines map[string]int) error {
 	} else if m.LatchDuration < 0 {
 		bad("media.latch_window", "%s is negative", m.LatchWindow)
 	}
+	c.validateSIP(bad)
 	return errors.Join(errs...)
 }
 

@@ -93,7 +93,7 @@ func TestParseErrors(t *testing.T) {
 		msg  string // substring of the message
 	}{
 		{"unknown key", "[dataplane]\ninterfaces=[\"eth0\"]\nbogus = 1\n", "dataplane.bogus", 3, "unknown key"},
-		{"unknown section", "[sip]\nlisten = \"x\"\n", "sip", 1, "unknown key"},
+		{"unknown section", "[nosuch]\nlisten = \"x\"\n", "nosuch", 1, "unknown key"},
 		{"type string for int", "[dataplane]\nworkers = \"x\"\n", "dataplane.workers", 2, "want an integer"},
 		{"type string for array", "[dataplane]\ninterfaces = \"eth0\"\n", "dataplane.interfaces", 2, "want an array of strings"},
 		{"type int for table", "log = 3\n", "log", 1, "want a table"},

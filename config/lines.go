@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -14,18 +15,31 @@ func keyLines(data []byte) map[string]int {
 	var p unstable.Parser
 	p.Reset(data)
 	var table []string
+	// Array tables ([[route]]) also map "route[i]" and "route[i].key".
+	arrays := make(map[string]int)
+	indexed := ""
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
 			table, _ = keyOf(&p, e.Key())
+			indexed = ""
 			if len(table) > 0 {
-				set(lines, strings.Join(table, "."), e.Key(), &p)
+				name := strings.Join(table, ".")
+				set(lines, name, e.Key(), &p)
+				if e.Kind == unstable.ArrayTable {
+					indexed = name + "[" + strconv.Itoa(arrays[name]) + "]"
+					arrays[name]++
+					set(lines, indexed, e.Key(), &p)
+				}
 			}
 		case unstable.KeyValue:
 			k, _ := keyOf(&p, e.Key())
 			full := append(append([]string(nil), table...), k...)
 			set(lines, strings.Join(full, "."), e.Key(), &p)
+			if indexed != "" {
+				set(lines, indexed+"."+strings.Join(k, "."), e.Key(), &p)
+			}
 		}
 	}
 	return lines

@@ -1,0 +1,314 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// SIP is the [sip] section. Without listen addresses the B2BUA is off.
+// The string fields are what the file says; the fields below them are
+// filled in by validation (only when the B2BUA is on).
+type SIP struct {
+	// Listen lists "udp:ADDR:PORT" and "tcp:ADDR:PORT" (IPv6 as [addr]).
+	Listen []string `toml:"listen"`
+	// MaxCallDuration ends answered calls after this long; "0s" or unset:
+	// no limit.
+	MaxCallDuration string `toml:"max_call_duration"`
+	// RateLimit is the number of new INVITEs per second accepted from one
+	// source address (a burst of RateBurst); more get 503. 0: no limit.
+	RateLimit float64 `toml:"rate_limit"`
+	RateBurst int     `toml:"rate_burst"` // default 2 x rate_limit, at least 1
+	// MaxCalls bounds concurrent calls (503 beyond); 0: no limit.
+	MaxCalls int `toml:"max_calls"`
+	// RetryAfter is the Retry-After of 503s for exhausted ports, rate
+	// limits and max_calls; default "5s".
+	RetryAfter string `toml:"retry_after"`
+
+	Listeners       []Listener    `toml:"-"`
+	MaxDuration     time.Duration `toml:"-"`
+	RetryAfterDur   time.Duration `toml:"-"`
+	RateBurstParsed int           `toml:"-"`
+}
+
+// Listener is a parsed sip.listen entry.
+type Listener struct {
+	Network string // udp | tcp
+	Addr    netip.AddrPort
+}
+
+// Enabled reports whether the B2BUA runs.
+func (s *SIP) Enabled() bool { return len(s.Listen) > 0 }
+
+// Route is one [[route]] table.
+type Route struct {
+	Name           string   `toml:"name"`
+	Match          string   `toml:"match"`           // regular expression on the Request-URI user part
+	Destinations   []string `toml:"destinations"`    // SIP URIs, tried in order
+	Order          string   `toml:"order"`           // ordered (default) | random | weighted
+	Weights        []int    `toml:"weights"`         // with order = "weighted": one per destination
+	AttemptTimeout string   `toml:"attempt_timeout"` // default 2s
+	FailoverOn     []int    `toml:"failover_on"`     // default 404 408 480 500 502 503 603
+	SRTP           string   `toml:"srtp"`            // off (default) | offer | require, toward the destination
+	Codecs         []string `toml:"codecs"`          // allowed codecs; empty: all
+
+	Regexp                 *regexp.Regexp `toml:"-"`
+	AttemptTimeoutDuration time.Duration  `toml:"-"`
+}
+
+// DefaultFailoverOn are the final codes that make a route try its next
+// destination when failover_on is not set.
+var DefaultFailoverOn = []int{404, 408, 480, 500, 502, 503, 603}
+
+// RouteServer is the [route_server] section.
+type RouteServer struct {
+	URL     string `toml:"url"`     // http(s) URL; empty: no route server
+	Timeout string `toml:"timeout"` // default 1s
+
+	TimeoutDuration time.Duration `toml:"-"`
+}
+
+// CDR is the [cdr] section.
+type CDR struct {
+	Path          string `toml:"path"`           // JSON lines file; empty: no CDR file
+	PostURL       string `toml:"post_url"`       // POST each CDR here; empty: off
+	MaxSize       int64  `toml:"max_size"`       // rotate past this many bytes; default 100 MiB
+	Keep          int    `toml:"keep"`           // rotated files kept; default 10
+	FsyncInterval string `toml:"fsync_interval"` // default 1s
+	QueueSize     int    `toml:"queue_size"`     // CDRs waiting for post_url; default 10000
+
+	FsyncDuration time.Duration `toml:"-"`
+}
+
+// validateSIP checks [sip], [[route]], [route_server] and [cdr] and fills
+// in their parsed fields.
+func (c *Config) validateSIP(bad func(key, format string, args ...any)) {
+	s := &c.SIP
+	for _, l := range s.Listen {
+		ln, err := ParseListener(l)
+		if err != nil {
+			bad("sip.listen", "%v", err)
+			continue
+		}
+		s.Listeners = append(s.Listeners, ln)
+	}
+	if s.MaxCallDuration != "" {
+		d, err := time.ParseDuration(s.MaxCallDuration)
+		if err != nil || d < 0 {
+			bad("sip.max_call_duration", "%q is not a non-negative duration (like 2h)", s.MaxCallDuration)
+		}
+		s.MaxDuration = d
+	}
+	if s.RateLimit < 0 {
+		bad("sip.rate_limit", "%v is negative", s.RateLimit)
+	}
+	if s.RateBurst < 0 {
+		bad("sip.rate_burst", "%d is negative", s.RateBurst)
+	}
+	if s.MaxCalls < 0 {
+		bad("sip.max_calls", "%d is negative", s.MaxCalls)
+	}
+	if s.Enabled() {
+		s.RateBurstParsed = s.RateBurst
+		if s.RateBurstParsed == 0 {
+			s.RateBurstParsed = max(1, int(2*s.RateLimit))
+		}
+		ra := s.RetryAfter
+		if ra == "" {
+			ra = "5s"
+		}
+		d, err := time.ParseDuration(ra)
+		if err != nil || d < time.Second {
+			bad("sip.retry_after", "%q is not a duration of at least 1s", ra)
+		}
+		s.RetryAfterDur = d
+	} else if s.RetryAfter != "" {
+		if _, err := time.ParseDuration(s.RetryAfter); err != nil {
+			bad("sip.retry_after", "%q is not a duration", s.RetryAfter)
+		}
+	}
+
+	names := make(map[string]bool)
+	for i := range c.Routes {
+		r := &c.Routes[i]
+		key := func(k string) string { return fmt.Sprintf("route[%d].%s", i, k) }
+		if r.Name == "" {
+			bad(key("name"), "required")
+		} else if names[r.Name] {
+			bad(key("name"), "route %q defined twice", r.Name)
+		}
+		names[r.Name] = true
+		re, err := regexp.Compile(r.Match)
+		if err != nil {
+			bad(key("match"), "%q is not a regular expression: %v", r.Match, err)
+		}
+		r.Regexp = re
+		if len(r.Destinations) == 0 && c.RouteServer.URL == "" {
+			bad(key("destinations"), "need at least one destination (or a [route_server])")
+		}
+		for _, d := range r.Destinations {
+			if err := checkSIPURI(d); err != nil {
+				bad(key("destinations"), "%v", err)
+			}
+		}
+		switch r.Order {
+		case "":
+			r.Order = "ordered"
+		case "ordered", "random":
+		case "weighted":
+			if len(r.Weights) != len(r.Destinations) {
+				bad(key("weights"), "order weighted needs one weight per destination (%d, got %d)", len(r.Destinations), len(r.Weights))
+			}
+		default:
+			bad(key("order"), "%q is not one of ordered, random, weighted", r.Order)
+		}
+		for _, w := range r.Weights {
+			if w <= 0 {
+				bad(key("weights"), "weight %d is not positive", w)
+			}
+		}
+		if r.AttemptTimeout == "" {
+			r.AttemptTimeout = "2s"
+		}
+		if d, err := time.ParseDuration(r.AttemptTimeout); err != nil || d <= 0 {
+			bad(key("attempt_timeout"), "%q is not a positive duration (like 2s)", r.AttemptTimeout)
+		} else {
+			r.AttemptTimeoutDuration = d
+		}
+		if r.FailoverOn == nil {
+			r.FailoverOn = slices.Clone(DefaultFailoverOn)
+		}
+		for _, code := range r.FailoverOn {
+			if code < 300 || code > 699 {
+				bad(key("failover_on"), "%d is not a final failure code (300-699)", code)
+			}
+		}
+		switch r.SRTP {
+		case "":
+			r.SRTP = "off"
+		case "off", "offer", "require":
+		default:
+			bad(key("srtp"), "%q is not one of off, offer, require", r.SRTP)
+		}
+		for _, codec := range r.Codecs {
+			if codec == "" || strings.ContainsAny(codec, " /\t") {
+				bad(key("codecs"), "%q is not a codec name (like PCMU)", codec)
+			}
+		}
+	}
+
+	rs := &c.RouteServer
+	if rs.URL != "" {
+		if u, err := url.Parse(rs.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("route_server.url", "%q is not an http(s) URL", rs.URL)
+		}
+	}
+	to := rs.Timeout
+	if to == "" {
+		to = "1s"
+	}
+	if d, err := time.ParseDuration(to); err != nil || d <= 0 {
+		bad("route_server.timeout", "%q is not a positive duration", to)
+	} else if rs.URL != "" || rs.Timeout != "" {
+		rs.TimeoutDuration = d
+	}
+
+	cd := &c.CDR
+	if cd.Path != "" && !filepath.IsAbs(cd.Path) {
+		bad("cdr.path", "%q is not an absolute path", cd.Path)
+	}
+	if cd.PostURL != "" {
+		if u, err := url.Parse(cd.PostURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("cdr.post_url", "%q is not an http(s) URL", cd.PostURL)
+		}
+	}
+	if cd.MaxSize < 0 {
+		bad("cdr.max_size", "%d is negative", cd.MaxSize)
+	}
+	if cd.Keep < 0 {
+		bad("cdr.keep", "%d is negative", cd.Keep)
+	}
+	if cd.QueueSize < 0 {
+		bad("cdr.queue_size", "%d is negative", cd.QueueSize)
+	}
+	if cd.FsyncInterval != "" {
+		d, err := time.ParseDuration(cd.FsyncInterval)
+		if err != nil || d <= 0 {
+			bad("cdr.fsync_interval", "%q is not a positive duration", cd.FsyncInterval)
+		}
+		cd.FsyncDuration = d
+	}
+}
+
+// ParseListener parses "udp:ADDR:PORT" or "tcp:ADDR:PORT".
+func ParseListener(s string) (Listener, error) {
+	network, addr, ok := strings.Cut(s, ":")
+	if !ok || (network != "udp" && network != "tcp") {
+		return Listener{}, fmt.Errorf("%q: want udp:ADDR:PORT or tcp:ADDR:PORT", s)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return Listener{}, fmt.Errorf("%q: %q is not ADDR:PORT (IPv6 as [addr]:port)", s, addr)
+	}
+	if ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return Listener{}, fmt.Errorf("%q: need a non-zero port and no zone", s)
+	}
+	return Listener{Network: network, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}, nil
+}
+
+// checkSIPURI checks a destination: sip:HOST[:PORT][;transport=udp|tcp].
+func checkSIPURI(s string) error {
+	rest, ok := strings.CutPrefix(s, "sip:")
+	if !ok {
+		return fmt.Errorf("%q: want sip:HOST[:PORT][;transport=udp|tcp]", s)
+	}
+	hostport, params, _ := strings.Cut(rest, ";")
+	if _, hp, ok := strings.Cut(hostport, "@"); ok {
+		hostport = hp
+	}
+	if hostport == "" {
+		return fmt.Errorf("%q: no host", s)
+	}
+	if strings.HasPrefix(hostport, "[") || strings.Count(hostport, ":") == 1 {
+		h, p, err := splitHostPort(hostport)
+		if err != nil || h == "" {
+			return fmt.Errorf("%q: bad host:port", s)
+		}
+		if p != "" {
+			if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+				return fmt.Errorf("%q: port %q is not within 1-65535", s, p)
+			}
+		}
+	}
+	for _, kv := range strings.Split(params, ";") {
+		if v, ok := strings.CutPrefix(kv, "transport="); ok && v != "udp" && v != "tcp" {
+			return fmt.Errorf("%q: transport %q (want udp or tcp)", s, v)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(hp string) (host, port string, err error) {
+	if strings.HasPrefix(hp, "[") {
+		end := strings.Index(hp, "]")
+		if end < 0 {
+			return "", "", fmt.Errorf("missing ]")
+		}
+		host, rest := hp[1:end], hp[end+1:]
+		if rest == "" {
+			return host, "", nil
+		}
+		if !strings.HasPrefix(rest, ":") {
+			return "", "", fmt.Errorf("junk after ]")
+		}
+		return host, rest[1:], nil
+	}
+	h, p, _ := strings.Cut(hp, ":")
+	return h, p, nil
+}
