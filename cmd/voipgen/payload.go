@@ -18,26 +18,59 @@ type codec struct {
 	bytesPerMs int
 	// frameMs is the granularity ptime must be a multiple of.
 	frameMs int
+	// kbps is the bit rate of a variable-rate codec (opus), whose payload
+	// size voipgen derives from it; 0 for the fixed-rate ones.
+	kbps int
 }
 
 var codecs = map[string]codec{
 	"pcmu": {name: "pcmu", payloadType: 0, clockRate: 8000, bytesPerMs: 8, frameMs: 1},
 	"pcma": {name: "pcma", payloadType: 8, clockRate: 8000, bytesPerMs: 8, frameMs: 1},
 	"g729": {name: "g729", payloadType: 18, clockRate: 8000, bytesPerMs: 1, frameMs: 10},
+	// Opus (RFC 7587): dynamic payload type, 48 kHz RTP clock whatever the
+	// audio bandwidth, payload size from the bit rate (see opusFrame).
+	"opus": {name: "opus", payloadType: opusPT, clockRate: 48000, frameMs: 10, kbps: 32},
 }
+
+// opusPT is the dynamic payload type voipgen uses for Opus, as many phones
+// and WebRTC stacks do.
+const opusPT = 111
+
+// maxPtime bounds ptime for every codec (Opus packets carry at most 120 ms).
+const maxPtime = 120 * time.Millisecond
 
 func lookupCodec(name string, ptime time.Duration) (codec, error) {
 	c, ok := codecs[name]
 	if !ok {
-		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma or g729)", name)
+		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma, g729 or opus)", name)
 	}
-	if ptime <= 0 || ptime%(time.Duration(c.frameMs)*time.Millisecond) != 0 {
-		return codec{}, fmt.Errorf("ptime %v is not a positive multiple of %d ms for %s", ptime, c.frameMs, name)
+	if ptime <= 0 || ptime > maxPtime || ptime%(time.Duration(c.frameMs)*time.Millisecond) != 0 {
+		return codec{}, fmt.Errorf("ptime %v is not a multiple of %d ms up to %v for %s", ptime, c.frameMs, maxPtime, name)
 	}
 	return c, nil
 }
 
+// withKbps returns c with its bit rate set, for opus (6 to 510 kbit/s).
+func (c codec) withKbps(kbps int) (codec, error) {
+	if c.kbps == 0 {
+		return c, fmt.Errorf("codec %s has a fixed bit rate", c.name)
+	}
+	if kbps < 6 || kbps > 510 {
+		return c, fmt.Errorf("opus bit rate %d kbit/s: want 6 to 510", kbps)
+	}
+	c.kbps = kbps
+	return c, nil
+}
+
 func (c codec) payloadSize(ptime time.Duration) int {
+	if c.kbps != 0 {
+		// TOC byte, plus the frame count byte of a code 3 packet.
+		n := 1 + c.kbps*int(ptime/time.Millisecond)/8
+		if ptime > 20*time.Millisecond {
+			n++
+		}
+		return n
+	}
 	return int(ptime/time.Millisecond) * c.bytesPerMs
 }
 
@@ -98,10 +131,12 @@ func (s *stream) next() []byte {
 			p[i] = g711.EncodeAlaw(sine[s.phase>>22])
 			s.phase += s.phaseInc
 		}
-	default:
+	case 18:
 		for off := 0; off+10 <= len(p); off += 10 {
 			s.g729Frame(p[off : off+10])
 		}
+	default:
+		s.opusFrame(p)
 	}
 	s.hdr.Marker = false
 	s.hdr.SequenceNumber++
@@ -140,6 +175,45 @@ func (s *stream) g729Frame(f []byte) {
 	w.put(r>>54&0x7, 3)     // GA2
 	w.put(r>>57&0xf, 4)     // GB2
 	w.flush(f)
+}
+
+// opusFrame writes an Opus packet (RFC 6716 section 3.1): a TOC byte for
+// CELT-only fullband mono (config 30: 10 ms, 31: 20 ms), code 0 for one
+// frame; for ptimes over 20 ms code 3 with a constant-bitrate frame count
+// byte (frames of 20 ms, or 10 ms when ptime is not a multiple of 20). The
+// frame bytes are pseudo-random: the sizes are real, the audio is not.
+func (s *stream) opusFrame(p []byte) {
+	ms := int(s.tsStep / 48)
+	toc, frames := byte(31<<3), 0
+	switch {
+	case ms == 10:
+		toc = 30 << 3
+	case ms == 20:
+	case ms%20 == 0:
+		toc, frames = 31<<3|3, ms/20
+	default:
+		toc, frames = 30<<3|3, ms/10
+	}
+	p[0] = toc
+	body := p[1:]
+	if frames > 0 {
+		p[1] = byte(frames)
+		body = p[2:]
+	}
+	for i := 0; i < len(body); i += 8 {
+		r := s.rand()
+		for j := i; j < i+8 && j < len(body); j++ {
+			body[j] = byte(r)
+			r >>= 8
+		}
+	}
+}
+
+// restart makes the stream a new call's stream: new SSRC, sequence number
+// and timestamp, marker on the next packet.
+func (s *stream) restart(ssrc uint32, seq uint16, ts uint32) {
+	s.hdr.SSRC, s.hdr.SequenceNumber, s.hdr.Timestamp, s.hdr.Marker = ssrc, seq, ts, true
+	s.sent = 0
 }
 
 func (s *stream) rand() uint64 {

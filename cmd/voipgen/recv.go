@@ -10,12 +10,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/net/ipv4"
@@ -55,6 +53,10 @@ flags:
 `
 
 type recvConfig struct {
+	emodel           emodelOpts
+	direction        string // label of the direction received, for reports
+	progress         bool   // one-line live progress on stderr
+	allStreams       bool   // list every stream in the text report
 	addr             netip.Addr
 	portLo, portHi   int
 	duration, idle   time.Duration
@@ -97,11 +99,16 @@ func parseRecv(args []string, out io.Writer) (recvConfig, error) {
 	duration := fs.Duration("duration", 12*time.Second, "how long to receive")
 	idle := fs.Duration("idle", 0, "stop this long after the last packet once traffic started (0: never)")
 	js := fs.Bool("json", false, "print machine-readable JSON (schema above)")
-	rate := fs.Uint("clock-rate", 8000, "RTP clock rate of the streams, for jitter in ms")
+	rate := fs.Uint("clock-rate", 8000, "RTP clock rate of the streams, for jitter in ms (48000 for opus)")
+	dir := fs.String("direction", "", "name of the direction received, for the report (e.g. caller->callee)")
+	all := fs.Bool("all-streams", false, "list every stream in the text report (default: all up to 40, else the 10 worst)")
+	delay := fs.Float64("emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
+	noPLC := fs.Bool("no-plc", false, "E-model: the receiving phone has no packet loss concealment (G.711 Bpl 4.3, not 25.1)")
 	if err := fs.Parse(args); err != nil {
 		return recvConfig{}, err
 	}
-	cfg := recvConfig{duration: *duration, idle: *idle, json: *js, clockRate: uint32(*rate), batch: 64, maxSSRCsPerPort: 16}
+	cfg := recvConfig{duration: *duration, idle: *idle, json: *js, clockRate: uint32(*rate), batch: 64, maxSSRCsPerPort: 16,
+		direction: *dir, allStreams: *all, emodel: emodelOpts{delayMs: *delay, noPLC: *noPLC}, progress: isTerminal(stderrFd)}
 	var err error
 	if cfg.addr, cfg.portLo, cfg.portHi, err = parseListen(*listen); err != nil {
 		return cfg, err
@@ -126,6 +133,7 @@ func (r v6reader) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
 // it; only its goroutine touches them until run returns.
 type portReader struct {
 	port    int
+	local   netip.AddrPort // for reports when the receiver spans addresses
 	conn    *net.UDPConn
 	r       batchReader
 	msgs    []ipv4.Message
@@ -133,6 +141,9 @@ type portReader struct {
 	rtcp    uint64
 	other   uint64
 	last    *atomic.Int64
+	// received and lossRuns, when set, count RTP packets and loss periods
+	// as they happen, for the live progress line.
+	received, lossRuns *atomic.Uint64
 }
 
 const drainTime = 20 * time.Millisecond
@@ -141,6 +152,9 @@ type receiver struct {
 	cfg     recvConfig
 	readers []*portReader
 	last    atomic.Int64 // Unix ns of the newest batch, 0 before traffic
+
+	received, lossRuns atomic.Uint64 // for the progress line
+	start              time.Time
 }
 
 func newReceiver(cfg recvConfig) (*receiver, error) {
@@ -156,25 +170,35 @@ func newReceiver(cfg recvConfig) (*receiver, error) {
 			return nil, fmt.Errorf("listen on port %d: %w", p, err)
 		}
 		_ = c.SetReadBuffer(1 << 20)
-		pr := &portReader{port: p, conn: c, last: &rc.last}
-		if raw, err := c.SyscallConn(); err == nil && enableTimestamps(raw) == nil {
-			rc.cfg.timestampsKernel = true
-		}
-		if network == "udp4" {
-			pr.r = ipv4.NewPacketConn(c)
-		} else {
-			pr.r = v6reader{ipv6.NewPacketConn(c)}
-		}
-		pr.msgs = make([]ipv4.Message, cfg.batch)
-		for i := range pr.msgs {
-			pr.msgs[i].Buffers = [][]byte{make([]byte, 2048)}
-			if oobSize > 0 {
-				pr.msgs[i].OOB = make([]byte, oobSize)
-			}
-		}
+		pr, ts := newPortReader(c, p, cfg.batch, 2048, &rc.last)
+		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || ts
 		rc.readers = append(rc.readers, pr)
 	}
 	return rc, nil
+}
+
+// newPortReader returns the reader of socket c, bound to port, reading
+// batches of batch datagrams of up to bufSize bytes with kernel receive
+// timestamps when the system has them (ts reports whether it does).
+func newPortReader(c *net.UDPConn, port, batch, bufSize int, last *atomic.Int64) (pr *portReader, ts bool) {
+	pr = &portReader{port: port, conn: c, last: last}
+	if raw, err := c.SyscallConn(); err == nil && enableTimestamps(raw) == nil {
+		ts = true
+	}
+	if la, ok := c.LocalAddr().(*net.UDPAddr); ok && la.IP.To4() == nil {
+		pr.r = v6reader{ipv6.NewPacketConn(c)}
+	} else {
+		pr.r = ipv4.NewPacketConn(c)
+	}
+	pr.msgs = make([]ipv4.Message, batch)
+	bufs := make([]byte, batch*bufSize)
+	for i := range pr.msgs {
+		pr.msgs[i].Buffers = [][]byte{bufs[i*bufSize : (i+1)*bufSize : (i+1)*bufSize]}
+		if oobSize > 0 {
+			pr.msgs[i].OOB = make([]byte, oobSize)
+		}
+	}
+	return pr, ts
 }
 
 func (rc *receiver) close() {
@@ -196,6 +220,7 @@ func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
 		}
 		now := time.Now().UnixNano()
 		pr.last.Store(now)
+		var rtpN, runs uint64
 		for i := 0; i < n; i++ {
 			m := &pr.msgs[i]
 			b := m.Buffers[0][:m.N]
@@ -221,7 +246,16 @@ func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
 				pr.other++
 				continue
 			}
+			r0 := a.LossRuns
 			a.Update(&h, m.N, at)
+			rtpN++
+			runs += a.LossRuns - r0
+		}
+		if pr.received != nil {
+			pr.received.Add(rtpN)
+			if runs != 0 {
+				pr.lossRuns.Add(runs)
+			}
 		}
 	}
 }
@@ -245,8 +279,18 @@ func (pr *portReader) lookup(ssrc uint32, clockRate uint32, maxSSRCs int) *rtp.S
 func (rc *receiver) run(ctx context.Context) recvReport {
 	var wg sync.WaitGroup
 	start := time.Now()
+	rc.start = start
 	for _, pr := range rc.readers {
+		pr.received, pr.lossRuns = &rc.received, &rc.lossRuns
 		wg.Go(func() { pr.loop(rc.cfg.clockRate, rc.cfg.maxSSRCsPerPort) })
+	}
+	if rc.cfg.progress {
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		var pwg sync.WaitGroup
+		defer pwg.Wait()
+		defer stop()
+		pwg.Go(func() { rc.showProgress(pctx, os.Stderr) })
 	}
 	timer := time.NewTimer(rc.cfg.duration)
 	defer timer.Stop()
@@ -277,101 +321,6 @@ wait:
 	return rc.report(time.Since(start))
 }
 
-type streamReport struct {
-	Port         int     `json:"port"`
-	SSRC         uint32  `json:"ssrc"`
-	PayloadType  uint8   `json:"payload_type"`
-	Packets      uint64  `json:"packets"`
-	Bytes        uint64  `json:"bytes"`
-	Expected     uint32  `json:"expected"`
-	Lost         int64   `json:"lost"`
-	Duplicates   uint64  `json:"duplicates"`
-	Reordered    uint64  `json:"reordered"`
-	JitterMs     float64 `json:"jitter_ms"`
-	MaxGapMs     float64 `json:"max_gap_ms"`
-	FirstArrival string  `json:"first_arrival"`
-	LastArrival  string  `json:"last_arrival"`
-}
-
-type recvTotals struct {
-	Streams      int     `json:"streams"`
-	Packets      uint64  `json:"packets"`
-	Bytes        uint64  `json:"bytes"`
-	Expected     uint64  `json:"expected"`
-	Lost         int64   `json:"lost"`
-	Duplicates   uint64  `json:"duplicates"`
-	Reordered    uint64  `json:"reordered"`
-	MaxJitterMs  float64 `json:"max_jitter_ms"`
-	MeanJitterMs float64 `json:"mean_jitter_ms"`
-	MaxGapMs     float64 `json:"max_gap_ms"`
-	RTCPPackets  uint64  `json:"rtcp_packets"`
-	OtherPackets uint64  `json:"other_packets"`
-}
-
-type recvReport struct {
-	Listen  string         `json:"listen"`
-	Elapsed float64        `json:"elapsed_s"`
-	Streams []streamReport `json:"streams"`
-	Totals  recvTotals     `json:"totals"`
-}
-
-func (rc *receiver) report(elapsed time.Duration) recvReport {
-	r := recvReport{
-		Listen:  fmt.Sprintf("%s-%d", netip.AddrPortFrom(rc.cfg.addr, uint16(rc.cfg.portLo)), rc.cfg.portHi),
-		Elapsed: elapsed.Seconds(),
-		Streams: []streamReport{},
-	}
-	t := &r.Totals
-	for _, pr := range rc.readers {
-		t.RTCPPackets += pr.rtcp
-		t.OtherPackets += pr.other
-		for _, a := range pr.streams {
-			// Unique packets counted by RFC 3550 = Received - duplicates.
-			lost := max(a.Stats.Lost()+int64(a.Duplicates), 0)
-			s := streamReport{
-				Port: pr.port, SSRC: a.Stats.SSRC, PayloadType: a.PayloadType,
-				Packets: a.Packets, Bytes: a.Bytes, Expected: a.Stats.Expected(), Lost: lost,
-				Duplicates: a.Duplicates, Reordered: a.Reordered,
-				JitterMs: a.JitterMillis(), MaxGapMs: a.MaxGapMillis(),
-				FirstArrival: time.Unix(0, a.FirstArrival).UTC().Format(time.RFC3339Nano),
-				LastArrival:  time.Unix(0, a.LastArrival).UTC().Format(time.RFC3339Nano),
-			}
-			r.Streams = append(r.Streams, s)
-			t.Streams++
-			t.Packets += s.Packets
-			t.Bytes += s.Bytes
-			t.Expected += uint64(s.Expected)
-			t.Lost += s.Lost
-			t.Duplicates += s.Duplicates
-			t.Reordered += s.Reordered
-			t.MaxJitterMs = max(t.MaxJitterMs, s.JitterMs)
-			t.MeanJitterMs += s.JitterMs
-			t.MaxGapMs = max(t.MaxGapMs, s.MaxGapMs)
-		}
-	}
-	if t.Streams > 0 {
-		t.MeanJitterMs /= float64(t.Streams)
-	}
-	sort.Slice(r.Streams, func(i, j int) bool {
-		a, b := r.Streams[i], r.Streams[j]
-		return a.Port < b.Port || a.Port == b.Port && a.SSRC < b.SSRC
-	})
-	return r
-}
-
-func (r *recvReport) writeText(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "PORT\tSSRC\tPT\tPACKETS\tEXPECTED\tLOST\tDUP\tREORD\tJITTER_MS\tMAX_GAP_MS\t")
-	for _, s := range r.Streams {
-		fmt.Fprintf(tw, "%d\t%08x\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%.1f\t\n", s.Port, s.SSRC, s.PayloadType,
-			s.Packets, s.Expected, s.Lost, s.Duplicates, s.Reordered, s.JitterMs, s.MaxGapMs)
-	}
-	tw.Flush()
-	t := r.Totals
-	fmt.Fprintf(w, "total: %d streams, %d packets, %d expected, %d lost, %d duplicates, %d reordered; jitter mean %.3f ms max %.3f ms; max gap %.1f ms; %d RTCP, %d other packets; %.2f s\n",
-		t.Streams, t.Packets, t.Expected, t.Lost, t.Duplicates, t.Reordered, t.MeanJitterMs, t.MaxJitterMs, t.MaxGapMs, t.RTCPPackets, t.OtherPackets, r.Elapsed)
-}
-
 func runRecv(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseRecv(args, out)
 	if err != nil {
@@ -388,6 +337,6 @@ func runRecv(ctx context.Context, args []string, out io.Writer) error {
 	if cfg.json {
 		return json.NewEncoder(out).Encode(r)
 	}
-	r.writeText(out)
+	r.writeTextAll(out, cfg.allStreams)
 	return nil
 }

@@ -334,7 +334,9 @@ func (h *latencyHist) quantile(q float64) float64 {
 	return float64(h.max) / 1e3
 }
 
-func runSend(ctx context.Context, args []string, out io.Writer) error {
+// runSendBasic is voipgen send on systems without the generator of
+// gen_linux.go: one stream model, x/net batches.
+func runSendBasic(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseSend(args, out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -110,7 +110,7 @@ func TestParseErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dst", "nonsense"},
 		{"--dst", "127.0.0.1:65530", "--streams", "4"},
-		{"--dst", "127.0.0.1:4000", "--codec", "opus"},
+		{"--dst", "127.0.0.1:4000", "--codec", "speex"},
 		{"--dst", "127.0.0.1:4000", "--streams", "0"},
 		{"--dst", "127.0.0.1:4000", "--src", "::1"},
 		{"--dst", "127.0.0.1:4000", "--duration", "1ms"},

@@ -1,0 +1,780 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/rtp"
+	"github.com/relayd/relayd/slowpath/srtpflow"
+)
+
+// mmsghdr (struct mmsghdr) is declared in fwdbench_linux.go.
+
+// genStream is one channel of the model: the current call's RTP state and
+// its prebuilt packet. Only its thread touches it while sending.
+type genStream struct {
+	idx    int
+	offset time.Duration // within the ptime
+	st     *stream       // st.buf aliases frame[rtpOff:]
+	frame  []byte        // raw: IP + UDP + RTP (+ SRTP tag); else RTP (+ tag)
+	rtpOff int
+	rtpLen int // RTP header + payload, before SRTP
+	msg    mmsghdr
+	iov    unix.Iovec
+	sa4    unix.RawSockaddrInet4
+	sa6    unix.RawSockaddrInet6
+	fd     int // udp transport: the stream's socket
+
+	sum0 uint64 // raw: checksum of pseudo-header, ports and length
+
+	// RTCP, when enabled.
+	rtcpFrame []byte
+	rtcpMsg   mmsghdr
+	rtcpIov   unix.Iovec
+	rsa4      unix.RawSockaddrInet4
+	rsa6      unix.RawSockaddrInet6
+	rfd       int
+	rsum0     uint64
+	cname     string
+
+	start, end time.Duration // current call, from the run start; end 0: no end
+	active     bool
+	calls      int // calls started on this channel
+	octets     uint32
+	packets    uint32
+}
+
+// genThread is one sender thread and the streams it owns.
+type genThread struct {
+	id      int
+	streams []*genStream
+	slots   []genSlot
+	batch   []mmsghdr
+	fds     []int // per batch entry (udp transport)
+	fd      int   // raw or shared socket
+	enc     *srtpflow.Encrypter
+	rng     *rand.Rand
+
+	res  genThreadResult
+	late latencyHist
+}
+
+type genSlot struct {
+	lo, hi int           // streams[lo:hi]
+	off    time.Duration // deadline within the ptime: the first stream's offset
+}
+
+type genThreadResult struct {
+	packets, bytes, errors, rtcp, calls, srtpErrors uint64
+	cpu                                             time.Duration
+}
+
+// generator sends the streams of a genConfig.
+type generator struct {
+	cfg     genConfig
+	raw     bool
+	shared  bool
+	hdrLen  int // IP + UDP header bytes in each raw frame
+	streams []*genStream
+	threads []*genThread
+	conns   []*net.UDPConn // udp/shared sockets and --bidir receive sockets
+	rtcpCon []*net.UDPConn
+	rawFds  []int
+	recv    *receiver // with --bidir
+
+	sent atomic.Uint64 // packets, updated per cycle, for progress
+}
+
+var errNoAddr = errors.New("no source address")
+
+// routeSource returns the source address the kernel would use towards dst.
+func routeSource(dst netip.Addr) (netip.Addr, error) {
+	network := "udp4"
+	if !dst.Is4() {
+		network = "udp6"
+	}
+	c, err := net.DialUDP(network, nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, 9)))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("route to %s: %w", dst, err)
+	}
+	defer c.Close()
+	a := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
+	if !a.IsValid() || a.IsUnspecified() {
+		return a, errNoAddr
+	}
+	return a, nil
+}
+
+// rawSourcePort is the first source port of the raw transport when none is
+// given: it binds no socket, so it needs no free port.
+const rawSourcePort = 16384
+
+// newGenerator opens the sockets and builds every stream's packet. With
+// cfg.transport empty it picks raw as root, udp otherwise.
+func newGenerator(cfg genConfig) (_ *generator, err error) {
+	if cfg.transport == "" {
+		cfg.transport = "udp"
+		if os.Geteuid() == 0 {
+			cfg.transport = "raw"
+		}
+	}
+	g := &generator{cfg: cfg, raw: cfg.transport == "raw", shared: cfg.transport == "shared"}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	fam4 := cfg.dst.lo.Is4()
+	if g.raw {
+		if !g.cfg.src.lo.IsValid() {
+			a, err := routeSource(cfg.dst.lo)
+			if err != nil {
+				return nil, err
+			}
+			g.cfg.src.lo, g.cfg.src.n = a, 1
+		}
+		if g.cfg.src.port == 0 {
+			g.cfg.src.port = rawSourcePort
+		}
+		if err := g.cfg.validate(); err != nil {
+			return nil, err
+		}
+	}
+	cfg = g.cfg
+
+	var enc *srtpflow.Encrypter
+	tag := 0
+	if cfg.srtp != nil {
+		if enc, err = srtpflow.NewEncrypter(*cfg.srtp); err != nil {
+			return nil, err
+		}
+		tag = enc.RTPOverhead()
+	}
+	payload := cfg.codec.payloadSize(cfg.ptime)
+	rtpLen := rtp.HeaderSize + payload
+	ipHdr := 0
+	if g.raw {
+		ipHdr = 20 + 8
+		if !fam4 {
+			ipHdr = 40 + 8
+		}
+	}
+	g.hdrLen = ipHdr
+	var seed [16]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:]), binary.LittleEndian.Uint64(seed[8:])))
+
+	for i := range cfg.streams {
+		gs := &genStream{idx: i, fd: -1, rfd: -1}
+		gs.offset = time.Duration(int64(i) * int64(cfg.ptime) / int64(cfg.streams))
+		gs.frame = make([]byte, ipHdr+rtpLen+tag)
+		gs.rtpOff, gs.rtpLen = ipHdr, rtpLen
+		gs.st = newStream(cfg.codec, cfg.ptime, i, rng.Uint32(), uint16(rng.Uint32()), rng.Uint32())
+		gs.st.buf = gs.frame[ipHdr : ipHdr+rtpLen : ipHdr+rtpLen+tag]
+		src, dst := cfg.src.at(i), cfg.dst.at(i)
+		gs.cname = fmt.Sprintf("voipgen-%d@%s", i, src.Addr())
+		if g.raw {
+			gs.sum0 = buildHeaders(gs.frame[:ipHdr], src, dst, len(gs.frame)-ipHdr, cfg.dscp)
+		}
+		setSockaddr(&gs.msg, &gs.sa4, &gs.sa6, dst, g.raw)
+		gs.iov.Base = &gs.frame[0]
+		gs.iov.SetLen(len(gs.frame))
+		gs.msg.hdr.Iov = &gs.iov
+		gs.msg.hdr.Iovlen = 1
+		if cfg.rtcp {
+			rsrc, rdst := netip.AddrPortFrom(src.Addr(), src.Port()+1), netip.AddrPortFrom(dst.Addr(), dst.Port()+1)
+			if src.Port() == 0 {
+				rsrc = src
+			}
+			n := ipHdr + rtcpLen(gs.cname)
+			if enc != nil {
+				n += enc.RTCPOverhead()
+			}
+			gs.rtcpFrame = make([]byte, n)
+			if g.raw {
+				gs.rsum0 = buildHeaders(gs.rtcpFrame[:ipHdr], rsrc, rdst, n-ipHdr, cfg.dscp)
+			}
+			setSockaddr(&gs.rtcpMsg, &gs.rsa4, &gs.rsa6, rdst, g.raw)
+			gs.rtcpIov.Base = &gs.rtcpFrame[0]
+			gs.rtcpIov.SetLen(n)
+			gs.rtcpMsg.hdr.Iov = &gs.rtcpIov
+			gs.rtcpMsg.hdr.Iovlen = 1
+		}
+		g.streams = append(g.streams, gs)
+	}
+
+	// Threads: stream i belongs to thread i mod T.
+	for t := range min(cfg.threads, cfg.streams) {
+		th := &genThread{id: t, fd: -1, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
+		if t == 0 {
+			th.enc = enc
+		} else if cfg.srtp != nil {
+			if th.enc, err = srtpflow.NewEncrypter(*cfg.srtp); err != nil {
+				return nil, err
+			}
+		}
+		for i := t; i < cfg.streams; i += cfg.threads {
+			th.streams = append(th.streams, g.streams[i])
+		}
+		maxSlot := 0
+		for lo := 0; lo < len(th.streams); {
+			hi := lo + 1
+			for hi < len(th.streams) && th.streams[hi].offset < th.streams[lo].offset+cfg.slot {
+				hi++
+			}
+			th.slots = append(th.slots, genSlot{lo: lo, hi: hi, off: th.streams[lo].offset})
+			maxSlot = max(maxSlot, hi-lo)
+			lo = hi
+		}
+		n := maxSlot
+		if cfg.rtcp {
+			n *= 2
+		}
+		th.batch = make([]mmsghdr, n)
+		th.fds = make([]int, n)
+		g.threads = append(g.threads, th)
+	}
+
+	if err := g.openSockets(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// setSockaddr points m at the destination dst. A raw socket takes the
+// address with port 0.
+func setSockaddr(m *mmsghdr, sa4 *unix.RawSockaddrInet4, sa6 *unix.RawSockaddrInet6, dst netip.AddrPort, raw bool) {
+	port := dst.Port()
+	if raw {
+		port = 0
+	}
+	if dst.Addr().Is4() {
+		sa4.Family = unix.AF_INET
+		sa4.Addr = dst.Addr().As4()
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], port)
+		m.hdr.Name = (*byte)(unsafe.Pointer(sa4))
+		m.hdr.Namelen = unix.SizeofSockaddrInet4
+		return
+	}
+	sa6.Family = unix.AF_INET6
+	sa6.Addr = dst.Addr().As16()
+	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa6.Port))[:], port)
+	m.hdr.Name = (*byte)(unsafe.Pointer(sa6))
+	m.hdr.Namelen = unix.SizeofSockaddrInet6
+}
+
+// buildHeaders writes the IPv4 or IPv6 header and the UDP header for a UDP
+// payload of n bytes into h and returns the one's complement sum of the
+// pseudo-header and UDP header (checksum field 0), to which the payload is
+// added per packet.
+func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
+	udpLen := 8 + n
+	var sum uint64
+	var u []byte
+	if src.Addr().Is4() {
+		h[0] = 0x45
+		h[1] = byte(dscp << 2)
+		binary.BigEndian.PutUint16(h[2:], uint16(20+udpLen))
+		binary.BigEndian.PutUint16(h[4:], 0)      // ID: the kernel fills it in
+		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
+		h[8] = 64
+		h[9] = unix.IPPROTO_UDP
+		s, d := src.Addr().As4(), dst.Addr().As4()
+		copy(h[12:], s[:])
+		copy(h[16:], d[:])
+		sum = csum(sum, h[12:20])
+		u = h[20:28]
+	} else {
+		binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(dscp)<<22)
+		binary.BigEndian.PutUint16(h[4:], uint16(udpLen))
+		h[6] = unix.IPPROTO_UDP
+		h[7] = 64
+		s, d := src.Addr().As16(), dst.Addr().As16()
+		copy(h[8:], s[:])
+		copy(h[24:], d[:])
+		sum = csum(sum, h[8:40])
+		u = h[40:48]
+	}
+	sum += unix.IPPROTO_UDP + uint64(udpLen)
+	binary.BigEndian.PutUint16(u[0:], src.Port())
+	binary.BigEndian.PutUint16(u[2:], dst.Port())
+	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
+	binary.BigEndian.PutUint16(u[6:], 0)
+	return csum(sum, u)
+}
+
+// csum adds b to the one's complement sum (unfolded) and returns it.
+func csum(sum uint64, b []byte) uint64 {
+	for len(b) >= 8 {
+		v := binary.BigEndian.Uint64(b)
+		sum += v >> 32
+		sum += v & 0xffffffff
+		b = b[8:]
+	}
+	for len(b) >= 2 {
+		sum += uint64(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint64(b[0]) << 8
+	}
+	return sum
+}
+
+// fold finishes a checksum: 0 becomes 0xffff (RFC 768).
+func fold(sum uint64) uint16 {
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	c := ^uint16(sum)
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
+}
+
+func (g *generator) openSockets() error {
+	cfg := &g.cfg
+	fam4 := cfg.dst.lo.Is4()
+	network := "udp4"
+	if !fam4 {
+		network = "udp6"
+	}
+	if g.raw {
+		for _, th := range g.threads {
+			fd, err := openRaw(fam4)
+			if err != nil {
+				return err
+			}
+			g.rawFds = append(g.rawFds, fd)
+			th.fd = fd
+		}
+	}
+	listen := func(ap netip.AddrPort) (*net.UDPConn, int, error) {
+		la := &net.UDPAddr{Port: int(ap.Port())}
+		if ap.Addr().IsValid() {
+			la.IP = ap.Addr().AsSlice()
+		}
+		c, err := net.ListenUDP(network, la)
+		if err != nil {
+			return nil, -1, err
+		}
+		fd := -1
+		if rc, err := c.SyscallConn(); err == nil {
+			rc.Control(func(f uintptr) {
+				fd = int(f)
+				if fam4 {
+					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, cfg.dscp<<2)
+				} else {
+					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, cfg.dscp<<2)
+				}
+				_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
+			})
+		}
+		return c, fd, nil
+	}
+	if g.shared {
+		for _, th := range g.threads {
+			c, fd, err := listen(netip.AddrPortFrom(cfg.src.lo, 0))
+			if err != nil {
+				return fmt.Errorf("open socket: %w", err)
+			}
+			g.conns = append(g.conns, c)
+			th.fd = fd
+		}
+		return nil
+	}
+	if g.raw && !cfg.bidir {
+		return nil
+	}
+	// A socket per stream: udp transport sends through it; with --bidir it
+	// receives the peer's stream (and RTCP on port+1).
+	for _, gs := range g.streams {
+		src := cfg.src.at(gs.idx)
+		c, fd, err := listen(src)
+		if err != nil {
+			return fmt.Errorf("open socket for stream %d on %s: %w", gs.idx, src, err)
+		}
+		g.conns = append(g.conns, c)
+		if !g.raw {
+			gs.fd = fd
+		}
+		if cfg.rtcp && (src.Port() != 0 || !g.raw) {
+			rsrc := src
+			if src.Port() != 0 {
+				rsrc = netip.AddrPortFrom(src.Addr(), src.Port()+1)
+			}
+			rc, rfd, err := listen(rsrc)
+			if err != nil {
+				return fmt.Errorf("open RTCP socket for stream %d on %s: %w", gs.idx, rsrc, err)
+			}
+			g.rtcpCon = append(g.rtcpCon, rc)
+			if !g.raw {
+				gs.rfd = rfd
+			}
+		}
+	}
+	return nil
+}
+
+func openRaw(fam4 bool) (int, error) {
+	af := unix.AF_INET
+	if !fam4 {
+		af = unix.AF_INET6
+	}
+	// IPPROTO_RAW implies IP_HDRINCL (and IPV6_HDRINCL since Linux 4.5).
+	fd, err := unix.Socket(af, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return -1, fmt.Errorf("raw socket (needs CAP_NET_RAW; try --transport udp): %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 4<<20); err != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4<<20)
+	}
+	return fd, nil
+}
+
+func (g *generator) close() error {
+	var errs []error
+	for _, c := range g.conns {
+		errs = append(errs, c.Close())
+	}
+	for _, c := range g.rtcpCon {
+		errs = append(errs, c.Close())
+	}
+	for _, fd := range g.rawFds {
+		errs = append(errs, unix.Close(fd))
+	}
+	g.conns, g.rtcpCon, g.rawFds = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// monoNow returns CLOCK_MONOTONIC in nanoseconds.
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// sleepUntil sleeps until CLOCK_MONOTONIC reaches t (ns): an absolute
+// deadline, so oversleeping once does not shift later deadlines.
+func sleepUntil(t int64) {
+	ts := unix.NsecToTimespec(t)
+	for {
+		err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// genResult is what voipgen send reports about sending.
+type genResult struct {
+	Packets    uint64  `json:"packets"`
+	Bytes      uint64  `json:"bytes"` // UDP payload bytes
+	Errors     uint64  `json:"errors"`
+	RTCP       uint64  `json:"rtcp_packets"`
+	Calls      uint64  `json:"calls"` // calls started
+	Elapsed    float64 `json:"elapsed_s"`
+	PPS        float64 `json:"pps"`
+	LateP50us  float64 `json:"late_p50_us"`
+	LateP99us  float64 `json:"late_p99_us"`
+	LateMaxus  float64 `json:"late_max_us"`
+	CPUs       float64 `json:"sender_cpu_s"` // CPU time of the sender threads
+	CPUPerPkUs float64 `json:"sender_cpu_per_packet_us"`
+	Transport  string  `json:"transport"`
+	Threads    int     `json:"threads"`
+}
+
+// run sends until the duration has passed or ctx is done.
+func (g *generator) run(ctx context.Context) genResult {
+	start := monoNow() + int64(20*time.Millisecond)
+	wall := time.Now()
+	var wg sync.WaitGroup
+	for _, th := range g.threads {
+		wg.Go(func() { g.runThread(ctx, th, start) })
+	}
+	wg.Wait()
+	res := genResult{Elapsed: time.Since(wall).Seconds() - 0.02, Transport: g.cfg.transport, Threads: len(g.threads)}
+	var late latencyHist
+	var cpu time.Duration
+	for _, th := range g.threads {
+		r := th.res
+		res.Packets += r.packets
+		res.Bytes += r.bytes
+		res.Errors += r.errors + r.srtpErrors
+		res.RTCP += r.rtcp
+		res.Calls += r.calls
+		cpu += r.cpu
+		late.merge(&th.late)
+	}
+	if res.Elapsed > 0 {
+		res.PPS = float64(res.Packets) / res.Elapsed
+	}
+	res.LateP50us = late.quantile(0.5)
+	res.LateP99us = late.quantile(0.99)
+	res.LateMaxus = float64(late.max) / 1e3
+	res.CPUs = cpu.Seconds()
+	if res.Packets > 0 {
+		res.CPUPerPkUs = cpu.Seconds() * 1e6 / float64(res.Packets+res.RTCP)
+	}
+	return res
+}
+
+func (h *latencyHist) merge(o *latencyHist) {
+	for i, c := range o.buckets {
+		h.buckets[i] += c
+	}
+	h.total += o.total
+	h.max = max(h.max, o.max)
+}
+
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}
+
+func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if g.cfg.pin && runtime.NumCPU() > 1 {
+		var set unix.CPUSet
+		set.Set(th.id % runtime.NumCPU())
+		_ = unix.SchedSetaffinity(0, &set)
+	}
+	// The default timer slack of 50 us would add to every wake-up.
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	cpu0 := threadCPU()
+	cycles := int(g.cfg.duration / g.cfg.ptime)
+	for cycle := range cycles {
+		if ctx.Err() != nil {
+			break
+		}
+		base := time.Duration(cycle) * g.cfg.ptime
+		var sent uint64
+		for k := range th.slots {
+			sent += g.sendSlot(th, start, base, &th.slots[k])
+		}
+		g.sent.Add(sent)
+	}
+	th.res.cpu = threadCPU() - cpu0
+}
+
+// sendSlot sleeps until the slot's deadline in the cycle starting at base,
+// builds the packets of its active streams and sends them. It returns the
+// number of RTP packets sent. It does not allocate (once each stream's
+// SSRC is known to the SRTP context).
+func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl *genSlot) uint64 {
+	deadline := start + int64(base+sl.off)
+	sleepUntil(deadline)
+	n := 0
+	for _, gs := range th.streams[sl.lo:sl.hi] {
+		t := base + gs.offset
+		if !g.advanceCall(th, gs, t) {
+			continue
+		}
+		if !g.buildRTP(th, gs) {
+			continue
+		}
+		th.batch[n], th.fds[n] = gs.msg, gs.fd
+		n++
+		if gs.rtcpFrame != nil && g.rtcpDue(gs) && g.buildRTCP(th, gs) {
+			th.batch[n], th.fds[n] = gs.rtcpMsg, gs.rfd
+			n++
+		}
+	}
+	th.late.add(time.Duration(monoNow()-deadline), n)
+	if n == 0 {
+		return 0
+	}
+	return g.flush(th, th.batch[:n], th.fds[:n])
+}
+
+// advanceCall starts and ends the calls of gs's channel at time t and
+// reports whether a call is active.
+func (g *generator) advanceCall(th *genThread, gs *genStream, t time.Duration) bool {
+	if !gs.active {
+		if gs.start == 0 && g.cfg.rate > 0 {
+			gs.start = time.Duration(float64(gs.idx) / g.cfg.rate * float64(time.Second))
+			if gs.start == 0 {
+				gs.start = -1 // stream 0: at once
+			}
+		}
+		if t < gs.start {
+			return false
+		}
+		g.newCall(th, gs, t)
+		return true
+	}
+	if gs.end > 0 && t >= gs.end {
+		g.newCall(th, gs, t)
+	}
+	return true
+}
+
+func (g *generator) newCall(th *genThread, gs *genStream, t time.Duration) {
+	if gs.calls > 0 {
+		// A fresh call: new SSRC, sequence number and timestamp. The
+		// first call of each channel keeps those chosen at setup.
+		r := th.rng.Uint64()
+		gs.st.restart(uint32(r), uint16(r>>32), th.rng.Uint32())
+	}
+	gs.active = true
+	gs.calls++
+	gs.packets, gs.octets = 0, 0
+	th.res.calls++
+	gs.end = 0
+	if d := g.cfg.callDur; d > 0 {
+		if g.cfg.callDurExp {
+			d = time.Duration(th.rng.ExpFloat64() * float64(d))
+		}
+		gs.end = t + max(d, g.cfg.ptime)
+	}
+}
+
+// buildRTP writes the stream's next packet into its frame.
+func (g *generator) buildRTP(th *genThread, gs *genStream) bool {
+	gs.st.next()
+	n := gs.rtpLen
+	if th.enc != nil {
+		out, err := th.enc.EncryptRTP(gs.st.buf[:0], gs.st.buf)
+		if err != nil {
+			th.res.srtpErrors++
+			return false
+		}
+		n = len(out)
+	}
+	gs.packets++
+	gs.octets += uint32(gs.rtpLen - rtp.HeaderSize)
+	if g.raw {
+		setUDPChecksum(gs.frame, gs.rtpOff, n, gs.sum0)
+	}
+	return true
+}
+
+// setUDPChecksum writes the UDP checksum of the payload frame[off:off+n].
+func setUDPChecksum(frame []byte, off, n int, sum0 uint64) {
+	binary.BigEndian.PutUint16(frame[off-2:], fold(csum(sum0, frame[off:off+n])))
+}
+
+func (g *generator) rtcpDue(gs *genStream) bool {
+	every := uint32(rtcpInterval / g.cfg.ptime)
+	return every > 0 && (gs.packets+every/2)%every == 0
+}
+
+// rtcpLen is the length of voipgen's compound RTCP packet: an SR without
+// report blocks and an SDES chunk with the CNAME.
+func rtcpLen(cname string) int {
+	return 28 + (8+2+len(cname)+1+3)/4*4
+}
+
+// buildRTCP writes an SR and an SDES CNAME for gs's current call.
+func (g *generator) buildRTCP(th *genThread, gs *genStream) bool {
+	off := len(gs.rtcpFrame) - rtcpLen(gs.cname)
+	if th.enc != nil {
+		off -= th.enc.RTCPOverhead()
+	}
+	b := gs.rtcpFrame[off : off+rtcpLen(gs.cname)]
+	ssrc := gs.st.hdr.SSRC
+	h := rtp.RTCPHeader{Type: rtp.TypeSenderReport, Length: 6, SSRC: ssrc}
+	h.MarshalTo(b)
+	now := time.Now()
+	si := rtp.SenderInfo{NTPTime: ntpTime(now), RTPTime: gs.st.hdr.Timestamp - gs.st.tsStep,
+		PacketCount: gs.packets, OctetCount: gs.octets}
+	si.MarshalTo(b[8:])
+	s := b[28:]
+	sh := rtp.RTCPHeader{Count: 1, Type: rtp.TypeSDES, Length: uint16(len(s)/4 - 1), SSRC: ssrc}
+	sh.MarshalTo(s)
+	s[8], s[9] = 1, byte(len(gs.cname)) // CNAME
+	copy(s[10:], gs.cname)
+	clear(s[10+len(gs.cname):])
+	n := len(b)
+	if th.enc != nil {
+		out, err := th.enc.EncryptRTCP(b[:0], b)
+		if err != nil {
+			th.res.srtpErrors++
+			return false
+		}
+		n = len(out)
+	}
+	if g.raw {
+		setUDPChecksum(gs.rtcpFrame, off, n, gs.rsum0)
+	}
+	th.res.rtcp++
+	return true
+}
+
+// ntpTime converts t to a 64-bit NTP timestamp.
+func ntpTime(t time.Time) uint64 {
+	const ntpEpochOffset = 2208988800
+	s := uint64(t.Unix() + ntpEpochOffset)
+	f := uint64(t.Nanosecond()) << 32 / 1e9
+	return s<<32 | f
+}
+
+// flush sends a slot's batch: one sendmmsg on the raw or shared socket,
+// else one per message on each stream's socket. A message that fails is
+// counted and skipped.
+func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int) uint64 {
+	var rtpSent uint64
+	count := func(ms []mmsghdr) {
+		for i := range ms {
+			th.res.packets++
+			th.res.bytes += uint64(int(ms[i].n) - g.hdrLen)
+		}
+	}
+	if th.fd >= 0 {
+		for len(ms) > 0 {
+			n, err := sendmmsg(th.fd, ms)
+			count(ms[:n])
+			rtpSent += uint64(n)
+			ms = ms[n:]
+			if err != nil && len(ms) > 0 {
+				th.res.errors++
+				ms = ms[1:]
+			}
+		}
+	} else {
+		for i := range ms {
+			n, _ := sendmmsg(fds[i], ms[i:i+1])
+			if n == 1 {
+				count(ms[i : i+1])
+				rtpSent++
+			} else {
+				th.res.errors++
+			}
+		}
+	}
+	return rtpSent
+}
+
+// sendmmsg sends ms on fd and returns how many were sent; err is set when
+// fewer than all were.
+func sendmmsg(fd int, ms []mmsghdr) (int, error) {
+	r, _, errno := syscall.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&ms[0])), uintptr(len(ms)), 0, 0, 0)
+	n := int(r)
+	if errno != 0 {
+		return 0, errno
+	}
+	if n < len(ms) {
+		return n, errNothingSent
+	}
+	return n, nil
+}

@@ -1,0 +1,376 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/relayd/relayd/sdes"
+	"github.com/relayd/relayd/slowpath/srtpflow"
+)
+
+// endpoints is a range of addresses and ports: stream i uses address
+// addrs[i mod n] and port port+2*(i/n), so with one address stream i uses
+// PORT+2i (DESIGN.md section 4) and every stream has its own 5-tuple.
+type endpoints struct {
+	lo   netip.Addr // first address; invalid: any (the kernel chooses)
+	n    int        // number of consecutive addresses from lo, >= 1
+	port int        // of stream 0; 0: ephemeral (only for sources)
+}
+
+// parseEndpoints parses ADDR[:PORT], ADDR-ADDR[:PORT] or [V6ADDR-V6ADDR]:PORT.
+// needPort requires the port.
+func parseEndpoints(s string, needPort bool) (endpoints, error) {
+	var e endpoints
+	host, port := s, ""
+	switch {
+	case strings.HasPrefix(s, "["):
+		i := strings.Index(s, "]")
+		if i < 0 {
+			return e, fmt.Errorf("%q: missing ]", s)
+		}
+		host, port = s[1:i], strings.TrimPrefix(s[i+1:], ":")
+		if port == "" && len(s) > i+1 {
+			return e, fmt.Errorf("%q: want [ADDR]:PORT", s)
+		}
+	case strings.Count(s, ":") == 1:
+		host, port, _ = strings.Cut(s, ":")
+	}
+	if port == "" && needPort {
+		return e, fmt.Errorf("%q: want ADDR:PORT", s)
+	}
+	if port != "" {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			return e, fmt.Errorf("%q: bad port %q", s, port)
+		}
+		e.port = p
+	}
+	a, b, isRange := strings.Cut(host, "-")
+	lo, err := netip.ParseAddr(a)
+	if err != nil {
+		return e, fmt.Errorf("%q: %w", s, err)
+	}
+	e.lo, e.n = lo.Unmap(), 1
+	if isRange {
+		hi, err := netip.ParseAddr(b)
+		if err != nil {
+			return e, fmt.Errorf("%q: %w", s, err)
+		}
+		hi = hi.Unmap()
+		if hi.Is4() != e.lo.Is4() || hi.Less(e.lo) {
+			return e, fmt.Errorf("%q: bad address range", s)
+		}
+		n := 1
+		for x := e.lo; x != hi; x = x.Next() {
+			if n++; n > 1<<16 {
+				return e, fmt.Errorf("%q: more than 65536 addresses", s)
+			}
+		}
+		e.n = n
+	}
+	return e, nil
+}
+
+// at returns the endpoint of stream i (port 0 when ephemeral).
+func (e endpoints) at(i int) netip.AddrPort {
+	a := e.lo
+	for k := i % e.n; k > 0; k-- {
+		a = a.Next()
+	}
+	port := 0
+	if e.port != 0 {
+		port = e.port + 2*(i/e.n)
+	}
+	return netip.AddrPortFrom(a, uint16(port))
+}
+
+// lastPort is the port stream streams-1 uses (+1 for its RTCP).
+func (e endpoints) lastPort(streams int) int { return e.port + 2*((streams-1)/e.n) }
+
+func (e endpoints) String() string {
+	if !e.lo.IsValid() {
+		return "*"
+	}
+	h := e.lo.String()
+	if e.n > 1 {
+		h += "-" + e.at(e.n-1).Addr().String()
+	}
+	if e.lo.Is6() {
+		h = "[" + h + "]"
+	}
+	if e.port == 0 {
+		return h
+	}
+	return fmt.Sprintf("%s:%d", h, e.port)
+}
+
+// genConfig is the sending model of voipgen send and of each side of
+// voipgen call/answer: streams concurrent calls (one stream each way, this
+// process sends one direction), each of callDur (fixed or exponential with
+// that mean, 0 = the whole run) starting at rate calls per second, a
+// channel whose call ends starting the next call at once on the same
+// 5-tuple with a new SSRC.
+type genConfig struct {
+	dst, src   endpoints
+	streams    int
+	codec      codec
+	ptime      time.Duration
+	duration   time.Duration
+	callDur    time.Duration
+	callDurExp bool
+	rate       float64 // calls per second during the ramp; 0: all at once
+	bidir      bool    // receive and analyse the peer's stream on each source socket
+	rtcp       bool    // RTCP SR + SDES every 5 s to port+1
+	srtp       *srtpflow.Config
+	threads    int
+	transport  string        // "udp", "shared" or "raw"
+	slot       time.Duration // width of a sending time slot
+	dscp       int
+	pin        bool // pin sender threads to CPUs
+	json       bool
+	progress   bool // live one-line progress on stderr
+	grace      time.Duration
+	emodel     emodelOpts
+}
+
+const sendUsage = `usage: voipgen send --dst ADDR[-ADDR]:PORT [flags]
+
+Sends the RTP of --streams concurrent calls, one stream per call from this
+side. Stream i goes to address i mod n of --dst and port PORT+2*(i/n), from
+the same position in --src: every call has its own 5-tuple. Calls start at
+--rate per second (a ramp; 0: all at once) and last --call-duration (fixed,
+or exponential with that mean with --call-duration-dist exp; 0: the whole
+run); a call that ends is followed at once by a new call on its channel
+(new SSRC, sequence number and timestamp, marker bit).
+
+Pacing: the streams are staggered evenly across the ptime; streams whose
+offsets fall into the same --slot leave in one sendmmsg at an absolute
+deadline (clock_nanosleep TIMER_ABSTIME), so lateness never accumulates.
+--threads sender threads, each pinned to its own CPU, take every T-th
+stream. Transports: raw (default as root: one raw socket per thread builds
+IP and UDP headers, so one sendmmsg carries every 5-tuple of a slot), udp
+(one UDP socket per stream: one sendmmsg per packet), shared (one UDP socket
+per thread, every stream from the same source port).
+
+--bidir makes each source socket also receive the peer's stream (symmetric
+RTP, as phones do; run a second voipgen send --bidir on the other side with
+--src and --dst swapped) and report it like voipgen recv.
+
+--json prints {"config", "load", "result", "recv"}; without it the derived
+load is printed before sending, then a summary.
+
+flags:
+`
+
+func parseGen(args []string, out io.Writer) (genConfig, error) {
+	fs := flag.NewFlagSet("send", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, sendUsage); fs.PrintDefaults() }
+	cfg := genConfig{}
+	dst := fs.String("dst", "", "destination ADDR[-ADDR]:PORT of the streams (required)")
+	src := fs.String("src", "", "source ADDR[-ADDR][:PORT] (default: the route's source, ephemeral ports; raw: port 16384)")
+	srcPort := fs.Int("src-port", 0, "source port of stream 0, stream i uses +2i (same as --src ADDR:PORT)")
+	fs.IntVar(&cfg.streams, "streams", 1, "concurrent calls (streams sent by this side)")
+	calls := fs.Int("calls", 0, "same as --streams")
+	codecName := fs.String("codec", "pcmu", "pcmu | pcma | g729 | opus")
+	kbps := fs.Int("opus-kbps", 32, "opus bit rate, sets the packet size")
+	fs.DurationVar(&cfg.ptime, "ptime", 20*time.Millisecond, "packetization time")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to send")
+	fs.DurationVar(&cfg.callDur, "call-duration", 0, "duration of each call (0: the whole run)")
+	dist := fs.String("call-duration-dist", "fixed", "fixed | exp (exponential with --call-duration as mean)")
+	fs.Float64Var(&cfg.rate, "rate", 0, "call arrival rate during the ramp, calls per second (0: all at once)")
+	fs.BoolVar(&cfg.bidir, "bidir", false, "also receive and analyse the peer's streams on the source sockets")
+	fs.BoolVar(&cfg.rtcp, "rtcp", false, "send RTCP sender reports (SR + SDES) every 5 s to port+1")
+	srtpSuite := fs.String("srtp-suite", "", "SRTP suite, e.g. AES_CM_128_HMAC_SHA1_80 or AEAD_AES_128_GCM (default: plain RTP)")
+	srtpKey := fs.String("srtp-key", "", "SRTP master key||salt, base64 (with --srtp-suite)")
+	fs.IntVar(&cfg.threads, "threads", 1, "sender threads")
+	fs.StringVar(&cfg.transport, "transport", "", "raw | udp | shared (default: raw as root, else udp)")
+	shared := fs.Bool("shared-socket", false, "same as --transport shared")
+	fs.DurationVar(&cfg.slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
+	fs.IntVar(&cfg.dscp, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
+	fs.BoolVar(&cfg.pin, "pin", true, "pin each sender thread to a CPU")
+	fs.BoolVar(&cfg.json, "json", false, "print machine-readable JSON")
+	fs.DurationVar(&cfg.grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
+	fs.Float64Var(&cfg.emodel.delayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if cfg.dst, err = parseEndpoints(*dst, true); err != nil {
+		return cfg, fmt.Errorf("--dst: %w", err)
+	}
+	if *src != "" {
+		if cfg.src, err = parseEndpoints(*src, false); err != nil {
+			return cfg, fmt.Errorf("--src: %w", err)
+		}
+	} else {
+		cfg.src.n = 1
+	}
+	if *srcPort != 0 {
+		if cfg.src.port != 0 {
+			return cfg, errors.New("--src-port and a port in --src")
+		}
+		cfg.src.port = *srcPort
+	}
+	if *calls != 0 {
+		cfg.streams = *calls
+	}
+	if cfg.codec, err = lookupCodec(*codecName, cfg.ptime); err != nil {
+		return cfg, err
+	}
+	if cfg.codec.kbps != 0 {
+		if cfg.codec, err = cfg.codec.withKbps(*kbps); err != nil {
+			return cfg, err
+		}
+	}
+	switch *dist {
+	case "fixed":
+	case "exp":
+		cfg.callDurExp = true
+	default:
+		return cfg, fmt.Errorf("--call-duration-dist %q: want fixed or exp", *dist)
+	}
+	if *shared {
+		if cfg.transport != "" && cfg.transport != "shared" {
+			return cfg, errors.New("--shared-socket with another --transport")
+		}
+		cfg.transport = "shared"
+	}
+	if *srtpSuite != "" || *srtpKey != "" {
+		suite, err := sdes.ParseSuite(*srtpSuite)
+		if err != nil {
+			return cfg, fmt.Errorf("--srtp-suite: %w", err)
+		}
+		key, salt, err := sdes.DecodeKey(suite, *srtpKey)
+		if err != nil {
+			return cfg, fmt.Errorf("--srtp-key: %w", err)
+		}
+		cfg.srtp = &srtpflow.Config{Suite: suite, Key: key, Salt: salt}
+	}
+	cfg.progress = isTerminal(stderrFd)
+	return cfg, cfg.validate()
+}
+
+func (c *genConfig) validate() error {
+	fam4 := c.dst.lo.Is4()
+	switch {
+	case c.streams < 1:
+		return fmt.Errorf("--streams %d: need at least 1", c.streams)
+	case c.src.lo.IsValid() && c.src.lo.Is4() != fam4:
+		return fmt.Errorf("--src %s and --dst %s are of different IP families", c.src, c.dst)
+	case c.dst.lastPort(c.streams)+1 > 65535:
+		return fmt.Errorf("--dst %s: %d streams need ports beyond 65535", c.dst, c.streams)
+	case c.src.port != 0 && c.src.lastPort(c.streams)+1 > 65535:
+		return fmt.Errorf("--src %s: %d streams need ports beyond 65535", c.src, c.streams)
+	case c.transport == "shared" && c.src.port != 0 && c.streams > 1:
+		return errors.New("--transport shared sends all streams from one port per thread: drop the source port")
+	case c.transport == "shared" && c.bidir:
+		return errors.New("--bidir needs a socket per stream: not with --transport shared")
+	case c.transport != "" && c.transport != "raw" && c.transport != "udp" && c.transport != "shared":
+		return fmt.Errorf("--transport %q: want raw, udp or shared", c.transport)
+	case c.duration < c.ptime:
+		return fmt.Errorf("--duration %v shorter than --ptime %v", c.duration, c.ptime)
+	case c.callDur < 0 || c.callDur > 0 && c.callDur < c.ptime:
+		return fmt.Errorf("--call-duration %v: want 0 or at least one ptime", c.callDur)
+	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
+		return fmt.Errorf("--rate %v: want a rate >= 0", c.rate)
+	case c.threads < 1 || c.threads > 256:
+		return fmt.Errorf("--threads %d: want 1 to 256", c.threads)
+	case c.slot < time.Microsecond || c.slot > c.ptime:
+		return fmt.Errorf("--slot %v: want 1us up to the ptime", c.slot)
+	case c.dscp < 0 || c.dscp > 63:
+		return fmt.Errorf("--dscp %d: want 0 to 63", c.dscp)
+	}
+	return nil
+}
+
+// genLoad is the traffic a sending model offers, per direction and in total.
+type genLoad struct {
+	Streams       int     `json:"streams"`
+	Directions    int     `json:"directions"` // 2 with --bidir: the peer is expected to send as much back
+	PPS           float64 `json:"pps"`        // this side's RTP packets per second
+	RTPBytes      int     `json:"rtp_bytes"`  // RTP header + payload (+ SRTP tag)
+	PayloadBytes  int     `json:"payload_bytes"`
+	IPBytes       int     `json:"ip_bytes"`
+	FrameBytes    int     `json:"frame_bytes"` // Ethernet header + FCS, padded to 64
+	WireBytes     int     `json:"wire_bytes"`  // + preamble/SFD 8 + inter-frame gap 12
+	WireBitsPS    float64 `json:"wire_bits_per_s"`
+	IPBitsPS      float64 `json:"ip_bits_per_s"`
+	PerStreamBPS  float64 `json:"wire_bits_per_s_per_stream"`
+	RTCPPPS       float64 `json:"rtcp_pps,omitempty"`
+	BothWaysPPS   float64 `json:"both_ways_pps"`
+	BothWaysBitPS float64 `json:"both_ways_wire_bits_per_s"`
+	RampS         float64 `json:"ramp_s"` // time until every channel has a call
+}
+
+func (c *genConfig) load() genLoad {
+	l := genLoad{Streams: c.streams, Directions: 1}
+	if c.bidir {
+		l.Directions = 2
+	}
+	l.PayloadBytes = c.codec.payloadSize(c.ptime)
+	l.RTPBytes = 12 + l.PayloadBytes
+	if c.srtp != nil {
+		l.RTPBytes += c.srtp.Suite.RTPTagLen()
+	}
+	l.IPBytes = l.RTPBytes + 8 + 20
+	if !c.dst.lo.Is4() {
+		l.IPBytes = l.RTPBytes + 8 + 40
+	}
+	l.FrameBytes = max(l.IPBytes+14+4, 64)
+	l.WireBytes = l.FrameBytes + 8 + 12
+	perStream := float64(time.Second) / float64(c.ptime)
+	l.PPS = perStream * float64(c.streams)
+	l.WireBitsPS = l.PPS * float64(l.WireBytes) * 8
+	l.IPBitsPS = l.PPS * float64(l.IPBytes) * 8
+	l.PerStreamBPS = perStream * float64(l.WireBytes) * 8
+	if c.rtcp {
+		l.RTCPPPS = float64(c.streams) / rtcpInterval.Seconds()
+	}
+	l.BothWaysPPS = l.PPS * float64(l.Directions)
+	l.BothWaysBitPS = l.WireBitsPS * float64(l.Directions)
+	if c.rate > 0 {
+		l.RampS = float64(c.streams-1) / c.rate
+	}
+	return l
+}
+
+func (l genLoad) writeText(w io.Writer, c *genConfig) {
+	dist := "fixed"
+	if c.callDurExp {
+		dist = "exponential, mean"
+	}
+	dur := "the whole run"
+	if c.callDur > 0 {
+		dur = fmt.Sprintf("%v (%s)", c.callDur, dist)
+	}
+	srtp := "plain RTP"
+	if c.srtp != nil {
+		srtp = "SRTP " + c.srtp.Suite.String()
+	}
+	fmt.Fprintf(w, "model: %d concurrent calls, %s/%v (%s), calls of %s, ramp %.1f s, %s, from %s to %s for %v\n",
+		c.streams, c.codec.name, c.ptime, srtp, dur, l.RampS, map[bool]string{false: "one-way", true: "bidirectional (peer sends back)"}[c.bidir],
+		c.src, c.dst, c.duration)
+	fmt.Fprintf(w, "load: %.0f pps; packet payload %d B, RTP %d B, IP %d B, frame %d B, wire %d B; %.3f Mbit/s on the wire (%.1f kbit/s per stream), %.3f Mbit/s IP",
+		l.PPS, l.PayloadBytes, l.RTPBytes, l.IPBytes, l.FrameBytes, l.WireBytes, l.WireBitsPS/1e6, l.PerStreamBPS/1e3, l.IPBitsPS/1e6)
+	if l.RTCPPPS > 0 {
+		fmt.Fprintf(w, "; RTCP %.1f pps", l.RTCPPPS)
+	}
+	fmt.Fprintln(w)
+	if l.Directions == 2 {
+		fmt.Fprintf(w, "both ways: %.0f pps, %.3f Mbit/s on the wire\n", l.BothWaysPPS, l.BothWaysBitPS/1e6)
+	}
+}
+
+// rtcpInterval is how often each stream sends an RTCP sender report.
+const rtcpInterval = 5 * time.Second
