@@ -36,6 +36,7 @@ type Options struct {
 	XDPMode    string // native (default) | generic
 	LogLevel   string // default info
 	ExtraMedia string // extra TOML appended to [media]
+	Ports      string // media.ports; default 30000-39999
 }
 
 // Relay is a relayd process in a lab's relay namespace. Not safe for
@@ -106,6 +107,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	if o.LogLevel == "" {
 		o.LogLevel = "info"
 	}
+	if o.Ports == "" {
+		o.Ports = "30000-39999"
+	}
 	if o.Bin == "" {
 		bin, err := Build()
 		if err != nil {
@@ -152,11 +156,11 @@ pin_path = %q
 [media]
 address = %q
 address6 = %q
-ports = "30000-39999"
+ports = %q
 timeout = "60s"
 %s
 `, o.LogLevel, r.Socket, o.Mode, o.XDPMode, lab.RelayCallerIfName, lab.RelayCalleeIfName,
-		r.PinPath, l.RelayMedia4, l.RelayMedia6, o.ExtraMedia)
+		r.PinPath, l.RelayMedia4, l.RelayMedia6, o.Ports, o.ExtraMedia)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

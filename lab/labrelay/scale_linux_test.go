@@ -1,0 +1,114 @@
+package labrelay
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/lab"
+)
+
+// TestRelayUserspaceScale installs 20,000 userspace flows (10,000 calls
+// both ways) and sends one packet through each: every one arrives. The
+// workers carry them all on one socket each.
+func TestRelayUserspaceScale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: installs 20,000 flows")
+	}
+	l := lab.NewT(t)
+	r, err := New(l, Options{Dir: t.TempDir(), Mode: "userspace", LogLevel: "warn", Ports: "20000-59999"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relayd log:\n%s", r.tail())
+		}
+		r.Close()
+	})
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 10000
+	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4000)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5000)
+	relayPort := func(call, dir int) netip.AddrPort {
+		return netip.AddrPortFrom(l.RelayMedia4, uint16(20000+2*(2*call+dir)))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := w; c < calls; c += 8 {
+				up, down := relayPort(c, 0), relayPort(c, 1)
+				if _, err := r.AddFlow(admin.FlowRequest{Match: up.String(), ExpectSource: callerEP.String(), SendFrom: down.String(), SendTo: calleeEP.String()}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := r.AddFlow(admin.FlowRequest{Match: down.String(), ExpectSource: calleeEP.String(), SendFrom: up.String(), SendTo: callerEP.String()}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("installed %d flows in %v", 2*calls, time.Since(start).Round(time.Millisecond))
+
+	caller := openLeg(t, l.Caller, callerEP, netip.AddrPort{})
+	callee := openLeg(t, l.Callee, calleeEP, netip.AddrPort{})
+	for dir, pair := range [][2]*leg{{caller, callee}, {callee, caller}} {
+		from, to := pair[0], pair[1]
+		got := make(chan int, 1)
+		go func() {
+			seen := make(map[uint32]bool, calls)
+			buf := make([]byte, 2048)
+			for len(seen) < calls {
+				to.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+				n, src, err := to.conn.ReadFromUDPAddrPort(buf)
+				if err != nil || n < 12 {
+					break
+				}
+				c := binary.BigEndian.Uint32(buf[8:]) // the SSRC carries the call
+				if src != relayPort(int(c), 1-dir) {
+					continue
+				}
+				seen[c] = true
+			}
+			got <- len(seen)
+		}()
+		buf := make([]byte, 1500)
+		for c := range calls {
+			if _, err := from.conn.WriteToUDPAddrPort(rtpFrame(buf, uint32(c), 1), relayPort(c, dir)); err != nil {
+				t.Fatal(err)
+			}
+			if c%200 == 199 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		if n := <-got; n != calls {
+			t.Errorf("direction %d: %d of %d flows delivered their packet", dir, n, calls)
+		}
+	}
+	flows, err := r.Flows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packets uint64
+	for _, f := range flows {
+		packets += f.Packets
+	}
+	if len(flows) != 2*calls || packets != 2*calls {
+		t.Errorf("%d flows listed carrying %d packets, want %d and %d", len(flows), packets, 2*calls, 2*calls)
+	}
+}
