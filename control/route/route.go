@@ -1,0 +1,358 @@
+// Package route decides where a call goes: the [[route]] tables of the
+// config (a regular expression on the Request-URI user part, destinations
+// in order, random or weighted order, attempt timeout, the codes that fail
+// over, the SRTP policy and codecs toward the destination) and, when one
+// is configured, an HTTP route server that authorizes the call and returns
+// its destinations (docs/routing.md).
+package route
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/config"
+)
+
+// Errors Lookup returns; the SIP front-end maps them to responses.
+var (
+	// ErrNoRoute: no route matches (SIP 404).
+	ErrNoRoute = errors.New("no route")
+	// ErrServer: the route server is down, slow or answered nonsense (SIP 503).
+	ErrServer = errors.New("route server unavailable")
+)
+
+// Rejected is returned when the route server refuses the call with a SIP
+// code (SIP: that code).
+type Rejected struct {
+	Code   int
+	Reason string
+}
+
+func (r *Rejected) Error() string { return fmt.Sprintf("rejected by route server: %d %s", r.Code, r.Reason) }
+
+// Policy is the SRTP policy toward a destination.
+type Policy string
+
+const (
+	SRTPOff     Policy = "off"     // plain RTP/AVP, no a=crypto
+	SRTPOffer   Policy = "offer"   // RTP/AVP with a=crypto: SRTP if the callee takes it
+	SRTPRequire Policy = "require" // RTP/SAVP with a=crypto: the callee must do SRTP
+)
+
+// Destination is one place to try.
+type Destination struct {
+	URI       string // as configured, e.g. sip:198.18.2.2:5060;transport=tcp
+	User      string // user part, if the URI has one (else the caller's)
+	Host      string
+	Port      int    // 0: 5060
+	Transport string // udp | tcp
+}
+
+// ParseDestination parses sip:[user@]host[:port][;transport=udp|tcp].
+func ParseDestination(s string) (Destination, error) {
+	rest, ok := strings.CutPrefix(s, "sip:")
+	if !ok {
+		return Destination{}, fmt.Errorf("destination %q: want sip:HOST[:PORT][;transport=udp|tcp]", s)
+	}
+	d := Destination{URI: s, Transport: "udp"}
+	hostport, params, _ := strings.Cut(rest, ";")
+	if u, hp, ok := strings.Cut(hostport, "@"); ok {
+		d.User, hostport = u, hp
+	}
+	host, port := hostport, ""
+	if strings.HasPrefix(hostport, "[") {
+		end := strings.Index(hostport, "]")
+		if end < 0 {
+			return Destination{}, fmt.Errorf("destination %q: missing ]", s)
+		}
+		host, port = hostport[1:end], strings.TrimPrefix(hostport[end+1:], ":")
+	} else if h, p, ok := strings.Cut(hostport, ":"); ok {
+		host, port = h, p
+	}
+	if host == "" {
+		return Destination{}, fmt.Errorf("destination %q: no host", s)
+	}
+	d.Host = host
+	if port != "" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || n == 0 {
+			return Destination{}, fmt.Errorf("destination %q: bad port %q", s, port)
+		}
+		d.Port = int(n)
+	}
+	for _, kv := range strings.Split(params, ";") {
+		if v, ok := strings.CutPrefix(kv, "transport="); ok {
+			v = strings.ToLower(v)
+			if v != "udp" && v != "tcp" {
+				return Destination{}, fmt.Errorf("destination %q: transport %q (want udp or tcp)", s, v)
+			}
+			d.Transport = v
+		}
+	}
+	return d, nil
+}
+
+// HostPort returns host:port with the default port 5060.
+func (d Destination) HostPort() string {
+	port := d.Port
+	if port == 0 {
+		port = 5060
+	}
+	return net.JoinHostPort(d.Host, strconv.Itoa(port))
+}
+
+// Route is a compiled [[route]].
+type Route struct {
+	Name           string
+	match          func(string) bool
+	destinations   []Destination
+	order          string
+	weights        []int
+	AttemptTimeout time.Duration
+	FailoverOn     []int
+	SRTP           Policy
+	Codecs         []string
+}
+
+// Fails reports whether a final code makes the call try the next
+// destination.
+func (r *Route) Fails(code int) bool { return slices.Contains(r.FailoverOn, code) }
+
+// defaultRoute is what a route server's answer runs under when no local
+// route matched.
+var defaultRoute = Route{
+	Name:           "route_server",
+	AttemptTimeout: 2 * time.Second,
+	FailoverOn:     config.DefaultFailoverOn,
+	SRTP:           SRTPOff,
+}
+
+// Facts are what relayd knows of a call when it routes it; the route
+// server receives them as JSON.
+type Facts struct {
+	CallID string `json:"call_id"`
+	From   string `json:"from"`
+	To     string `json:"to"`
+	User   string `json:"user"`   // Request-URI user part
+	Source string `json:"source"` // caller's signalling address
+	Route  string `json:"route,omitempty"`
+}
+
+// Decision is where a call goes.
+type Decision struct {
+	Route        Route // settings (name, timeouts, failover codes, SRTP, codecs)
+	Destinations []Destination
+}
+
+// Router routes calls. Create it with New; safe for concurrent use.
+type Router struct {
+	routes []Route
+	server string
+	client *http.Client
+	log    *zap.Logger
+
+	mu  sync.Mutex // guards rnd
+	rnd *rand.Rand
+}
+
+// MaxDestinations bounds what a route server may return.
+const MaxDestinations = 16
+
+// New compiles the routes (validated by config) and the route server.
+func New(routes []config.Route, rs config.RouteServer, log *zap.Logger) (*Router, error) {
+	r := &Router{server: rs.URL, log: log, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	timeout := rs.TimeoutDuration
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	r.client = &http.Client{Timeout: timeout}
+	for _, c := range routes {
+		rt := Route{
+			Name:           c.Name,
+			order:          c.Order,
+			weights:        slices.Clone(c.Weights),
+			AttemptTimeout: c.AttemptTimeoutDuration,
+			FailoverOn:     slices.Clone(c.FailoverOn),
+			SRTP:           Policy(c.SRTP),
+			Codecs:         slices.Clone(c.Codecs),
+		}
+		if c.Regexp == nil {
+			return nil, fmt.Errorf("route %q: not validated", c.Name)
+		}
+		rt.match = c.Regexp.MatchString
+		if rt.AttemptTimeout <= 0 {
+			rt.AttemptTimeout = 2 * time.Second
+		}
+		if rt.SRTP == "" {
+			rt.SRTP = SRTPOff
+		}
+		for _, d := range c.Destinations {
+			dest, err := ParseDestination(d)
+			if err != nil {
+				return nil, fmt.Errorf("route %q: %w", c.Name, err)
+			}
+			rt.destinations = append(rt.destinations, dest)
+		}
+		r.routes = append(r.routes, rt)
+	}
+	return r, nil
+}
+
+// Lookup returns the route and ordered destinations for a call: the
+// first route whose match accepts the user part; then, with a route
+// server, the server's answer (bounded by its timeout and ctx).
+func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
+	var d Decision
+	found := false
+	for i := range r.routes {
+		if r.routes[i].match(f.User) {
+			d.Route = r.routes[i]
+			d.Destinations = r.ordered(&r.routes[i])
+			found = true
+			break
+		}
+	}
+	if r.server != "" {
+		if !found {
+			d.Route = defaultRoute
+		}
+		f.Route = d.Route.Name
+		return r.ask(ctx, f, d)
+	}
+	if !found {
+		return d, fmt.Errorf("user %q: %w", f.User, ErrNoRoute)
+	}
+	return d, nil
+}
+
+// ordered returns a route's destinations in the order to try them.
+func (r *Router) ordered(rt *Route) []Destination {
+	out := slices.Clone(rt.destinations)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch rt.order {
+	case "random":
+		r.rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	case "weighted":
+		weights := slices.Clone(rt.weights)
+		res := make([]Destination, 0, len(out))
+		for len(out) > 0 {
+			total := 0
+			for _, w := range weights {
+				total += w
+			}
+			pick, n := 0, r.rnd.IntN(max(total, 1))
+			for i, w := range weights {
+				if n < w {
+					pick = i
+					break
+				}
+				n -= w
+			}
+			res = append(res, out[pick])
+			out = slices.Delete(out, pick, pick+1)
+			weights = slices.Delete(weights, pick, pick+1)
+		}
+		out = res
+	}
+	return out
+}
+
+// ServerResponse is the route server's answer (docs/routing.md).
+type ServerResponse struct {
+	// Destinations are SIP URIs in the order to try.
+	Destinations []string `json:"destinations"`
+	// Reject, when set, refuses the call with this SIP code (400-699).
+	Reject int    `json:"reject,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Optional overrides of the local route's settings.
+	Route          string   `json:"route,omitempty"`
+	AttemptTimeout string   `json:"attempt_timeout,omitempty"`
+	SRTP           string   `json:"srtp,omitempty"`
+	Codecs         []string `json:"codecs,omitempty"`
+}
+
+// ask posts the facts to the route server and merges its answer into d.
+func (r *Router) ask(ctx context.Context, f Facts, d Decision) (Decision, error) {
+	body, _ := json.Marshal(f)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.server, bytes.NewReader(body))
+	if err != nil {
+		return d, fmt.Errorf("%w: %w", ErrServer, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	start := time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return d, fmt.Errorf("%w: %w", ErrServer, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return d, fmt.Errorf("%w: read answer: %w", ErrServer, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return d, fmt.Errorf("%w: status %s", ErrServer, resp.Status)
+	}
+	var sr ServerResponse
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&sr); err != nil {
+		return d, fmt.Errorf("%w: bad JSON answer: %w", ErrServer, err)
+	}
+	r.log.Debug("route server answered", zap.String("call_id", f.CallID), zap.Duration("took", time.Since(start)),
+		zap.Strings("destinations", sr.Destinations), zap.Int("reject", sr.Reject))
+	if sr.Reject != 0 {
+		if sr.Reject < 400 || sr.Reject > 699 {
+			return d, fmt.Errorf("%w: reject code %d is not 400-699", ErrServer, sr.Reject)
+		}
+		return d, &Rejected{Code: sr.Reject, Reason: sr.Reason}
+	}
+	if len(sr.Destinations) == 0 {
+		return d, fmt.Errorf("user %q: route server returned no destination: %w", f.User, ErrNoRoute)
+	}
+	if len(sr.Destinations) > MaxDestinations {
+		sr.Destinations = sr.Destinations[:MaxDestinations]
+	}
+	d.Destinations = d.Destinations[:0:0]
+	for _, s := range sr.Destinations {
+		dest, err := ParseDestination(s)
+		if err != nil {
+			return d, fmt.Errorf("%w: %w", ErrServer, err)
+		}
+		d.Destinations = append(d.Destinations, dest)
+	}
+	if sr.Route != "" {
+		d.Route.Name = sr.Route
+	}
+	if sr.AttemptTimeout != "" {
+		t, err := time.ParseDuration(sr.AttemptTimeout)
+		if err != nil || t <= 0 {
+			return d, fmt.Errorf("%w: attempt_timeout %q", ErrServer, sr.AttemptTimeout)
+		}
+		d.Route.AttemptTimeout = t
+	}
+	switch Policy(sr.SRTP) {
+	case "":
+	case SRTPOff, SRTPOffer, SRTPRequire:
+		d.Route.SRTP = Policy(sr.SRTP)
+	default:
+		return d, fmt.Errorf("%w: srtp %q", ErrServer, sr.SRTP)
+	}
+	if sr.Codecs != nil {
+		d.Route.Codecs = sr.Codecs
+	}
+	return d, nil
+}

@@ -1,0 +1,167 @@
+package route
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/config"
+)
+
+func parseConfig(t *testing.T, extra string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte("[dataplane]\nmode = \"userspace\"\n[media]\naddress = \"198.18.1.1\"\n" + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func uris(ds []Destination) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.URI)
+	}
+	return out
+}
+
+func TestParseDestination(t *testing.T) {
+	d, err := ParseDestination("sip:+1555@[2001:2:0:2::2]:5070;transport=TCP")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.User != "+1555" || d.Host != "2001:2:0:2::2" || d.Port != 5070 || d.Transport != "tcp" || d.HostPort() != "[2001:2:0:2::2]:5070" {
+		t.Errorf("%+v", d)
+	}
+	d, _ = ParseDestination("sip:198.18.2.2")
+	if d.HostPort() != "198.18.2.2:5060" || d.Transport != "udp" {
+		t.Errorf("%+v", d)
+	}
+	for _, bad := range []string{"", "tel:1", "sip:", "sip:h:0", "sip:h:x", "sip:[::1", "sip:h;transport=sctp"} {
+		if _, err := ParseDestination(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestLookupLocal(t *testing.T) {
+	c := parseConfig(t, `
+[[route]]
+name = "us"
+match = "^\\+?1"
+destinations = ["sip:198.18.2.2", "sip:198.18.3.2"]
+failover_on = [503]
+srtp = "require"
+[[route]]
+name = "random"
+match = "^9"
+destinations = ["sip:198.18.2.2", "sip:198.18.3.2", "sip:198.18.4.2"]
+order = "random"
+[[route]]
+name = "weighted"
+match = "^8"
+destinations = ["sip:198.18.2.2", "sip:198.18.3.2"]
+order = "weighted"
+weights = [99, 1]
+`)
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Lookup(context.Background(), Facts{User: "+15551234"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Route.Name != "us" || d.Route.SRTP != SRTPRequire || !d.Route.Fails(503) || d.Route.Fails(486) {
+		t.Errorf("route %+v", d.Route)
+	}
+	if diff := cmp.Diff(uris(d.Destinations), []string{"sip:198.18.2.2", "sip:198.18.3.2"}); diff != "" {
+		t.Errorf("ordered (-got +want):\n%s", diff)
+	}
+	if _, err := r.Lookup(context.Background(), Facts{User: "44"}); !errors.Is(err, ErrNoRoute) {
+		t.Errorf("unmatched: %v, want ErrNoRoute", err)
+	}
+	firsts := make(map[string]int)
+	for range 300 {
+		d, _ := r.Lookup(context.Background(), Facts{User: "9"})
+		if len(d.Destinations) != 3 {
+			t.Fatalf("random lost destinations: %v", uris(d.Destinations))
+		}
+		firsts[d.Destinations[0].URI]++
+	}
+	if len(firsts) != 3 {
+		t.Errorf("random order always starts with the same: %v", firsts)
+	}
+	heavy := 0
+	for range 200 {
+		d, _ := r.Lookup(context.Background(), Facts{User: "8"})
+		if len(d.Destinations) != 2 {
+			t.Fatalf("weighted lost destinations: %v", uris(d.Destinations))
+		}
+		if d.Destinations[0].URI == "sip:198.18.2.2" {
+			heavy++
+		}
+	}
+	if heavy < 180 {
+		t.Errorf("weight 99 of 100 came first %d times of 200", heavy)
+	}
+}
+
+func TestLookupServer(t *testing.T) {
+	var got Facts
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&got)
+		switch got.User {
+		case "reject":
+			json.NewEncoder(w).Encode(ServerResponse{Reject: 403, Reason: "Forbidden"})
+		case "slow":
+			time.Sleep(500 * time.Millisecond)
+		case "garbage":
+			w.Write([]byte("{"))
+		case "down":
+			w.WriteHeader(http.StatusBadGateway)
+		default:
+			json.NewEncoder(w).Encode(ServerResponse{Destinations: []string{"sip:198.18.3.2;transport=tcp", "sip:198.18.2.2"}, SRTP: "offer"})
+		}
+	}))
+	defer srv.Close()
+	c := parseConfig(t, "[route_server]\nurl = \""+srv.URL+"\"\ntimeout = \"100ms\"\n[[route]]\nname = \"local\"\nmatch = \"^1\"\nfailover_on = [486]\n")
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Lookup(context.Background(), Facts{CallID: "x", User: "123"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Route != "local" || got.CallID != "x" {
+		t.Errorf("server got %+v", got)
+	}
+	if d.Route.Name != "local" || !d.Route.Fails(486) || d.Route.SRTP != SRTPOffer || len(d.Destinations) != 2 || d.Destinations[0].Transport != "tcp" {
+		t.Errorf("decision %+v", d)
+	}
+	d, err = r.Lookup(context.Background(), Facts{User: "555"})
+	if err != nil || d.Route.Name != "route_server" {
+		t.Errorf("no local route: %+v %v", d.Route, err)
+	}
+	var rej *Rejected
+	if _, err := r.Lookup(context.Background(), Facts{User: "reject"}); !errors.As(err, &rej) || rej.Code != 403 {
+		t.Errorf("reject: %v", err)
+	}
+	for _, user := range []string{"slow", "garbage", "down"} {
+		start := time.Now()
+		if _, err := r.Lookup(context.Background(), Facts{User: user}); !errors.Is(err, ErrServer) {
+			t.Errorf("%s: %v, want ErrServer", user, err)
+		}
+		if time.Since(start) > 400*time.Millisecond {
+			t.Errorf("%s: took %v with a 100ms timeout", user, time.Since(start))
+		}
+	}
+}
