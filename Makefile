@@ -16,8 +16,8 @@ all: build
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
-	DEBIAN_FRONTEND=noninteractive apt-get update -q
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(DEBS)
+	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $(DEBS)
 	$(GO) mod download
 
 # Install the packages only when one is missing, so `make test` and
