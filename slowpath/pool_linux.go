@@ -573,13 +573,26 @@ func (w *worker) run() {
 	}
 }
 
-// relayBatch relays the n packets of rx. It allocates nothing.
+// relayBatch relays the n packets of rx. It allocates nothing, and
+// publishes its counters once per batch.
 func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
+	var counts [vMax]uint64
+	var noFlow uint64
+	defer func() {
+		for v, c := range counts {
+			if c != 0 {
+				w.counters[v].Add(c)
+			}
+		}
+		if noFlow != 0 {
+			w.noFlow.Add(noFlow)
+		}
+	}()
 	for i := 0; i < n; i++ {
 		payload, src, dst, ts := rx.packet(i)
 		f := w.flows[dst]
 		if f == nil {
-			w.noFlow.Add(1)
+			noFlow++
 			continue
 		}
 		tx := tx4
@@ -587,7 +600,7 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 			tx = tx6
 		}
 		if tx == nil {
-			w.counters[vDropNoRoute].Add(1)
+			counts[vDropNoRoute]++
 			continue
 		}
 		out := tx.next()
@@ -602,7 +615,7 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 			ok, res := f.latch(src, ts, w.latchWindow)
 			if !ok {
 				f.dropped++
-				w.counters[vDropSource].Add(1)
+				counts[vDropSource]++
 				continue
 			}
 			if res == latchLearned && f.flow.Reverse.IsValid() {
@@ -619,7 +632,7 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 			}
 		}
 		m, to, v := f.process(out, payload, src, ts)
-		w.counters[v].Add(1)
+		counts[v]++
 		if v == vSend {
 			tx.commit(m, to.Addr())
 		}

@@ -8,6 +8,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -474,6 +477,13 @@ func TestRelayUserspace(t *testing.T) {
 			if err := r.Start(); err != nil {
 				t.Fatal(err)
 			}
+			// One worker per CPU, each on a thread pinned to its CPU.
+			pinned := pinnedThreads(t, r.Pid())
+			for cpu := range runtime.NumCPU() {
+				if pinned[strconv.Itoa(cpu)] == 0 {
+					t.Errorf("no relayd thread pinned to CPU %d (threads by affinity: %v)", cpu, pinned)
+				}
+			}
 			const n = 10000
 			for i, v6 := range []bool{false, true} {
 				caller, callee, flows := callMode(t, l, r, v6, uint16(31000+8*i), "userspace")
@@ -490,4 +500,26 @@ func TestRelayUserspace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pinnedThreads counts pid's threads by CPU affinity list (Cpus_allowed_list).
+func pinnedThreads(t *testing.T, pid int) map[string]int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+				out[strings.TrimSpace(v)]++
+			}
+		}
+	}
+	return out
 }
