@@ -340,3 +340,27 @@ func runRecv(ctx context.Context, args []string, out io.Writer) error {
 	r.writeTextAll(out, cfg.allStreams)
 	return nil
 }
+
+// newReceiverOn is newReceiver on a list of endpoints instead of a port
+// range (cfg.addr and the port range only label the report). Sockets are
+// opened in the caller's network namespace.
+func newReceiverOn(cfg recvConfig, eps []netip.AddrPort) (*receiver, error) {
+	rc := &receiver{cfg: cfg}
+	for _, ep := range eps {
+		network := "udp4"
+		if !ep.Addr().Unmap().Is4() {
+			network = "udp6"
+		}
+		c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ep))
+		if err != nil {
+			rc.close()
+			return nil, fmt.Errorf("listen on %s: %w", ep, err)
+		}
+		_ = c.SetReadBuffer(256 << 10)
+		pr, ts := newPortReader(c, int(ep.Port()), cfg.batch, 1500, &rc.last)
+		pr.local = ep
+		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || ts
+		rc.readers = append(rc.readers, pr)
+	}
+	return rc, nil
+}

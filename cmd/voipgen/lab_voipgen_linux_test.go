@@ -1,0 +1,251 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/lab"
+)
+
+// labStreams sends n streams from the caller straight to the callee's
+// address through the relay namespace's kernel forwarding, with a receiver
+// in the callee on ports 40000+2i. During the run, during (if set) is
+// called in its own goroutine after settle. It returns what the sender and
+// the receiver report.
+func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (genResult, recvReport) {
+	t.Helper()
+	const port = 40000
+	eps := make([]netip.AddrPort, n)
+	for i := range eps {
+		eps[i] = netip.AddrPortFrom(l.CalleeAddr4, uint16(port+2*i))
+	}
+	var rc *receiver
+	if err := l.Callee.Do(func() (err error) {
+		rc, err = newReceiverOn(recvConfig{addr: l.CalleeAddr4, portLo: port, portHi: port + 2*(n-1),
+			duration: dur + 20*time.Second, clockRate: 8000, batch: 8, maxSSRCsPerPort: 16, direction: "caller->callee"}, eps)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := genCfg(t, append([]string{"--dst", fmt.Sprintf("%s:%d", l.CalleeAddr4, port), "--src", l.CallerAddr4.String() + ":20000",
+		"--streams", strconv.Itoa(n), "--duration", dur.String()}, args...)...)
+	var g *generator
+	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan recvReport)
+	go func() { done <- rc.run(ctx) }()
+	if during != nil {
+		go during()
+	}
+	res := g.run(context.Background())
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	return res, <-done
+}
+
+// TestLabThousandStreams sends 1,000 G.711 streams (50,000 pps) through
+// the lab's forwarding namespace: zero loss; then takes the relay's link
+// to the callee down for 300 ms: every stream reports one glitch of the
+// time the link was down, within two ptimes.
+func TestLabThousandStreams(t *testing.T) {
+	l := lab.NewT(t)
+	const n = 1000
+	t.Run("zero loss", func(t *testing.T) {
+		res, rep := labStreams(t, l, n, 3*time.Second, nil, nil)
+		tt := rep.Totals
+		t.Logf("sent %d packets at %.0f pps, lateness p50 %.0f us p99 %.0f us max %.0f us; received %d, lost %d, jitter max %.3f ms, max gap %.1f ms, MOS %v",
+			res.Packets, res.PPS, res.LateP50us, res.LateP99us, res.LateMaxus, tt.Packets, tt.Lost, tt.MaxJitterMs, tt.MaxGapMs, tt.MOSDist)
+		if res.Packets != n*150 || res.Errors != 0 {
+			t.Fatalf("sent %+v, want %d packets", res, n*150)
+		}
+		if tt.Streams != n || tt.Packets != n*150 || tt.Lost != 0 || tt.Glitches != 0 || rep.Failover != nil {
+			t.Fatalf("received %+v, want %d streams, %d packets, no loss", tt, n, n*150)
+		}
+	})
+	t.Run("link down 300ms", func(t *testing.T) {
+		var down time.Duration
+		downErr := make(chan error, 1)
+		flap := func() {
+			time.Sleep(1500 * time.Millisecond)
+			t0 := time.Now()
+			if err := l.Relay.SetLinkDown(lab.RelayCalleeIfName); err != nil {
+				downErr <- err
+				return
+			}
+			time.Sleep(300*time.Millisecond - time.Since(t0))
+			err := l.Relay.SetLinkUp(lab.RelayCalleeIfName)
+			down = time.Since(t0)
+			downErr <- err
+		}
+		res, rep := labStreams(t, l, n, 4*time.Second, nil, flap)
+		if err := <-downErr; err != nil {
+			t.Fatal(err)
+		}
+		const ptime = 20.0
+		f := rep.Failover
+		if f == nil {
+			t.Fatalf("no glitch reported: %+v", rep.Totals)
+		}
+		t.Logf("link down %v; sender lateness p99 %.0f us max %.0f us; glitch per stream ms %v; gap ms %v; outage %.1f ms (resolution %.3f ms)",
+			down, res.LateP99us, res.LateMaxus, f.GlitchMs, f.GapMs, f.OutageMs, f.ResolutionMs)
+		downMs := float64(down) / 1e6
+		bad := 0
+		for _, s := range rep.Streams {
+			if s.Glitches != 1 || len(s.LossPeriods) != 1 || math.Abs(s.LossPeriods[0].DurationMs-downMs) > 2*ptime {
+				if bad++; bad <= 5 {
+					t.Errorf("stream %d: %d glitches %+v, want one of %.0f ms +- %.0f", s.Port, s.Glitches, s.LossPeriods, downMs, 2*ptime)
+				}
+			}
+		}
+		if bad > 0 || f.Streams != n || rep.Totals.Streams != n {
+			t.Fatalf("%d of %d streams without the expected glitch; %d streams saw one", bad, rep.Totals.Streams, f.Streams)
+		}
+		if math.Abs(f.OutageMs-downMs) > 2*ptime || f.ResolutionMs > 0.05 {
+			t.Errorf("outage %.1f ms at resolution %.3f ms, link was down %.1f ms", f.OutageMs, f.ResolutionMs, downMs)
+		}
+	})
+}
+
+// TestLabTshark captures voipgen's output in the callee namespace and has
+// tshark decode it: its rtp,streams analysis must list every stream with
+// the right payload type, all packets, and no sequence errors.
+func TestLabTshark(t *testing.T) {
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Skip("tshark not installed (Debian package tshark)")
+	}
+	l := lab.NewT(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		codec, payload string
+		args           []string
+	}{
+		{"pcmu", "g711U", nil},
+		{"pcma", "g711A", []string{"--rtcp"}},
+		{"g729", "g729", []string{"--call-duration", "500ms"}},
+	} {
+		t.Run(tc.codec, func(t *testing.T) {
+			capFile := filepath.Join(dir, tc.codec+".pcapng")
+			// dumpcap drops root privileges to write as its group unless
+			// told otherwise; a capture file in a fresh directory is fine.
+			cmd := l.Callee.Command("dumpcap", "-q", "-i", lab.CalleeIfName, "-f", "udp", "-w", capFile)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			if !waitFile(capFile, 5*time.Second) {
+				t.Fatal("dumpcap did not start")
+			}
+			time.Sleep(300 * time.Millisecond)
+			const n = 10
+			res, rep := labStreams(t, l, n, 2*time.Second, append([]string{"--codec", tc.codec}, tc.args...), nil)
+			if rep.Totals.Lost != 0 {
+				t.Fatalf("lost %d", rep.Totals.Lost)
+			}
+			time.Sleep(300 * time.Millisecond)
+			cmd.Process.Signal(os.Interrupt)
+			cmd.Wait()
+			out, err := exec.Command("tshark", "-r", capFile, "-q", "-o", "rtp.heuristic_rtp:TRUE", "-z", "rtp,streams").CombinedOutput()
+			if err != nil {
+				t.Fatalf("tshark: %v\n%s", err, out)
+			}
+			streams := parseTsharkStreams(t, string(out))
+			wantPkts := int(res.Packets) / n
+			calls := int(res.Calls)
+			if len(streams) != calls {
+				t.Fatalf("tshark lists %d RTP streams, want %d:\n%s", len(streams), calls, out)
+			}
+			total := 0
+			for _, s := range streams {
+				if s.payload != tc.payload || s.lost != 0 || s.problem || s.dst.Addr() != l.CalleeAddr4 || s.src.Addr() != l.CallerAddr4 {
+					t.Errorf("stream %+v, want payload %s, no loss, no problem", s, tc.payload)
+				}
+				total += s.packets
+			}
+			if total != int(res.Packets) {
+				t.Errorf("tshark counts %d RTP packets, voipgen sent %d (%d per stream)", total, res.Packets, wantPkts)
+			}
+			t.Logf("tshark: %d streams, %d packets, payload %s", len(streams), total, tc.payload)
+		})
+	}
+}
+
+func waitFile(p string, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+type tsharkStream struct {
+	src, dst netip.AddrPort
+	ssrc     string
+	payload  string
+	packets  int
+	lost     int
+	problem  bool
+}
+
+// parseTsharkStreams parses tshark's "RTP Streams" table:
+//
+//	[Start time  End time]  Src IP addr  Port  Dest IP addr  Port  SSRC  Payload  Pkts  Lost  Min Delta(ms) ... Max Jitter(ms)  Problem?
+func parseTsharkStreams(t *testing.T, out string) []tsharkStream {
+	t.Helper()
+	var ss []tsharkStream
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		// tshark 4.0 starts rows with the start and end times; find the
+		// SSRC and take the addresses before it.
+		k := 0
+		for k < len(f) && !strings.HasPrefix(f[k], "0x") {
+			k++
+		}
+		if k < 4 || k+3 >= len(f) {
+			continue
+		}
+		f = f[k-4:]
+		var s tsharkStream
+		sp, _ := strconv.Atoi(f[1])
+		dp, _ := strconv.Atoi(f[3])
+		sa, err1 := netip.ParseAddr(f[0])
+		da, err2 := netip.ParseAddr(f[2])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		s.src, s.dst = netip.AddrPortFrom(sa, uint16(sp)), netip.AddrPortFrom(da, uint16(dp))
+		s.ssrc, s.payload = f[4], f[5]
+		// Payload names may contain spaces in other versions: find the
+		// packet count as the first integer after the SSRC.
+		i := 6
+		for ; i < len(f); i++ {
+			if _, err := strconv.Atoi(f[i]); err == nil {
+				break
+			}
+			s.payload += " " + f[i]
+		}
+		if i+1 >= len(f) {
+			continue
+		}
+		s.packets, _ = strconv.Atoi(f[i])
+		lost := strings.SplitN(f[i+1], "(", 2)[0]
+		s.lost, _ = strconv.Atoi(lost)
+		s.problem = f[len(f)-1] == "X"
+		ss = append(ss, s)
+	}
+	return ss
+}
