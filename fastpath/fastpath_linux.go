@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/flowkey"
 )
 
 // Fastpath is the XDP data plane: the loaded program, its pinned maps and
@@ -409,16 +410,7 @@ func (f *Fastpath) Counters() ([]dataplane.Counter, error) {
 
 func keyOf(ap netip.AddrPort) flowKey {
 	var k flowKey
-	a := ap.Addr().Unmap()
-	if a.Is4() {
-		k.Family = unix.AF_INET
-		b := a.As4()
-		copy(k.Addr[:], b[:])
-	} else {
-		k.Family = unix.AF_INET6
-		k.Addr = a.As16()
-	}
-	k.Port = htons(ap.Port())
+	k.Family, k.Addr, k.Port = flowkey.Parts(ap)
 	return k
 }
 

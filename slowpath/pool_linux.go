@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/flowkey"
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
@@ -130,16 +131,7 @@ func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
 
 func steerKey(ap netip.AddrPort) steerSteerKey {
 	var k steerSteerKey
-	a := ap.Addr().Unmap()
-	if a.Is4() {
-		k.Family = unix.AF_INET
-		b := a.As4()
-		copy(k.Addr[:], b[:])
-	} else {
-		k.Family = unix.AF_INET6
-		k.Addr = a.As16()
-	}
-	k.Port = ap.Port()<<8 | ap.Port()>>8
+	k.Family, k.Addr, k.Port = flowkey.Parts(ap)
 	return k
 }
 

@@ -234,7 +234,10 @@ func TestRelayForwarding(t *testing.T) {
 					}
 					for _, fl := range flows {
 						f := flowByID(t, r, fl.ID)
-						if f.Packets != n || f.Path != "xdp" || f.Lost != 0 || f.Dropped != 0 || f.Received != n {
+						// Lost below zero is reordering before the relay: an XDP
+						// veth spreads a sender that changes CPU over its queues,
+						// and RFC 3550 counts from the first packet seen.
+						if f.Packets != n || f.Path != "xdp" || f.Lost > 0 || f.Dropped != 0 || f.Received != n {
 							t.Errorf("flow %s: %+v, want %d packets on xdp, none lost or dropped", f.Match, f, n)
 						}
 					}
@@ -493,7 +496,8 @@ func TestRelayUserspace(t *testing.T) {
 				}
 				for _, fl := range flows {
 					f := flowByID(t, r, fl.ID)
-					if f.Packets != n || f.Path != "userspace" || f.Lost != 0 || f.Dropped != 0 || f.Received != n {
+					// Lost below zero: reordering before the relay (see above).
+					if f.Packets != n || f.Path != "userspace" || f.Lost > 0 || f.Dropped != 0 || f.Received != n {
 						t.Errorf("flow %s: %+v, want %d packets in userspace, none lost or dropped", f.Match, f, n)
 					}
 				}
