@@ -778,3 +778,13 @@ func sendmmsg(fd int, ms []mmsghdr) (int, error) {
 	}
 	return n, nil
 }
+
+// setDst points stream i at dst before run starts, for endpoints that learn
+// their peer from signalling (voipgen call and answer).
+func (g *generator) setDst(i int, dst netip.AddrPort) {
+	gs := g.streams[i]
+	setSockaddr(&gs.msg, &gs.sa4, &gs.sa6, dst, g.raw)
+	if g.raw {
+		gs.sum0 = buildHeaders(gs.frame[:gs.rtpOff], g.cfg.src.at(i), dst, len(gs.frame)-gs.rtpOff, g.cfg.dscp)
+	}
+}

@@ -2,6 +2,8 @@
 //
 //	voipgen send --dst ADDR:PORT --streams N --codec pcmu|pcma|g729 --ptime 20ms --duration 10s
 //	voipgen recv --listen ADDR:PORT-PORT --duration 12s [--json]
+//	voipgen call --sip ADDR:PORT --target sip:USER@HOST:PORT --calls N --rate R
+//	voipgen answer --sip ADDR:PORT --personality answer|ring|reject:CODE|silent
 //
 // Subcommands use the standard flag package, one FlagSet each: it accepts
 // --flag as well as -flag, needs no dependency, and the few flags here do not
@@ -19,8 +21,10 @@ import (
 const usage = `usage: voipgen <command> [flags]
 
 commands:
-  send   send RTP streams with G.711 or G.729-sized payloads, paced per ptime
+  send   send the RTP of N calls (G.711, G.729, Opus sizes; SRTP), paced per ptime
   recv   receive RTP streams on a port range and report loss, jitter, gaps
+  call   place SIP calls with RTP both ways and report setup times and media
+  answer answer SIP calls (or ring, reject, stay silent) with RTP both ways
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
 
@@ -40,6 +44,10 @@ func main() {
 		err = runSend(ctx, os.Args[2:], os.Stdout)
 	case "recv":
 		err = runRecv(ctx, os.Args[2:], os.Stdout)
+	case "call":
+		err = runCall(ctx, os.Args[2:], os.Stdout)
+	case "answer":
+		err = runAnswer(ctx, os.Args[2:], os.Stdout)
 	case "fwdbench":
 		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
 	case "demo":

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 )
 
@@ -15,4 +16,12 @@ func isTerminal(fd int) bool { return false }
 // gen_linux.go (raw sockets, sendmmsg, clock_nanosleep) is not available.
 func runSend(ctx context.Context, args []string, out io.Writer) error {
 	return runSendBasic(ctx, args, out)
+}
+
+func runCall(ctx context.Context, args []string, out io.Writer) error {
+	return errors.New("voipgen call runs on Linux only")
+}
+
+func runAnswer(ctx context.Context, args []string, out io.Writer) error {
+	return errors.New("voipgen answer runs on Linux only")
 }

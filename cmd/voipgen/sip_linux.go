@@ -1,0 +1,798 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+)
+
+// sipEndpoint is what voipgen call and answer share: a SIP user agent
+// listening on one UDP address, and the media settings of its calls.
+type sipEndpoint struct {
+	listen   netip.AddrPort // SIP
+	media    netip.Addr     // RTP address put into SDP
+	rtpPort  int            // first RTP port; call i uses rtpPort+2i
+	codec    codec
+	ptime    time.Duration
+	emodel   emodelOpts
+	json     bool
+	debug    bool
+	duration time.Duration // call: call duration (mean with exp); answer: how long to run
+
+	// ns, when set, runs fn where the endpoint's sockets belong (a lab
+	// namespace's Do); sockets are created only through it.
+	ns func(fn func() error) error
+
+	ua  *sipgo.UserAgent
+	srv *sipgo.Server
+	cli *sipgo.Client
+	dua *sipgo.DialogUA
+}
+
+func (e *sipEndpoint) flags(fs *flag.FlagSet) (listen, media, codecName *string) {
+	listen = fs.String("sip", "", "local SIP ADDR:PORT (UDP) (required)")
+	media = fs.String("media", "", "RTP address for SDP (default: the SIP address)")
+	fs.IntVar(&e.rtpPort, "rtp-port", 20000, "first local RTP port; call i uses +2i")
+	codecName = fs.String("codec", "pcmu", "pcmu | pcma | g729 | opus")
+	fs.DurationVar(&e.ptime, "ptime", 20*time.Millisecond, "packetization time")
+	fs.BoolVar(&e.json, "json", false, "print machine-readable JSON")
+	fs.BoolVar(&e.debug, "debug", false, "log SIP to stderr")
+	fs.Float64Var(&e.emodel.delayMs, "emodel-delay", 0, "one-way delay Ta in ms for the E-model (0: G.107 default)")
+	return
+}
+
+func (e *sipEndpoint) parse(listen, media, codecName string) error {
+	var err error
+	if e.listen, err = netip.ParseAddrPort(listen); err != nil {
+		return fmt.Errorf("--sip %q: %w", listen, err)
+	}
+	e.media = e.listen.Addr()
+	if media != "" {
+		if e.media, err = netip.ParseAddr(media); err != nil {
+			return fmt.Errorf("--media %q: %w", media, err)
+		}
+	}
+	if e.codec, err = lookupCodec(codecName, e.ptime); err != nil {
+		return err
+	}
+	if e.rtpPort < 1 || e.rtpPort > 65000 {
+		return fmt.Errorf("--rtp-port %d", e.rtpPort)
+	}
+	return nil
+}
+
+// start opens the user agent and listens. It returns once the listener is
+// bound.
+func (e *sipEndpoint) start(ctx context.Context) error {
+	log := slog.New(slog.DiscardHandler)
+	if e.debug {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	sip.SetDefaultLogger(log)
+	host := e.listen.Addr().String()
+	var err error
+	if e.ua, err = sipgo.NewUA(sipgo.WithUserAgent("voipgen"), sipgo.WithUserAgentHostname(host)); err != nil {
+		return err
+	}
+	if e.srv, err = sipgo.NewServer(e.ua, sipgo.WithServerLogger(log)); err != nil {
+		return err
+	}
+	if e.cli, err = sipgo.NewClient(e.ua, sipgo.WithClientLogger(log), sipgo.WithClientHostname(host),
+		sipgo.WithClientConnectionAddr(e.listen.String())); err != nil {
+		return err
+	}
+	e.dua = &sipgo.DialogUA{Client: e.cli, ContactHDR: sip.ContactHeader{
+		Address: sip.Uri{Scheme: "sip", User: "voipgen", Host: host, Port: int(e.listen.Port())}}}
+	// Bind first so that a busy port is an error here, not in a goroutine.
+	var c net.PacketConn
+	err = e.do(func() (err error) { c, err = net.ListenPacket("udp", e.listen.String()); return err })
+	if err != nil {
+		return fmt.Errorf("SIP listen on %s: %w", e.listen, err)
+	}
+	go func() { _ = e.srv.ServeUDP(c) }()
+	go func() { <-ctx.Done(); c.Close() }()
+	// sipgo registers the listener for client transactions in its own
+	// goroutine: a request sent before that would open a second socket on
+	// the same address and fail.
+	for i := 0; i < 200 && e.ua.TransportLayer().GetListenPort("udp") == 0; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	return nil
+}
+
+func (e *sipEndpoint) do(fn func() error) error {
+	if e.ns == nil {
+		return fn()
+	}
+	return e.ns(fn)
+}
+
+func (e *sipEndpoint) close() {
+	if e.ua != nil {
+		e.ua.Close()
+	}
+}
+
+// callMedia is the RTP of one call: one bidirectional stream from
+// local to the peer's SDP address, analysed as it comes back.
+type callMedia struct {
+	g      *generator
+	local  netip.AddrPort
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    genResult
+	rep    *recvReport
+}
+
+// openMedia binds the RTP socket of a call at local (before the SDP that
+// names it is sent).
+func (e *sipEndpoint) openMedia(local netip.AddrPort, maxDur time.Duration) (*callMedia, error) {
+	cfg := genConfig{
+		src: endpoints{lo: local.Addr(), n: 1, port: int(local.Port())}, dst: endpoints{lo: local.Addr(), n: 1, port: 9},
+		streams: 1, codec: e.codec, ptime: e.ptime, duration: maxDur, bidir: true, threads: 1, transport: "udp",
+		slot: time.Millisecond, dscp: 46, grace: 200 * time.Millisecond, emodel: e.emodel,
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var g *generator
+	if err := e.do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+		return nil, err
+	}
+	return &callMedia{g: g, local: local, done: make(chan struct{})}, nil
+}
+
+// startMedia sends to the peer and analyses what comes back until stop.
+func (m *callMedia) start(peer netip.AddrPort) {
+	m.g.setDst(0, peer)
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		m.res, m.rep = runGen(ctx, m.g, nil)
+		m.g.close()
+	}()
+}
+
+// stop ends the media and waits for its report; safe on media never started.
+func (m *callMedia) stop() {
+	if m == nil {
+		return
+	}
+	if m.cancel == nil {
+		m.g.close()
+		return
+	}
+	m.cancel()
+	<-m.done
+}
+
+// callReport is one call of voipgen call or answer.
+type callReport struct {
+	Call     int     `json:"call"`
+	CallID   string  `json:"call_id"`
+	Status   int     `json:"status"` // final response code; 0: none
+	Success  bool    `json:"success"`
+	T180Ms   float64 `json:"t180_ms,omitempty"` // INVITE to first 180/183
+	T200Ms   float64 `json:"t200_ms,omitempty"` // INVITE to 200
+	Error    string  `json:"error,omitempty"`
+	Local    string  `json:"local_rtp,omitempty"`
+	Remote   string  `json:"remote_rtp,omitempty"`
+	Duration float64 `json:"duration_s"`
+	ByeFrom  string  `json:"bye_from,omitempty"` // "local" or "remote"
+	// Media: sent by this side, and received from the peer.
+	SentPackets uint64        `json:"sent_packets"`
+	Received    *streamReport `json:"received,omitempty"`
+}
+
+// callSummary aggregates calls.
+type callSummary struct {
+	Calls     int          `json:"calls"`
+	Succeeded int          `json:"succeeded"`
+	Failed    int          `json:"failed"`
+	Statuses  map[int]int  `json:"statuses"`
+	T180Ms    distribution `json:"t180_ms"`
+	T200Ms    distribution `json:"t200_ms"`
+	// Media over the calls that carried any.
+	WithMedia   int          `json:"calls_with_media_both_ways"`
+	SentPackets uint64       `json:"sent_packets"`
+	RecvPackets uint64       `json:"received_packets"`
+	Lost        int64        `json:"lost"`
+	JitterMs    distribution `json:"jitter_ms"`
+	MaxGapMs    distribution `json:"max_gap_ms"`
+	MOS         distribution `json:"mos"`
+}
+
+func summarizeCalls(calls []callReport) callSummary {
+	s := callSummary{Calls: len(calls), Statuses: map[int]int{}}
+	var t180, t200, jit, gap, mos []float64
+	for _, c := range calls {
+		s.Statuses[c.Status]++
+		if c.Success {
+			s.Succeeded++
+		} else {
+			s.Failed++
+		}
+		if c.T180Ms > 0 {
+			t180 = append(t180, c.T180Ms)
+		}
+		if c.T200Ms > 0 {
+			t200 = append(t200, c.T200Ms)
+		}
+		s.SentPackets += c.SentPackets
+		if r := c.Received; r != nil {
+			s.RecvPackets += r.Packets
+			s.Lost += r.Lost
+			jit, gap = append(jit, r.JitterMs), append(gap, r.MaxGapMs)
+			if r.MOS != nil {
+				mos = append(mos, *r.MOS)
+			}
+			if c.SentPackets > 0 && r.Packets > 0 {
+				s.WithMedia++
+			}
+		}
+	}
+	s.T180Ms, s.T200Ms, s.JitterMs, s.MaxGapMs, s.MOS = distOf(t180), distOf(t200), distOf(jit), distOf(gap), distOf(mos)
+	return s
+}
+
+func (s callSummary) writeText(w io.Writer, what string) {
+	codes := make([]int, 0, len(s.Statuses))
+	for c := range s.Statuses {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	var st []string
+	for _, c := range codes {
+		st = append(st, fmt.Sprintf("%d x%d", c, s.Statuses[c]))
+	}
+	fmt.Fprintf(w, "%s: %d calls, %d succeeded, %d failed; final responses: %s\n", what, s.Calls, s.Succeeded, s.Failed, strings.Join(st, ", "))
+	if s.T200Ms.N > 0 || s.T180Ms.N > 0 {
+		fmt.Fprintf(w, "  setup ms: to 180 %v; to 200 %v\n", s.T180Ms, s.T200Ms)
+	}
+	fmt.Fprintf(w, "  media: %d calls with media both ways; sent %d packets, received %d, lost %d; jitter ms %v; max gap ms %v; MOS %v\n",
+		s.WithMedia, s.SentPackets, s.RecvPackets, s.Lost, s.JitterMs, s.MaxGapMs, s.MOS)
+}
+
+func mediaReport(c *callReport, m *callMedia) {
+	if m == nil {
+		return
+	}
+	c.SentPackets = m.res.Packets
+	if m.rep != nil {
+		for i := range m.rep.Streams {
+			s := m.rep.Streams[i]
+			if s.Port == int(m.local.Port()) && (c.Received == nil || s.Packets > c.Received.Packets) {
+				c.Received = &s
+			}
+		}
+	}
+}
+
+const callUsage = `usage: voipgen call --sip ADDR:PORT --target sip:USER@HOST[:PORT] [flags]
+
+Places --calls calls at --rate calls per second (at most --concurrent at
+once) through a SIP proxy or B2BUA, each with one bidirectional G.711,
+G.729 or Opus stream from voipgen's sender (RTP from --rtp-port+2i), held
+for --call-duration (fixed or exponential) and hung up with BYE. Reports
+call success, setup time to the first 180/183 and to the 200, and the
+media each call received back.
+
+flags:
+`
+
+type callConfig struct {
+	sipEndpoint
+	target     sip.Uri
+	calls      int
+	concurrent int
+	rate       float64
+	exp        bool
+	timeout    time.Duration
+}
+
+func parseCall(args []string, out io.Writer) (callConfig, error) {
+	var c callConfig
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, callUsage); fs.PrintDefaults() }
+	listen, media, codecName := c.flags(fs)
+	target := fs.String("target", "", "request URI, e.g. sip:uas@198.18.2.2:5060 (required)")
+	fs.IntVar(&c.calls, "calls", 1, "calls to place")
+	fs.IntVar(&c.concurrent, "concurrent", 0, "most calls at once (0: --calls)")
+	fs.Float64Var(&c.rate, "rate", 10, "calls per second")
+	fs.DurationVar(&c.duration, "call-duration", 5*time.Second, "call duration after the answer")
+	dist := fs.String("call-duration-dist", "fixed", "fixed | exp")
+	fs.DurationVar(&c.timeout, "answer-timeout", 32*time.Second, "give up (CANCEL) a call not answered within this")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.parse(*listen, *media, *codecName); err != nil {
+		return c, err
+	}
+	if err := sip.ParseUri(*target, &c.target); err != nil || *target == "" {
+		return c, fmt.Errorf("--target %q: want sip:USER@HOST[:PORT]", *target)
+	}
+	c.exp = *dist == "exp"
+	if *dist != "fixed" && *dist != "exp" {
+		return c, fmt.Errorf("--call-duration-dist %q", *dist)
+	}
+	if c.concurrent == 0 {
+		c.concurrent = c.calls
+	}
+	switch {
+	case c.calls < 1 || c.concurrent < 1:
+		return c, errors.New("--calls and --concurrent must be positive")
+	case c.rate <= 0:
+		return c, errors.New("--rate must be positive")
+	case c.rtpPort+2*c.concurrent > 65535:
+		return c, errors.New("--rtp-port + 2 x --concurrent exceeds 65535")
+	}
+	return c, nil
+}
+
+// callSlots hands out RTP port slots to concurrent calls.
+type callSlots struct {
+	mu   sync.Mutex
+	free []int
+}
+
+func (s *callSlots) get() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	return i
+}
+
+func (s *callSlots) put(i int) {
+	s.mu.Lock()
+	s.free = append(s.free, i)
+	s.mu.Unlock()
+}
+
+func runCall(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := parseCall(args, out)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	calls, err := placeCalls(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	sum := summarizeCalls(calls)
+	if cfg.json {
+		return json.NewEncoder(out).Encode(map[string]any{"summary": sum, "calls": calls})
+	}
+	sum.writeText(out, "call")
+	if sum.Failed > 0 {
+		return fmt.Errorf("%d of %d calls failed", sum.Failed, sum.Calls)
+	}
+	return nil
+}
+
+// placeCalls runs voipgen call and returns a report per call.
+func placeCalls(ctx context.Context, cfg callConfig) ([]callReport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := cfg.start(ctx); err != nil {
+		return nil, err
+	}
+	defer cfg.close()
+	// In-dialog requests from the far end: BYE ends the call.
+	var mu sync.Mutex
+	byes := map[string]chan struct{}{}
+	cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+		mu.Lock()
+		ch := byes[req.CallID().Value()]
+		delete(byes, req.CallID().Value())
+		mu.Unlock()
+		code := 200
+		if ch == nil {
+			code = 481
+		} else {
+			close(ch)
+		}
+		_ = tx.Respond(sip.NewResponseFromRequest(req, code, map[int]string{200: "OK", 481: "Call/Transaction Does Not Exist"}[code], nil))
+	})
+	slots := &callSlots{}
+	for i := cfg.concurrent - 1; i >= 0; i-- {
+		slots.free = append(slots.free, i)
+	}
+	sem := make(chan struct{}, cfg.concurrent)
+	reports := make([]callReport, cfg.calls)
+	var wg sync.WaitGroup
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
+	for i := range cfg.calls {
+		if d := time.Until(start.Add(time.Duration(float64(i) / cfg.rate * float64(time.Second)))); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		if ctx.Err() != nil {
+			reports = reports[:i]
+			break
+		}
+		sem <- struct{}{}
+		dur := cfg.duration
+		if cfg.exp {
+			dur = time.Duration(rng.ExpFloat64() * float64(dur))
+		}
+		bye := make(chan struct{})
+		wg.Go(func() {
+			defer func() { <-sem }()
+			slot := slots.get()
+			defer slots.put(slot)
+			reports[i] = cfg.oneCall(ctx, i, slot, dur, bye, func(callID string) {
+				mu.Lock()
+				byes[callID] = bye
+				mu.Unlock()
+			})
+		})
+	}
+	wg.Wait()
+	return reports, nil
+}
+
+// oneCall places call i with RTP port slot and holds it for dur.
+func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Duration, bye chan struct{}, register func(string)) callReport {
+	r := callReport{Call: i}
+	local := netip.AddrPortFrom(cfg.media, uint16(cfg.rtpPort+2*slot))
+	r.Local = local.String()
+	m, err := cfg.openMedia(local, dur+cfg.timeout+time.Minute)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer m.stop()
+	req := sip.NewRequest(sip.INVITE, cfg.target)
+	req.SetBody(sdpBody(local, cfg.codec, cfg.ptime, int64(i)+1))
+	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	from := &sip.FromHeader{Address: sip.Uri{Scheme: "sip", User: "voipgen" + strconv.Itoa(i), Host: cfg.listen.Addr().String(), Port: int(cfg.listen.Port())},
+		Params: sip.NewParams()}
+	from.Params.Add("tag", sip.GenerateTagN(16))
+	req.AppendHeader(from)
+	t0 := time.Now()
+	// Past the answer timeout a call that had a provisional response is
+	// CANCELled; one without is abandoned at once (a CANCEL needs a
+	// provisional response, and sipgo would otherwise wait for Timer B).
+	var provisional atomic.Bool
+	actx, acancel := context.WithCancelCause(ctx)
+	defer acancel(nil)
+	timer := time.AfterFunc(cfg.timeout, func() {
+		if provisional.Load() {
+			acancel(context.DeadlineExceeded)
+		} else {
+			acancel(sipgo.WaitAnswerForceCancelErr)
+		}
+	})
+	defer timer.Stop()
+	sess, err := cfg.dua.WriteInvite(actx, req)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer sess.Close()
+	r.CallID = req.CallID().Value()
+	register(r.CallID)
+	err = sess.WaitAnswer(actx, sipgo.AnswerOptions{OnResponse: func(res *sip.Response) error {
+		if res.StatusCode > 100 && res.StatusCode < 200 {
+			provisional.Store(true)
+		}
+		if (res.StatusCode == 180 || res.StatusCode == 183) && r.T180Ms == 0 {
+			r.T180Ms = float64(time.Since(t0)) / 1e6
+		}
+		if res.StatusCode >= 200 {
+			r.Status = res.StatusCode
+		}
+		return nil
+	}})
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.T200Ms = float64(time.Since(t0)) / 1e6
+	sd, err := parseSDP(sess.InviteResponse.Body())
+	if err != nil {
+		r.Error = "answer: " + err.Error()
+		_ = sess.Ack(ctx)
+		_ = sess.Bye(ctx)
+		return r
+	}
+	r.Remote = sd.addr.String()
+	if err := sess.Ack(ctx); err != nil {
+		r.Error = "ACK: " + err.Error()
+		return r
+	}
+	m.start(sd.addr)
+	t1 := time.Now()
+	select {
+	case <-time.After(dur):
+		r.ByeFrom = "local"
+	case <-bye:
+		r.ByeFrom = "remote"
+	case <-ctx.Done():
+		r.ByeFrom = "local"
+	}
+	r.Duration = time.Since(t1).Seconds()
+	m.stop()
+	mediaReport(&r, m)
+	if r.ByeFrom == "local" {
+		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := sess.Bye(bctx)
+		bcancel()
+		if err != nil {
+			r.Error = "BYE: " + err.Error()
+			return r
+		}
+	}
+	r.Success = r.Status >= 200 && r.Status < 300
+	return r
+}
+
+const answerUsage = `usage: voipgen answer --sip ADDR:PORT [flags]
+
+Answers incoming calls for --duration (or until SIGINT) with one of these
+personalities: answer (180, then 200 with SDP after --ring, then RTP both
+ways from voipgen's sender until BYE), ring (180 and never answer; a CANCEL
+gets 487), reject:CODE (e.g. reject:404, 480, 503 or 603), silent (no
+response at all). Then reports every call and the media it received.
+
+flags:
+`
+
+type answerConfig struct {
+	sipEndpoint
+	personality string
+	code        int
+	ring        time.Duration
+	maxCalls    int
+	maxCallDur  time.Duration
+}
+
+func parseAnswer(args []string, out io.Writer) (answerConfig, error) {
+	var c answerConfig
+	fs := flag.NewFlagSet("answer", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, answerUsage); fs.PrintDefaults() }
+	listen, media, codecName := c.flags(fs)
+	p := fs.String("personality", "answer", "answer | ring | reject:CODE | silent")
+	fs.DurationVar(&c.ring, "ring", 0, "ring this long (180) before answering")
+	fs.DurationVar(&c.duration, "duration", time.Minute, "how long to answer calls")
+	fs.IntVar(&c.maxCalls, "max-calls", 0, "stop after this many calls ended (0: no limit)")
+	fs.DurationVar(&c.maxCallDur, "max-call-duration", time.Hour, "hang up (BYE) calls still up after this")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.parse(*listen, *media, *codecName); err != nil {
+		return c, err
+	}
+	c.personality = *p
+	switch {
+	case *p == "answer" || *p == "ring" || *p == "silent":
+	case strings.HasPrefix(*p, "reject:"):
+		code, err := strconv.Atoi(strings.TrimPrefix(*p, "reject:"))
+		if err != nil || code < 300 || code > 699 {
+			return c, fmt.Errorf("--personality %q: want reject:CODE with a code 300-699", *p)
+		}
+		c.personality, c.code = "reject", code
+	default:
+		return c, fmt.Errorf("--personality %q: want answer, ring, reject:CODE or silent", *p)
+	}
+	return c, nil
+}
+
+func runAnswer(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := parseAnswer(args, out)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	calls, err := answerCalls(ctx, cfg, nil)
+	if err != nil {
+		return err
+	}
+	sum := summarizeCalls(calls)
+	if cfg.json {
+		return json.NewEncoder(out).Encode(map[string]any{"summary": sum, "calls": calls})
+	}
+	sum.writeText(out, "answer ("+cfg.personality+")")
+	return nil
+}
+
+// answerCalls answers calls until ctx is done, the duration passed or
+// maxCalls calls ended; ready, if set, is closed once SIP listens.
+func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) ([]callReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+	defer cancel()
+	if err := cfg.start(ctx); err != nil {
+		return nil, err
+	}
+	defer cfg.close()
+	var mu sync.Mutex
+	var reports []callReport
+	var ended atomic.Int64
+	slots := &callSlots{}
+	const maxSlots = 10000
+	for i := maxSlots - 1; i >= 0; i-- {
+		if cfg.rtpPort+2*i <= 65534 {
+			slots.free = append(slots.free, i)
+		}
+	}
+	type active struct {
+		sess *sipgo.DialogServerSession
+		bye  chan struct{}
+	}
+	calls := map[string]*active{}
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	finish := func(r callReport) {
+		mu.Lock()
+		reports = append(reports, r)
+		mu.Unlock()
+		if ended.Add(1) == int64(cfg.maxCalls) {
+			cancel()
+		}
+	}
+	cfg.srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
+		i := int(n.Add(1)) - 1
+		r := callReport{Call: i, CallID: req.CallID().Value()}
+		switch cfg.personality {
+		case "silent":
+			finish(r)
+			return
+		case "reject":
+			_ = tx.Respond(sip.NewResponseFromRequest(req, cfg.code, reasonPhrase(cfg.code), nil))
+			r.Status = cfg.code
+			finish(r)
+			return
+		}
+		sess, err := cfg.dua.ReadInvite(req, tx)
+		if err != nil {
+			r.Error = err.Error()
+			finish(r)
+			return
+		}
+		t0 := time.Now()
+		_ = sess.Respond(180, "Ringing", nil)
+		r.T180Ms = float64(time.Since(t0)) / 1e6
+		if cfg.personality == "ring" {
+			// Never answer: wait for the CANCEL (487) or the end.
+			select {
+			case <-sess.Context().Done():
+			case <-ctx.Done():
+				_ = sess.Respond(480, "Temporarily Unavailable", nil)
+			}
+			r.Status = 487
+			finish(r)
+			sess.Close()
+			return
+		}
+		offer, err := parseSDP(req.Body())
+		if err != nil {
+			_ = sess.Respond(488, "Not Acceptable Here", nil)
+			r.Status, r.Error = 488, err.Error()
+			finish(r)
+			return
+		}
+		slot := slots.get()
+		local := netip.AddrPortFrom(cfg.media, uint16(cfg.rtpPort+2*slot))
+		r.Local, r.Remote = local.String(), offer.addr.String()
+		m, err := cfg.openMedia(local, cfg.maxCallDur+time.Minute)
+		if err != nil {
+			slots.put(slot)
+			_ = sess.Respond(500, "Server Internal Error", nil)
+			r.Status, r.Error = 500, err.Error()
+			finish(r)
+			return
+		}
+		if cfg.ring > 0 {
+			select {
+			case <-time.After(cfg.ring):
+			case <-sess.Context().Done():
+			}
+		}
+		a := &active{sess: sess, bye: make(chan struct{})}
+		mu.Lock()
+		calls[r.CallID] = a
+		mu.Unlock()
+		if err := sess.RespondSDP(sdpBody(local, cfg.codec, cfg.ptime, int64(i)+1)); err != nil {
+			m.stop()
+			slots.put(slot)
+			r.Error = err.Error()
+			finish(r)
+			return
+		}
+		r.Status, r.T200Ms = 200, float64(time.Since(t0))/1e6
+		// The media and the call's end run on after the handler returns.
+		wg.Go(func() {
+			defer slots.put(slot)
+			m.start(offer.addr)
+			t1 := time.Now()
+			select {
+			case <-a.bye:
+				r.ByeFrom = "remote"
+			case <-time.After(cfg.maxCallDur):
+				r.ByeFrom = "local"
+			case <-ctx.Done():
+				r.ByeFrom = "local"
+			}
+			r.Duration = time.Since(t1).Seconds()
+			m.stop()
+			mediaReport(&r, m)
+			if r.ByeFrom == "local" {
+				bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
+				_ = sess.Bye(bctx)
+				bcancel()
+			}
+			sess.Close()
+			r.Success = true
+			finish(r)
+		})
+	})
+	cfg.srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) {
+		mu.Lock()
+		a := calls[req.CallID().Value()]
+		mu.Unlock()
+		if a != nil {
+			_ = a.sess.ReadAck(req, tx)
+		}
+	})
+	cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+		mu.Lock()
+		a := calls[req.CallID().Value()]
+		delete(calls, req.CallID().Value())
+		mu.Unlock()
+		if a == nil {
+			_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+			return
+		}
+		_ = a.sess.ReadBye(req, tx)
+		close(a.bye)
+	})
+	if ready != nil {
+		close(ready)
+	}
+	<-ctx.Done()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Slice(reports, func(i, j int) bool { return reports[i].Call < reports[j].Call })
+	return reports, nil
+}
+
+// reasonPhrase returns the RFC 3261 reason phrase of the codes voipgen
+// answer sends.
+func reasonPhrase(code int) string {
+	if p, ok := map[int]string{404: "Not Found", 480: "Temporarily Unavailable", 486: "Busy Here",
+		487: "Request Terminated", 488: "Not Acceptable Here", 500: "Server Internal Error",
+		503: "Service Unavailable", 603: "Decline"}[code]; ok {
+		return p
+	}
+	return "Rejected"
+}
