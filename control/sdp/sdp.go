@@ -53,7 +53,7 @@ type Stream struct {
 	Proto     string     // RTP/AVP, RTP/SAVP, ...
 	Port      int        // m= port; 0 means the stream is disabled
 	Addr      netip.Addr // connection address (media level, else session level); unspecified for old-style hold
-	RTCPPort  int        // from a=rtcp, else Port+1
+	RTCPPort  int        // from a=rtcp, else Port+1 (used when rtcp-mux is not agreed)
 	RTCPAddr  netip.Addr // from a=rtcp, else Addr
 	RTCPMux   bool       // a=rtcp-mux present
 	Direction string     // sendrecv, sendonly, recvonly or inactive
@@ -75,8 +75,8 @@ func (s *Stream) RTP() netip.AddrPort {
 	return netip.AddrPortFrom(s.Addr, uint16(s.Port))
 }
 
-// RTCP returns the peer's RTCP address and port (its RTP address with
-// rtcp-mux); invalid if unknown.
+// RTCP returns the peer's RTCP address and port without rtcp-mux (with
+// it, RTCP goes to the RTP address); invalid if unknown.
 func (s *Stream) RTCP() netip.AddrPort {
 	if !s.RTCPAddr.IsValid() || s.RTCPAddr.IsUnspecified() || s.RTCPPort == 0 {
 		return netip.AddrPort{}
@@ -214,9 +214,6 @@ func (d *Description) extract() error {
 				}
 				st.Crypto = append(st.Crypto, c)
 			}
-		}
-		if st.RTCPMux {
-			st.RTCPAddr, st.RTCPPort = st.Addr, st.Port
 		}
 		for _, f := range md.MediaName.Formats {
 			if c, ok := rtpmap[f]; ok {

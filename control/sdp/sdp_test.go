@@ -52,8 +52,8 @@ func TestParse(t *testing.T) {
 	if got, want := st.RTP(), netip.MustParseAddrPort("198.18.0.2:4000"); got != want {
 		t.Errorf("RTP %v, want %v", got, want)
 	}
-	// rtcp-mux: RTCP goes to the RTP port.
-	if got, want := st.RTCP(), netip.MustParseAddrPort("198.18.0.2:4000"); got != want {
+	// The a=rtcp port, for when rtcp-mux is not agreed.
+	if got, want := st.RTCP(), netip.MustParseAddrPort("198.18.0.2:4001"); got != want {
 		t.Errorf("RTCP %v, want %v", got, want)
 	}
 	if !st.RTCPMux || !st.SRTP() || !st.Enabled() || st.Direction != "sendrecv" {

@@ -1,0 +1,703 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/control/sdp"
+)
+
+// Timeouts of the B2BUA's own requests.
+const (
+	byeTimeout     = 5 * time.Second
+	reofferTimeout = 32 * time.Second
+	// ringTimeout bounds an attempt that got a provisional response but
+	// no final one (RFC 3261 Timer C, at its minimum).
+	ringTimeout = 3 * time.Minute
+)
+
+var (
+	errCallerCanceled = errors.New("caller canceled")
+	errTerminated     = errors.New("call terminated by relayd")
+)
+
+// b2bCall is one call through the B2BUA.
+type b2bCall struct {
+	s     *Server
+	c     *call.Call
+	log   *zap.Logger
+	start time.Time
+	a     *sipgo.DialogServerSession // leg A, relayd is UAS
+	aUA   *sipgo.DialogUA
+	relay [2]netip.Addr // relay media address per leg
+
+	// aID and bID are the dialog IDs; written under s.mu.
+	aID, bID string
+
+	setupCancel context.CancelCauseFunc // ends the setup early (terminate before answer)
+	reoffer     sync.Mutex              // one re-INVITE/UPDATE at a time
+	ackBody     chan []byte             // bodies of ACKs from A (late offer, offerless re-INVITE)
+	reAck       chan struct{}           // an ACK from A arrived (2xx retransmission stops)
+
+	mu       sync.Mutex // guards the following
+	b        *sipgo.DialogClientSession
+	dec      route.Decision
+	answered bool
+	origin   [2]sdp.Origin    // relayd's o= line toward each leg
+	lastSent [2][]byte        // last SDP sent to each leg
+	pending  *sdp.Description // the offer being negotiated
+	passKeys map[int]bool     // streams whose a=crypto passes end to end
+	earlySDP *sdp.Description // SDP of the last 18x from B, for a 200 without one
+	maxTimer *time.Timer
+}
+
+func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if side == call.A {
+		bc.aID = id
+	} else {
+		if bc.bID != "" {
+			delete(s.byDialog, bc.bID)
+		}
+		bc.bID = id
+	}
+	s.byDialog[id] = bc
+}
+
+func (s *Server) dialogUA(transport string, peer netip.Addr) *sipgo.DialogUA {
+	t := strings.ToLower(transport)
+	if d, ok := s.dialogs[t+family(peer)]; ok {
+		return d
+	}
+	for _, fam := range []string{"4", "6"} {
+		if d, ok := s.dialogs[t+fam]; ok {
+			return d
+		}
+	}
+	for _, d := range s.dialogs {
+		return d
+	}
+	return nil
+}
+
+// newCall handles an INVITE outside a dialog: it blocks until the call
+// is answered (and ACKed) or has failed.
+func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
+	src := sourceOf(req)
+	if !s.checkInvite(req, tx, src) {
+		return
+	}
+	var offer *sdp.Description
+	if len(req.Body()) > 0 {
+		var err error
+		offer, err = sdp.Parse(req.Body())
+		if err == nil {
+			err = offer.Usable()
+		}
+		switch {
+		case errors.Is(err, sdp.ErrMalformed):
+			s.log.Debug("INVITE with bad SDP", zap.Stringer("source", src), zap.Error(err))
+			respond(tx, req, sip.StatusBadRequest, "Malformed SDP")
+			return
+		case err != nil:
+			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+			return
+		}
+	}
+	aUA := s.dialogUA(req.Transport(), src.Addr())
+	dlg, err := aUA.ReadInvite(req, tx)
+	if err != nil {
+		respond(tx, req, sip.StatusBadRequest, "Bad Request")
+		return
+	}
+	from, to := "", ""
+	if h := req.From(); h != nil {
+		from = h.Address.String()
+	}
+	if h := req.To(); h != nil {
+		to = h.Address.String()
+	}
+	c := s.cfg.Calls.New(src, from, to)
+	s.metrics.callStarted()
+	bc := &b2bCall{
+		s:       s,
+		c:       c,
+		log:     s.log.With(zap.String("call", c.ID)),
+		start:   time.Now(),
+		a:       dlg,
+		aUA:     aUA,
+		ackBody: make(chan []byte, 1),
+		reAck:   make(chan struct{}, 1),
+		origin:  [2]sdp.Origin{sdp.NewOrigin(), sdp.NewOrigin()},
+	}
+	bc.relay[call.A] = s.cfg.Calls.Addr(src.Addr())
+	bc.relay[call.B] = bc.relay[call.A]
+	fromTag, _ := req.From().Params.Get("tag")
+	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
+	s.setDialog(bc, call.A, dlg.ID)
+	s.wg.Add(1)
+	defer s.wg.Done()
+	if err := dlg.Respond(sip.StatusTrying, "Trying", nil); err != nil {
+		bc.log.Debug("100 Trying", zap.Error(err))
+	}
+	bc.log.Debug("call", zap.Stringer("source", src), zap.String("from", from), zap.String("to", to),
+		zap.String("call_id", req.CallID().Value()), zap.Bool("late_offer", offer == nil))
+	bc.setup(req, offer)
+}
+
+// setup routes the call and tries its destinations until one answers.
+func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
+	s := bc.s
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	bc.mu.Lock()
+	bc.setupCancel = cancel
+	bc.mu.Unlock()
+	stop := context.AfterFunc(bc.a.Context(), func() { cancel(errCallerCanceled) })
+	defer stop()
+
+	facts := route.Facts{CallID: req.CallID().Value(), From: bc.c.From, To: bc.c.To, User: req.Recipient.User, Source: bc.c.Source.String()}
+	dec, err := s.cfg.Router.Lookup(ctx, facts)
+	var rej *route.Rejected
+	switch {
+	case errors.As(err, &rej):
+		bc.fail(call.Rejected, rej.Code, rej.Reason)
+		return
+	case errors.Is(err, route.ErrNoRoute):
+		bc.fail(call.Rejected, sip.StatusNotFound, "Not Found")
+		return
+	case err != nil:
+		bc.log.Warn("routing", zap.Error(err))
+		bc.fail(call.Rejected, sip.StatusServiceUnavailable, "Routing Unavailable", s.retryAfter())
+		return
+	}
+	bc.mu.Lock()
+	bc.dec = dec
+	bc.mu.Unlock()
+	bc.c.SetRoute(dec.Route.Name)
+
+	code, reason := sip.StatusRequestTimeout, "Request Timeout"
+	for _, dest := range dec.Destinations {
+		if cause := context.Cause(ctx); cause != nil {
+			bc.setupEnded(cause)
+			return
+		}
+		res := bc.attempt(ctx, req, dest, offer)
+		switch {
+		case res.answered:
+			return
+		case res.final:
+			// relayd refused the call itself (SDP, ports): no failover.
+			var hdrs []sip.Header
+			if res.retry {
+				hdrs = append(hdrs, s.retryAfter())
+			}
+			bc.fail(res.disposition, res.code, res.reason, hdrs...)
+			return
+		case res.canceled:
+			bc.setupEnded(context.Cause(ctx))
+			return
+		}
+		if res.code != 0 {
+			code, reason = res.code, res.reason
+			if !dec.Route.Fails(res.code) {
+				break
+			}
+		} else {
+			code, reason = sip.StatusRequestTimeout, "Request Timeout"
+		}
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		bc.setupEnded(cause)
+		return
+	}
+	if code == sip.StatusServiceUnavailable {
+		bc.fail(call.Failed, code, reason, s.retryAfter())
+		return
+	}
+	bc.fail(call.Failed, code, reason)
+}
+
+// setupEnded ends a call whose setup was cut short.
+func (bc *b2bCall) setupEnded(cause error) {
+	switch {
+	case errors.Is(cause, errCallerCanceled):
+		// The transaction layer answered the CANCEL and the INVITE (487).
+		bc.finish(call.Canceled, sip.StatusRequestTerminated, "caller canceled")
+	default:
+		d := call.Shutdown
+		var te terminateCause
+		if errors.As(cause, &te) {
+			d = te.d
+		}
+		bc.fail(d, sip.StatusServiceUnavailable, "Service Unavailable", bc.s.retryAfter())
+	}
+}
+
+type terminateCause struct{ d call.Disposition }
+
+func (t terminateCause) Error() string { return "terminated: " + string(t.d) }
+
+// fail answers A with a final failure and ends the call.
+func (bc *b2bCall) fail(d call.Disposition, code int, reason string, headers ...sip.Header) {
+	if code < 300 {
+		code, reason = sip.StatusInternalServerError, "Server Internal Error"
+	}
+	if err := bc.a.Respond(code, reason, nil, headers...); err != nil {
+		bc.log.Debug("final response to caller", zap.Int("code", code), zap.Error(err))
+	}
+	bc.finish(d, code, reason)
+}
+
+// finish ends the call once: flows removed, CDR handed on, dialogs
+// forgotten.
+func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
+	bc.mu.Lock()
+	answered := bc.answered
+	if bc.maxTimer != nil {
+		bc.maxTimer.Stop()
+	}
+	bc.mu.Unlock()
+	if !bc.c.End(d, code, reason) {
+		return
+	}
+	s := bc.s
+	s.mu.Lock()
+	aID, bID := bc.aID, bc.bID
+	s.mu.Unlock()
+	s.unregister(aID, bID)
+	s.cfg.Calls.Remove(bc.c)
+	s.metrics.callEnded(d, answered)
+	info := bc.c.Info()
+	bc.log.Info("call ended", zap.String("disposition", string(d)), zap.Int("code", code), zap.String("reason", reason),
+		zap.Int("attempts", len(info.Attempts)), zap.Float64("duration_s", info.DurationS),
+		zap.Uint64("packets_a", info.Media[call.A].Packets), zap.Uint64("packets_b", info.Media[call.B].Packets))
+	if s.cfg.OnEnd != nil {
+		s.cfg.OnEnd(info)
+	}
+}
+
+type attemptResult struct {
+	answered    bool
+	canceled    bool // the caller canceled, or relayd ended the call
+	final       bool // relayd refuses the call: answer A with code, no failover
+	disposition call.Disposition
+	code        int
+	reason      string
+	retry       bool // add Retry-After
+}
+
+// attempt tries one destination.
+func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Destination, offer *sdp.Description) attemptResult {
+	s := bc.s
+	start := time.Now()
+	rec := call.Attempt{Destination: dest.URI, Start: start, FirstResponseMS: -1}
+	record := func(result string, code int) {
+		rec.Result, rec.Code = result, code
+		rec.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+		bc.c.AddAttempt(rec)
+		s.metrics.attempt(code)
+	}
+	if s.self[dest.HostPort()] {
+		record("failed", sip.StatusLoopDetected)
+		return attemptResult{code: sip.StatusLoopDetected, reason: "Loop Detected"}
+	}
+	if ip, err := netip.ParseAddr(dest.Host); err == nil {
+		bc.relay[call.B] = s.cfg.Calls.Addr(ip)
+	}
+	var body []byte
+	if offer != nil {
+		var err error
+		body, err = bc.relayOffer(call.A, offer, true)
+		if err != nil {
+			res := refusal(err)
+			bc.log.Info("call refused", zap.Int("code", res.code), zap.Error(err))
+			s.metrics.attempt(0)
+			return res
+		}
+	}
+	inv := bc.outgoingInvite(req, dest, body)
+	bUA := s.dialogUA(dest.Transport, bc.relay[call.B])
+	actx, acancel := context.WithCancelCause(context.Background())
+	defer acancel(nil)
+	var gotResponse atomic.Bool
+	stop := context.AfterFunc(ctx, func() {
+		if gotResponse.Load() {
+			acancel(errCallerCanceled) // WaitAnswer sends CANCEL
+		} else {
+			acancel(sipgo.WaitAnswerForceCancelErr) // nothing to CANCEL yet
+		}
+	})
+	defer stop()
+	noAnswer := time.AfterFunc(bc.dec.Route.AttemptTimeout, func() {
+		if !gotResponse.Load() {
+			acancel(sipgo.WaitAnswerForceCancelErr)
+		}
+	})
+	defer noAnswer.Stop()
+	ring := time.AfterFunc(ringTimeout, func() { acancel(errors.New("no final answer")) })
+	defer ring.Stop()
+
+	dlgB, err := bUA.WriteInvite(actx, inv)
+	if err != nil {
+		bc.log.Info("attempt", zap.String("destination", dest.URI), zap.Error(err))
+		record("error", 0)
+		return attemptResult{}
+	}
+	defer func() {
+		if !bc.isB(dlgB) {
+			dlgB.Close()
+		}
+	}()
+	if v := inv.Via(); v != nil {
+		if b, ok := v.Params.Get("branch"); ok {
+			s.loops.add(b)
+		}
+	}
+	if cid := inv.CallID(); cid != nil {
+		tag, _ := inv.From().Params.Get("tag")
+		bc.c.SetLeg(call.B, call.Leg{CallID: cid.Value(), FromTag: tag, Remote: dest.HostPort(), Transport: dest.Transport})
+	}
+	err = dlgB.WaitAnswer(actx, sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
+		if !gotResponse.Swap(true) {
+			rec.FirstResponseMS = float64(time.Since(start).Microseconds()) / 1000
+		}
+		if r.StatusCode > 100 && r.StatusCode < 200 {
+			bc.relayProvisional(r, offer != nil)
+		}
+		return nil
+	}})
+	var dr *sipgo.ErrDialogResponse
+	switch {
+	case err == nil:
+	case errors.As(err, &dr):
+		record("failed", dr.Res.StatusCode)
+		bc.log.Debug("attempt failed", zap.String("destination", dest.URI), zap.Int("code", dr.Res.StatusCode))
+		return attemptResult{code: dr.Res.StatusCode, reason: dr.Res.Reason}
+	case ctx.Err() != nil:
+		record("canceled", 0)
+		return attemptResult{canceled: true}
+	case errors.Is(context.Cause(actx), sipgo.WaitAnswerForceCancelErr):
+		record("timeout", 0)
+		bc.log.Info("attempt timed out", zap.String("destination", dest.URI), zap.Duration("after", time.Since(start)))
+		return attemptResult{}
+	default:
+		record("error", 0)
+		bc.log.Info("attempt", zap.String("destination", dest.URI), zap.Error(err))
+		return attemptResult{}
+	}
+	record("answered", dlgB.InviteResponse.StatusCode)
+	bc.mu.Lock()
+	bc.b = dlgB
+	bc.mu.Unlock()
+	s.setDialog(bc, call.B, dlgB.ID)
+	if tag, ok := dlgB.InviteResponse.To().Params.Get("tag"); ok {
+		l := bc.c.Leg(call.B)
+		l.ToTag = tag
+		bc.c.SetLeg(call.B, l)
+	}
+	bc.answer(ctx, offer, dlgB)
+	return attemptResult{answered: true}
+}
+
+func (bc *b2bCall) isB(d *sipgo.DialogClientSession) bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return bc.b == d
+}
+
+// refusal maps an error of relayOffer to the answer A gets.
+func refusal(err error) attemptResult {
+	switch {
+	case errors.Is(err, call.ErrNoPorts):
+		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusServiceUnavailable, reason: "Media Ports Exhausted", retry: true}
+	case errors.Is(err, sdp.ErrNotAcceptable), errors.Is(err, call.ErrSRTPUnsupported):
+		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusNotAcceptableHere, reason: "Not Acceptable Here"}
+	case errors.Is(err, sdp.ErrMalformed):
+		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusBadRequest, reason: "Malformed SDP"}
+	}
+	return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusInternalServerError, reason: "Server Internal Error"}
+}
+
+// outgoingInvite builds leg B's INVITE: its own Call-ID, From tag and
+// CSeq; the caller's From and To URIs; Max-Forwards one less.
+func (bc *b2bCall) outgoingInvite(req *sip.Request, dest route.Destination, body []byte) *sip.Request {
+	user := dest.User
+	if user == "" {
+		user = req.Recipient.User
+	}
+	uri := sip.Uri{Scheme: "sip", User: user, Host: dest.Host, Port: dest.Port}
+	if dest.Transport == "tcp" {
+		uri.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+	}
+	inv := sip.NewRequest(sip.INVITE, uri)
+	from := sip.FromHeader{DisplayName: req.From().DisplayName, Address: *req.From().Address.Clone()}
+	from.Params.Add("tag", sip.GenerateTagN(16))
+	inv.AppendHeader(&from)
+	to := sip.ToHeader{DisplayName: req.To().DisplayName, Address: *req.To().Address.Clone()}
+	inv.AppendHeader(&to)
+	mf := sip.MaxForwardsHeader(70)
+	if h := req.MaxForwards(); h != nil {
+		mf = sip.MaxForwardsHeader(h.Val() - 1)
+	}
+	inv.AppendHeader(&mf)
+	inv.AppendHeader(sip.NewHeader("User-Agent", bc.s.cfg.UserAgent))
+	inv.AppendHeader(sip.NewHeader("Allow", allowed))
+	if body != nil {
+		inv.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	inv.SetBody(body)
+	inv.SetTransport(strings.ToUpper(dest.Transport))
+	inv.SetDestination(dest.HostPort())
+	if dest.Transport == "udp" {
+		if la, ok := bc.s.laddr[family(bc.relay[call.B])]; ok {
+			inv.Laddr = la
+		}
+	}
+	return inv
+}
+
+// relayProvisional relays a 18x from B to A; one with SDP anchors early
+// media.
+func (bc *b2bCall) relayProvisional(r *sip.Response, haveOffer bool) {
+	var body []byte
+	if len(r.Body()) > 0 && haveOffer {
+		d, err := sdp.Parse(r.Body())
+		if err == nil {
+			body, err = bc.relayAnswer(call.B, d)
+		}
+		if err != nil {
+			bc.log.Debug("early SDP ignored", zap.Int("code", r.StatusCode), zap.Error(err))
+			body = nil
+		} else {
+			bc.mu.Lock()
+			bc.earlySDP = d
+			bc.mu.Unlock()
+			bc.c.SetState(call.StateEarly)
+		}
+	}
+	var headers []sip.Header
+	if body != nil {
+		headers = append(headers, sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	if err := bc.a.Respond(r.StatusCode, r.Reason, body, headers...); err != nil {
+		bc.log.Debug("relay provisional", zap.Int("code", r.StatusCode), zap.Error(err))
+	}
+}
+
+// answer completes a call B answered: SDP both ways, ACK to B, 200 to A.
+func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sipgo.DialogClientSession) {
+	res := dlgB.InviteResponse
+	ackCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	abandon := func(code int, reason string, err error) {
+		bc.log.Info("answer not usable", zap.Int("code", code), zap.Error(err))
+		dlgB.Ack(ackCtx)
+		dlgB.Bye(ackCtx)
+		bc.fail(call.Failed, code, reason)
+	}
+	var bodyA []byte
+	var d *sdp.Description
+	var err error
+	if len(res.Body()) > 0 {
+		d, err = sdp.Parse(res.Body())
+		if err == nil {
+			err = d.Usable()
+		}
+		if err != nil {
+			abandon(sip.StatusBadGateway, "Bad Answer From Destination", err)
+			return
+		}
+	}
+	if offer != nil {
+		if d == nil {
+			bc.mu.Lock()
+			d = bc.earlySDP
+			bc.mu.Unlock()
+		}
+		if d == nil {
+			abandon(sip.StatusBadGateway, "No Answer SDP From Destination", errors.New("200 without SDP"))
+			return
+		}
+		if bodyA, err = bc.relayAnswer(call.B, d); err != nil {
+			abandon(sip.StatusNotAcceptableHere, "Not Acceptable Here", err)
+			return
+		}
+		if err := dlgB.Ack(ackCtx); err != nil {
+			bc.log.Warn("ACK to callee", zap.Error(err))
+		}
+	} else {
+		// Late offer: B offers in its 200, A answers in its ACK.
+		if d == nil {
+			abandon(sip.StatusBadGateway, "No Offer From Destination", errors.New("late offer: 200 without SDP"))
+			return
+		}
+		if bodyA, err = bc.relayOffer(call.B, d, false); err != nil {
+			r := refusal(err)
+			abandon(r.code, r.reason, err)
+			return
+		}
+	}
+	ok := sip.NewResponseFromRequest(bc.a.InviteRequest, sip.StatusOK, "OK", bodyA)
+	ok.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	ok.AppendHeader(sip.NewHeader("Allow", allowed))
+	ok.AppendHeader(sip.NewHeader("Server", bc.s.cfg.UserAgent))
+	bc.mu.Lock()
+	bc.answered = true
+	bc.mu.Unlock()
+	bc.c.SetState(call.StateAnswered)
+	bc.s.metrics.setup.Observe(time.Since(bc.start).Seconds())
+	if max := bc.s.cfg.MaxDuration; max > 0 {
+		bc.mu.Lock()
+		bc.maxTimer = time.AfterFunc(max, func() { bc.terminate(call.MaxDuration, 0, "maximum call duration") })
+		bc.mu.Unlock()
+	}
+	if err := bc.a.WriteResponse(ok); err != nil {
+		if bc.a.LoadState() == sip.DialogStateEnded || bc.c.State() == call.StateEnded {
+			return // the caller hung up before its ACK was seen
+		}
+		bc.log.Info("200 OK to caller not acknowledged", zap.Error(err))
+		if offer != nil {
+			bc.terminate(call.Failed, sip.StatusRequestTimeout, "no ACK from caller")
+			return
+		}
+	}
+	if offer == nil {
+		// The ACK carries A's answer to B's offer.
+		var ackSDP []byte
+		select {
+		case ackSDP = <-bc.ackBody:
+		default:
+		}
+		d, err := sdp.Parse(ackSDP)
+		var bodyB []byte
+		if err == nil {
+			bodyB, err = bc.relayAnswer(call.A, d)
+		}
+		if err != nil {
+			bc.log.Info("late offer: no usable answer in the caller's ACK", zap.Error(err))
+			dlgB.Ack(ackCtx)
+			bc.terminate(call.Failed, sip.StatusNotAcceptableHere, "no answer in ACK")
+			return
+		}
+		ack := sip.NewRequest(sip.ACK, ackTarget(dlgB))
+		ack.SetBody(bodyB)
+		ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		if err := dlgB.WriteAck(ackCtx, ack); err != nil {
+			bc.log.Warn("ACK to callee", zap.Error(err))
+		}
+	}
+	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {
+		bc.terminate(call.Shutdown, 0, "relayd stopping")
+	}
+}
+
+func ackTarget(d *sipgo.DialogClientSession) sip.Uri {
+	if c := d.InviteResponse.Contact(); c != nil {
+		return *c.Address.Clone()
+	}
+	return *d.InviteRequest.Recipient.Clone()
+}
+
+// terminate ends the call from relayd's side: BYE on both legs once
+// answered, else the setup is cut short.
+func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
+	bc.mu.Lock()
+	answered, b, cancel := bc.answered, bc.b, bc.setupCancel
+	bc.mu.Unlock()
+	if !answered {
+		if cancel != nil {
+			cancel(terminateCause{d})
+		}
+		return
+	}
+	ctx, done := context.WithTimeout(context.Background(), byeTimeout)
+	defer done()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := bc.a.Bye(ctx); err != nil {
+			bc.log.Debug("BYE to caller", zap.Error(err))
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if b != nil {
+			if err := b.Bye(ctx); err != nil {
+				bc.log.Debug("BYE to callee", zap.Error(err))
+			}
+		}
+	}()
+	wg.Wait()
+	bc.finish(d, code, reason)
+}
+
+func (bc *b2bCall) onAck(req *sip.Request) {
+	if body := req.Body(); len(body) > 0 {
+		select {
+		case bc.ackBody <- body:
+		default:
+		}
+	}
+	select {
+	case bc.reAck <- struct{}{}:
+	default:
+	}
+	bc.a.ReadAck(req, nil)
+}
+
+func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransaction) {
+	bc.mu.Lock()
+	b := bc.b
+	bc.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	if side == call.A {
+		if err := bc.a.ReadBye(req, tx); err != nil {
+			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+			return
+		}
+		if b != nil {
+			if err := b.Bye(ctx); err != nil {
+				bc.log.Debug("BYE to callee", zap.Error(err))
+			}
+		}
+		bc.finish(call.Answered, sip.StatusOK, "caller hung up")
+		return
+	}
+	if b == nil {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if err := b.ReadBye(req, tx); err != nil {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if err := bc.a.Bye(ctx); err != nil {
+		bc.log.Debug("BYE to caller", zap.Error(err))
+	}
+	bc.finish(call.Answered, sip.StatusOK, "callee hung up")
+}
+
+// errReofferFailed carries the other leg's final code.
+type errReofferFailed struct {
+	code   int
+	reason string
+}
+
+func (e errReofferFailed) Error() string { return fmt.Sprintf("%d %s", e.code, e.reason) }

@@ -1,0 +1,104 @@
+package sip
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// limiter is a token bucket per source address. Safe for concurrent use.
+type limiter struct {
+	rate  float64 // tokens per second
+	burst float64
+	now   func() time.Time
+
+	mu      sync.Mutex // guards the following
+	buckets map[netip.Addr]*bucket
+	swept   time.Time
+}
+
+type bucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// maxBuckets bounds the table: a flood from many sources cannot grow it
+// without limit (over it, new sources share one bucket).
+const maxBuckets = 1 << 16
+
+func newLimiter(rate float64, burst int) *limiter {
+	return &limiter{rate: rate, burst: float64(burst), now: time.Now, buckets: make(map[netip.Addr]*bucket)}
+}
+
+func (l *limiter) allow(src netip.Addr) bool {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.swept) > time.Minute {
+		// Forget sources whose bucket is full again.
+		for a, b := range l.buckets {
+			if now.Sub(b.last).Seconds()*l.rate >= l.burst {
+				delete(l.buckets, a)
+			}
+		}
+		l.swept = now
+	}
+	b, ok := l.buckets[src]
+	if !ok {
+		if len(l.buckets) >= maxBuckets {
+			src = netip.Addr{}
+			b, ok = l.buckets[src]
+		}
+		if !ok {
+			b = &bucket{tokens: l.burst, last: now}
+			l.buckets[src] = b
+		}
+	}
+	b.tokens = min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// branchSet remembers the Via branches of the INVITEs relayd sent in the
+// last few minutes: one coming back in an incoming INVITE is a loop.
+// Safe for concurrent use.
+type branchSet struct {
+	mu   sync.Mutex // guards the following
+	cur  map[string]struct{}
+	prev map[string]struct{}
+	at   time.Time
+}
+
+const branchTTL = 2 * time.Minute
+
+func newBranchSet() *branchSet {
+	return &branchSet{cur: make(map[string]struct{}), prev: make(map[string]struct{}), at: time.Now()}
+}
+
+func (b *branchSet) rotate() {
+	if time.Since(b.at) > branchTTL {
+		b.prev, b.cur, b.at = b.cur, make(map[string]struct{}), time.Now()
+	}
+}
+
+func (b *branchSet) add(branch string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rotate()
+	b.cur[branch] = struct{}{}
+}
+
+func (b *branchSet) has(branch string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rotate()
+	_, ok := b.cur[branch]
+	if !ok {
+		_, ok = b.prev[branch]
+	}
+	return ok
+}

@@ -1,0 +1,371 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/control/sdp"
+)
+
+// relayOffer takes an offer from one leg, anchors its streams on the
+// relay (ports, the offerer's addresses) and returns the SDP to offer the
+// other leg. With install set, the flows toward the offerer go in at once
+// (early media from the answerer); otherwise they wait for the answer.
+func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) ([]byte, error) {
+	to := from.Other()
+	bc.mu.Lock()
+	dec := bc.dec
+	bc.mu.Unlock()
+	if err := d.FilterCodecs(dec.Route.Codecs); err != nil {
+		return nil, err
+	}
+	policy := route.SRTPOff
+	if to == call.B {
+		policy = dec.Route.SRTP
+	} else {
+		policy = route.SRTPOffer // toward the caller: keys pass through as the callee sent them
+	}
+	m := bc.c.Media
+	plan := sdp.Plan{Addr: bc.relay[to], Streams: make([]sdp.StreamPlan, len(d.Streams))}
+	pass := make(map[int]bool)
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		if !st.Enabled() {
+			m.Edit(i, func(ms *call.Stream) { ms.Disabled = true })
+			continue
+		}
+		keys := len(st.Crypto) > 0
+		proto := st.Proto
+		switch {
+		case keys && policy == route.SRTPOff:
+			// SRTP toward the caller, plain toward the callee: relayd would
+			// terminate SRTP.
+			// TODO(srtp): generate a key for the caller, set Recv/Send on
+			// the A end and answer with it once dataplane.Flow carries SRTP
+			// transforms (the slowpath engineer is adding them).
+			return nil, fmt.Errorf("stream %d: %w", i, call.ErrSRTPUnsupported)
+		case !keys && policy == route.SRTPRequire:
+			// TODO(srtp): offer relayd's own key toward the callee.
+			return nil, fmt.Errorf("stream %d: plain caller, SRTP required toward the destination: %w", i, call.ErrSRTPUnsupported)
+		case keys && policy == route.SRTPRequire:
+			proto = savp(proto)
+		}
+		// policy offer with a plain caller: offered plain until relayd can
+		// terminate SRTP (TODO(srtp) above).
+		if err := m.Ensure(i, bc.relay[call.A], bc.relay[call.B]); err != nil {
+			return nil, err
+		}
+		m.Edit(i, func(ms *call.Stream) {
+			ms.Disabled = false
+			ms.Ends[from].RTP, ms.Ends[from].RTCP = st.RTP(), st.RTCP()
+			ms.Mux = st.RTCPMux
+			ms.ClockRate = st.ClockRate()
+		})
+		pass[i] = keys
+		var port uint16
+		for _, ms := range m.Streams() {
+			if ms.Index == i {
+				port = ms.Ends[to].Port
+			}
+		}
+		plan.Streams[i] = sdp.StreamPlan{Port: int(port), RTCPMux: st.RTCPMux, Proto: proto, KeepCrypto: keys}
+	}
+	bc.mu.Lock()
+	body, err := d.Rewrite(plan, &bc.origin[to])
+	if err == nil {
+		bc.pending = d
+		bc.passKeys = pass
+		bc.lastSent[to] = body
+	}
+	bc.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if install {
+		if err := m.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+func savp(proto string) string {
+	switch proto {
+	case "RTP/AVP":
+		return "RTP/SAVP"
+	case "RTP/AVPF":
+		return "RTP/SAVPF"
+	}
+	return proto
+}
+
+// relayAnswer takes the answer from one leg to the pending offer, learns
+// its addresses, installs or updates the flows and returns the SDP to
+// answer the offerer with.
+func (bc *b2bCall) relayAnswer(from call.Side, d *sdp.Description) ([]byte, error) {
+	to := from.Other()
+	bc.mu.Lock()
+	offer, pass := bc.pending, bc.passKeys
+	bc.mu.Unlock()
+	if offer == nil {
+		return nil, errors.New("answer without a pending offer")
+	}
+	m := bc.c.Media
+	plan := sdp.Plan{Addr: bc.relay[to], Streams: make([]sdp.StreamPlan, len(d.Streams))}
+	ports := make(map[int]uint16)
+	for _, ms := range m.Streams() {
+		ports[ms.Index] = ms.Ends[to].Port
+	}
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		if i >= len(offer.Streams) || !offer.Streams[i].Enabled() || !st.Enabled() || ports[i] == 0 {
+			m.Edit(i, func(ms *call.Stream) { ms.Disabled = true })
+			continue
+		}
+		mux := offer.Streams[i].RTCPMux && st.RTCPMux
+		m.Edit(i, func(ms *call.Stream) {
+			ms.Disabled = false
+			ms.Ends[from].RTP, ms.Ends[from].RTCP = st.RTP(), st.RTCP()
+			ms.Mux = mux
+			if c := st.ClockRate(); c != 0 {
+				ms.ClockRate = c
+			}
+		})
+		plan.Streams[i] = sdp.StreamPlan{Port: int(ports[i]), RTCPMux: mux, KeepCrypto: pass[i] && len(st.Crypto) > 0}
+	}
+	// Streams the answer lacks are rejected.
+	for i := len(d.Streams); i < len(offer.Streams); i++ {
+		m.Edit(i, func(ms *call.Stream) { ms.Disabled = true })
+	}
+	if err := m.Sync(); err != nil {
+		return nil, err
+	}
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	body, err := d.Rewrite(plan, &bc.origin[to])
+	if err != nil {
+		return nil, err
+	}
+	bc.lastSent[to] = body
+	return body, nil
+}
+
+// onReoffer relays a re-INVITE or UPDATE from one leg to the other: hold,
+// resume, new ports or codecs. The flows change only when the other leg
+// accepts; if it refuses, the old media stays.
+func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTransaction) {
+	bc.mu.Lock()
+	answered, b := bc.answered, bc.b
+	bc.mu.Unlock()
+	if !answered || b == nil {
+		respond(tx, req, sip.StatusRequestPending, "Request Pending")
+		return
+	}
+	if !bc.reoffer.TryLock() {
+		respond(tx, req, sip.StatusRequestPending, "Request Pending")
+		return
+	}
+	defer bc.reoffer.Unlock()
+	var err error
+	if from == call.A {
+		err = bc.a.ReadRequest(req, tx)
+	} else {
+		err = b.ReadRequest(req, tx)
+	}
+	if err != nil {
+		respond(tx, req, sip.StatusInternalServerError, "CSeq Out Of Order")
+		return
+	}
+	if len(req.Body()) > 0 {
+		if ct := req.ContentType(); ct == nil || ct.Value() != "application/sdp" {
+			respond(tx, req, sip.StatusUnsupportedMediaType, "Unsupported Media Type", sip.NewHeader("Accept", "application/sdp"))
+			return
+		}
+	}
+	if req.IsInvite() {
+		respond(tx, req, sip.StatusTrying, "Trying")
+	}
+	if len(req.Body()) == 0 {
+		bc.offerlessReinvite(from, req, tx)
+		return
+	}
+	d, err := sdp.Parse(req.Body())
+	if err == nil {
+		err = d.Usable()
+	}
+	if err != nil {
+		code, reason := sip.StatusNotAcceptableHere, "Not Acceptable Here"
+		if errors.Is(err, sdp.ErrMalformed) {
+			code, reason = sip.StatusBadRequest, "Malformed SDP"
+		}
+		respond(tx, req, code, reason)
+		return
+	}
+	saved := bc.c.Media.Streams()
+	restore := func() {
+		for _, st := range saved {
+			bc.c.Media.Edit(st.Index, func(ms *call.Stream) { *ms = st })
+		}
+		if err := bc.c.Media.Sync(); err != nil {
+			bc.log.Warn("restore media after a refused re-offer", zap.Error(err))
+		}
+	}
+	body, err := bc.relayOffer(from, d, false)
+	if err != nil {
+		restore()
+		r := refusal(err)
+		respond(tx, req, r.code, r.reason)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reofferTimeout)
+	defer cancel()
+	res, err := bc.sendReoffer(ctx, from.Other(), req.Method, body)
+	if err != nil {
+		restore()
+		var rf errReofferFailed
+		if errors.As(err, &rf) {
+			respond(tx, req, rf.code, rf.reason)
+		} else {
+			bc.log.Info("re-offer", zap.Error(err))
+			respond(tx, req, sip.StatusServiceUnavailable, "Service Unavailable")
+		}
+		return
+	}
+	ans, err := sdp.Parse(res.Body())
+	var answer []byte
+	if err == nil {
+		answer, err = bc.relayAnswer(from.Other(), ans)
+	}
+	if err != nil {
+		bc.log.Info("re-offer answer not usable", zap.Error(err))
+		restore()
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	bc.respond2xx(from, req, tx, answer)
+}
+
+// sendReoffer sends a re-INVITE or UPDATE with body to a leg, ACKs a 2xx
+// of an INVITE and returns the 2xx. A final failure is errReofferFailed.
+func (bc *b2bCall) sendReoffer(ctx context.Context, to call.Side, method sip.RequestMethod, body []byte) (*sip.Response, error) {
+	bc.mu.Lock()
+	b := bc.b
+	bc.mu.Unlock()
+	var target sip.Uri
+	if to == call.B {
+		target = ackTarget(b)
+	} else {
+		target = *bc.a.InviteRequest.Contact().Address.Clone()
+	}
+	r := sip.NewRequest(method, target)
+	r.SetBody(body)
+	if body != nil {
+		r.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	var res *sip.Response
+	var err error
+	if to == call.B {
+		res, err = b.Do(ctx, r)
+	} else {
+		res, err = bc.a.Do(ctx, r)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !res.IsSuccess() {
+		return nil, errReofferFailed{res.StatusCode, res.Reason}
+	}
+	if method == sip.INVITE {
+		ack := sip.NewRequest(sip.ACK, target)
+		if to == call.B {
+			err = b.WriteRequest(ack)
+		} else {
+			err = bc.a.WriteRequest(ack)
+		}
+		if err != nil {
+			bc.log.Warn("ACK of re-INVITE", zap.Error(err))
+		}
+	}
+	return res, nil
+}
+
+// respond2xx answers a re-offer with SDP; for an INVITE from A over an
+// unreliable transport the 2xx is retransmitted until the ACK arrives
+// (RFC 3261 13.3.1.4).
+func (bc *b2bCall) respond2xx(from call.Side, req *sip.Request, tx sip.ServerTransaction, body []byte) {
+	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", body)
+	res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	contact := bc.aUA.ContactHDR
+	res.AppendHeader(&contact)
+	select {
+	case <-bc.reAck:
+	default:
+	}
+	if err := tx.Respond(res); err != nil {
+		bc.log.Debug("2xx to re-offer", zap.Error(err))
+		return
+	}
+	if !req.IsInvite() || sip.IsReliable(req.Transport()) || from != call.A {
+		return
+	}
+	interval := sip.T1
+	deadline := time.After(64 * sip.T1)
+	for {
+		select {
+		case <-bc.reAck:
+			return
+		case <-deadline:
+			return
+		case <-bc.c.Context().Done():
+			return
+		case <-time.After(interval):
+			tx.Respond(res)
+			interval = min(2*interval, sip.T2)
+		}
+	}
+}
+
+// offerlessReinvite answers a re-INVITE without SDP with relayd's current
+// SDP toward that leg; the answer in the ACK updates the leg's addresses.
+func (bc *b2bCall) offerlessReinvite(from call.Side, req *sip.Request, tx sip.ServerTransaction) {
+	if !req.IsInvite() {
+		respond(tx, req, sip.StatusOK, "OK")
+		return
+	}
+	bc.mu.Lock()
+	body := bc.lastSent[from]
+	bc.mu.Unlock()
+	select {
+	case <-bc.ackBody:
+	default:
+	}
+	bc.respond2xx(from, req, tx, body)
+	if from != call.A {
+		return
+	}
+	var ackSDP []byte
+	select {
+	case ackSDP = <-bc.ackBody:
+	case <-time.After(64 * sip.T1):
+	}
+	d, err := sdp.Parse(ackSDP)
+	if err != nil {
+		return
+	}
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		if st.Enabled() {
+			bc.c.Media.Edit(i, func(ms *call.Stream) { ms.Ends[from].RTP, ms.Ends[from].RTCP = st.RTP(), st.RTCP() })
+		}
+	}
+	if err := bc.c.Media.Sync(); err != nil {
+		bc.log.Warn("media after an offerless re-INVITE", zap.Error(err))
+	}
+}

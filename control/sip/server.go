@@ -1,0 +1,501 @@
+// Package sip is relayd's SIP front-end: a B2BUA on github.com/emiago/sipgo
+// that anchors every call's media on the relay. An INVITE from a caller
+// (leg A) is routed (control/route), tried on each destination in turn
+// (leg B, its own Call-ID, tags and CSeq), its SDP rewritten both ways
+// (control/sdp) and its media carried by flows (control/call); at the end
+// a CDR is handed to the sink.
+//
+// Malformed SIP is answered (400, or dropped by the parser) and never
+// disturbs other calls: every call runs in its own goroutines and shares
+// only the call table.
+package sip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/route"
+)
+
+// MaxMessageSize is the largest SIP message relayd sends over UDP: the
+// stack's default (1300 bytes) is too small for INVITEs with several
+// a=crypto lines; IP fragments them as needed.
+const MaxMessageSize = 65000
+
+// Config configures the B2BUA.
+type Config struct {
+	Listeners []config.Listener
+	Router    *route.Router
+	Calls     *call.Table
+	// MediaTimeout ends answered calls whose flows carried no packet this
+	// long; 0: off.
+	MediaTimeout time.Duration
+	// MaxDuration ends answered calls after this long; 0: no limit.
+	MaxDuration time.Duration
+	// RateLimit is new INVITEs per second per source address (burst
+	// RateBurst); 0: no limit.
+	RateLimit float64
+	RateBurst int
+	// MaxCalls bounds concurrent calls; 0: no limit.
+	MaxCalls int
+	// RetryAfter is sent with 503s for exhausted resources; default 5s.
+	RetryAfter time.Duration
+	// OnEnd receives each call's final record (CDR); optional. It must not
+	// block for long.
+	OnEnd func(call.Info)
+	// UserAgent is sent in User-Agent and Server headers; default relayd.
+	UserAgent string
+	// SweepInterval is how often media timeouts are checked; default 2s.
+	SweepInterval time.Duration
+}
+
+func (c *Config) validate() error {
+	if len(c.Listeners) == 0 {
+		return errors.New("no listeners")
+	}
+	if c.Router == nil || c.Calls == nil {
+		return errors.New("need a router and a call table")
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 5 * time.Second
+	}
+	if c.UserAgent == "" {
+		c.UserAgent = "relayd"
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 2 * time.Second
+	}
+	if c.RateLimit > 0 && c.RateBurst <= 0 {
+		c.RateBurst = max(1, int(2*c.RateLimit))
+	}
+	return nil
+}
+
+// Server is the B2BUA. Create it with New, run it with Serve, stop it
+// with Shutdown. Safe for concurrent use.
+type Server struct {
+	cfg     Config
+	log     *zap.Logger
+	ua      *sipgo.UserAgent
+	srv     *sipgo.Server
+	client  *sipgo.Client
+	dialogs map[string]*sipgo.DialogUA // by "udp4", "tcp6", ...
+	laddr   map[string]sip.Addr        // UDP listen address by family, to send from
+	self    map[string]bool            // our listen host:ports, for loop detection
+	metrics *Metrics
+	limiter *limiter
+	loops   *branchSet
+
+	wg sync.WaitGroup // call goroutines
+
+	mu       sync.Mutex // guards the following
+	byDialog map[string]*b2bCall
+	closing  bool
+}
+
+// New returns a B2BUA; it does not listen yet.
+func New(cfg Config, log *zap.Logger) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("sip: %w", err)
+	}
+	slog := slog.New(zapslog.NewHandler(log.Named("sipgo").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel)).Core()))
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent(cfg.UserAgent),
+		sipgo.WithUserAgentTransportLayerOptions(sip.WithTransportLayerLogger(slog)),
+		sipgo.WithUserAgentTransactionLayerOptions(sip.WithTransactionLayerLogger(slog),
+			sip.WithTransactionLayerUnhandledResponseHandler(func(*sip.Response) {})),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("sip: user agent: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      log,
+		ua:       ua,
+		dialogs:  make(map[string]*sipgo.DialogUA),
+		laddr:    make(map[string]sip.Addr),
+		self:     make(map[string]bool),
+		metrics:  newMetrics(),
+		loops:    newBranchSet(),
+		byDialog: make(map[string]*b2bCall),
+	}
+	s.metrics.active = cfg.Calls.Len
+	if cfg.RateLimit > 0 {
+		s.limiter = newLimiter(cfg.RateLimit, cfg.RateBurst)
+	}
+	first := cfg.Listeners[0].Addr
+	s.client, err = sipgo.NewClient(ua, sipgo.WithClientLogger(slog), sipgo.WithClientHostname(first.Addr().String()),
+		sipgo.WithClientPort(int(first.Port())))
+	if err != nil {
+		return nil, fmt.Errorf("sip: client: %w", err)
+	}
+	s.srv, err = sipgo.NewServer(ua, sipgo.WithServerLogger(slog))
+	if err != nil {
+		return nil, fmt.Errorf("sip: server: %w", err)
+	}
+	for _, l := range cfg.Listeners {
+		fam := family(l.Addr.Addr())
+		key := l.Network + fam
+		s.self[l.Addr.String()] = true
+		if _, ok := s.dialogs[key]; !ok {
+			contact := sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "relayd", Host: l.Addr.Addr().String(), Port: int(l.Addr.Port())}}
+			if l.Network == "tcp" {
+				contact.Address.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+			}
+			s.dialogs[key] = &sipgo.DialogUA{Client: s.client, ContactHDR: contact}
+		}
+		if l.Network == "udp" {
+			if _, ok := s.laddr[fam]; !ok {
+				s.laddr[fam] = sip.Addr{IP: net.IP(l.Addr.Addr().AsSlice()), Port: int(l.Addr.Port())}
+			}
+		}
+	}
+	s.srv.OnInvite(s.recovered(s.onInvite))
+	s.srv.OnAck(s.recovered(s.onAck))
+	s.srv.OnBye(s.recovered(s.onBye))
+	s.srv.OnCancel(s.recovered(s.onCancel))
+	s.srv.OnOptions(s.recovered(s.onOptions))
+	s.srv.OnUpdate(s.recovered(s.onUpdate))
+	s.srv.OnNoRoute(s.recovered(func(req *sip.Request, tx sip.ServerTransaction) {
+		res := sip.NewResponseFromRequest(req, sip.StatusMethodNotAllowed, "Method Not Allowed", nil)
+		res.AppendHeader(sip.NewHeader("Allow", allowed))
+		tx.Respond(res)
+	}))
+	return s, nil
+}
+
+func init() {
+	// The stack refuses to send UDP messages over UDPMTUSize-200 bytes; it
+	// is a process-wide setting, set once before any user agent runs.
+	sip.UDPMTUSize = MaxMessageSize + 200
+}
+
+const allowed = "INVITE, ACK, BYE, CANCEL, OPTIONS, UPDATE"
+
+func family(a netip.Addr) string {
+	if a.Is4() || a.Is4In6() {
+		return "4"
+	}
+	return "6"
+}
+
+// Metrics returns the B2BUA's metrics collector.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// recovered keeps a panic in one request's handling from taking the
+// daemon down: it is logged and answered 500.
+func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
+	return func(req *sip.Request, tx sip.ServerTransaction) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("SIP handler panic", zap.Any("panic", v), zap.String("method", string(req.Method)), zap.Stack("stack"))
+				if !req.IsAck() {
+					tx.Respond(sip.NewResponseFromRequest(req, sip.StatusInternalServerError, "Server Internal Error", nil))
+				}
+			}
+		}()
+		h(req, tx)
+	}
+}
+
+// Serve listens on the configured addresses and serves until ctx is done
+// or a listener fails. Call Shutdown after it returns.
+func (s *Server) Serve(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(s.cfg.Listeners))
+	var wg sync.WaitGroup
+	for _, l := range s.cfg.Listeners {
+		network := l.Network + family(l.Addr.Addr())
+		var pc net.PacketConn
+		var ln net.Listener
+		var err error
+		if l.Network == "udp" {
+			pc, err = net.ListenPacket(network, l.Addr.String())
+		} else {
+			ln, err = net.Listen(network, l.Addr.String())
+		}
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("sip listen %s:%s: %w", l.Network, l.Addr, err)
+		}
+		s.log.Info("SIP listening", zap.String("network", l.Network), zap.Stringer("addr", l.Addr))
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-ctx.Done()
+			if pc != nil {
+				pc.Close()
+			} else {
+				ln.Close()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			var err error
+			if pc != nil {
+				err = s.srv.ServeUDP(pc)
+			} else {
+				err = s.srv.ServeTCP(ln)
+			}
+			if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("sip serve %s:%s: %w", l.Network, l.Addr, err)
+			}
+		}()
+	}
+	sweepDone := make(chan struct{})
+	go func() {
+		defer close(sweepDone)
+		s.sweep(ctx)
+	}()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	<-sweepDone
+	return err
+}
+
+// sweep ends calls without media for MediaTimeout.
+func (s *Server) sweep(ctx context.Context) {
+	if s.cfg.MediaTimeout <= 0 {
+		return
+	}
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		idle, err := s.cfg.Calls.Idle(s.cfg.MediaTimeout)
+		if err != nil {
+			s.log.Warn("media timeout sweep", zap.Error(err))
+		}
+		for _, c := range idle {
+			if bc := s.lookupCall(c.ID); bc != nil {
+				s.log.Info("media timeout", zap.String("call", c.ID), zap.Duration("timeout", s.cfg.MediaTimeout))
+				go bc.terminate(call.MediaTimeout, 0, "no media")
+			}
+		}
+	}
+}
+
+// Shutdown ends every call (BYE on both legs, bounded by ctx), waits for
+// the call goroutines and closes the SIP stack.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	calls := make(map[*b2bCall]bool)
+	for _, bc := range s.byDialog {
+		calls[bc] = true
+	}
+	s.mu.Unlock()
+	for bc := range calls {
+		go bc.terminate(call.Shutdown, 0, "relayd stopping")
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("sip shutdown: %w", ctx.Err())
+	}
+	if cerr := s.ua.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("sip close: %w", cerr))
+	}
+	return err
+}
+
+func (s *Server) register(id string, bc *b2bCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byDialog[id] = bc
+}
+
+func (s *Server) unregister(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if id != "" {
+			delete(s.byDialog, id)
+		}
+	}
+}
+
+// lookup finds the call and leg an in-dialog request belongs to.
+func (s *Server) lookup(req *sip.Request) (*b2bCall, call.Side) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, err := sip.DialogIDFromRequestUAS(req); err == nil {
+		if bc, ok := s.byDialog[id]; ok && bc.aID == id {
+			return bc, call.A
+		}
+	}
+	if id, err := sip.DialogIDFromRequestUAC(req); err == nil {
+		if bc, ok := s.byDialog[id]; ok && bc.bID == id {
+			return bc, call.B
+		}
+	}
+	return nil, 0
+}
+
+func (s *Server) lookupCall(id string) *b2bCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, bc := range s.byDialog {
+		if bc.c.ID == id {
+			return bc
+		}
+	}
+	return nil
+}
+
+func respond(tx sip.ServerTransaction, req *sip.Request, code int, reason string, headers ...sip.Header) {
+	res := sip.NewResponseFromRequest(req, code, reason, nil)
+	for _, h := range headers {
+		res.AppendHeader(h)
+	}
+	tx.Respond(res)
+}
+
+func (s *Server) retryAfter() sip.Header {
+	return sip.NewHeader("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
+}
+
+func (s *Server) onOptions(req *sip.Request, tx sip.ServerTransaction) {
+	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	res.AppendHeader(sip.NewHeader("Allow", allowed))
+	res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
+	res.AppendHeader(sip.NewHeader("Server", s.cfg.UserAgent))
+	tx.Respond(res)
+}
+
+func (s *Server) onCancel(req *sip.Request, tx sip.ServerTransaction) {
+	// The transaction layer answers CANCELs that match an INVITE; this one
+	// matched nothing.
+	respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+}
+
+func (s *Server) onAck(req *sip.Request, tx sip.ServerTransaction) {
+	bc, side := s.lookup(req)
+	if bc == nil || side != call.A {
+		return // ACK of a non-2xx is absorbed by the transaction layer; stray ACKs are dropped
+	}
+	bc.onAck(req)
+}
+
+func (s *Server) onBye(req *sip.Request, tx sip.ServerTransaction) {
+	bc, side := s.lookup(req)
+	if bc == nil {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	bc.onBye(side, req, tx)
+}
+
+func (s *Server) onUpdate(req *sip.Request, tx sip.ServerTransaction) {
+	bc, side := s.lookup(req)
+	if bc == nil {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	bc.onReoffer(side, req, tx)
+}
+
+func (s *Server) onInvite(req *sip.Request, tx sip.ServerTransaction) {
+	if to := req.To(); to != nil && to.Params.Has("tag") {
+		bc, side := s.lookup(req)
+		if bc == nil {
+			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+			return
+		}
+		bc.onReoffer(side, req, tx)
+		return
+	}
+	s.newCall(req, tx)
+}
+
+// checkInvite answers INVITEs relayd refuses before creating a call. It
+// reports whether the INVITE may go on.
+func (s *Server) checkInvite(req *sip.Request, tx sip.ServerTransaction, src netip.AddrPort) bool {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	switch {
+	case closing:
+		respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down", s.retryAfter())
+		return false
+	case req.From() == nil || req.To() == nil || req.CallID() == nil || req.CSeq() == nil:
+		respond(tx, req, sip.StatusBadRequest, "Missing Mandatory Header")
+		return false
+	case req.Contact() == nil:
+		respond(tx, req, sip.StatusBadRequest, "Missing Contact")
+		return false
+	case req.Recipient.Scheme != "sip" && req.Recipient.Scheme != "sips":
+		respond(tx, req, 416, "Unsupported URI Scheme")
+		return false
+	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() <= 1 {
+		respond(tx, req, sip.StatusTooManyHops, "Too Many Hops")
+		return false
+	}
+	for _, h := range req.GetHeaders("Via") {
+		if v, ok := h.(*sip.ViaHeader); ok {
+			if b, ok := v.Params.Get("branch"); ok && s.loops.has(b) {
+				respond(tx, req, sip.StatusLoopDetected, "Loop Detected")
+				return false
+			}
+		}
+	}
+	if s.limiter != nil && !s.limiter.allow(src.Addr()) {
+		s.metrics.rateLimited.Add(1)
+		respond(tx, req, sip.StatusServiceUnavailable, "Rate Limited", s.retryAfter())
+		return false
+	}
+	if s.cfg.MaxCalls > 0 && s.cfg.Calls.Len() >= s.cfg.MaxCalls {
+		respond(tx, req, sip.StatusServiceUnavailable, "Too Many Calls", s.retryAfter())
+		return false
+	}
+	if len(req.Body()) > 0 {
+		ct := req.ContentType()
+		if ct == nil || !strings.EqualFold(strings.TrimSpace(strings.Split(ct.Value(), ";")[0]), "application/sdp") {
+			respond(tx, req, sip.StatusUnsupportedMediaType, "Unsupported Media Type", sip.NewHeader("Accept", "application/sdp"))
+			return false
+		}
+	}
+	return true
+}
+
+func sourceOf(req *sip.Request) netip.AddrPort {
+	ap, err := netip.ParseAddrPort(req.Source())
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

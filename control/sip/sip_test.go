@@ -1,0 +1,727 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/dataplane/dataplanetest"
+)
+
+// The tests run the B2BUA on loopback between two sipgo user agents: a
+// caller (UAC) and one or more callees (UAS) with scripted behaviour.
+
+var loop = netip.MustParseAddr("127.0.0.1")
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+func offerSDP(port int, extra ...string) []byte {
+	lines := []string{"v=0", "o=caller 1 1 IN IP4 127.0.0.1", "s=-", "c=IN IP4 127.0.0.1", "t=0 0",
+		fmt.Sprintf("m=audio %d RTP/AVP 0 8 101", port), "a=rtpmap:0 PCMU/8000", "a=rtpmap:8 PCMA/8000",
+		"a=rtpmap:101 telephone-event/8000", "a=sendrecv"}
+	lines = append(lines, extra...)
+	return []byte(strings.Join(lines, "\r\n") + "\r\n")
+}
+
+// callee is a scripted UAS.
+type callee struct {
+	addr    string
+	ua      *sipgo.UserAgent
+	srv     *sipgo.Server
+	dialogs *sipgo.DialogServerCache
+
+	mu       sync.Mutex
+	invites  []*sip.Request
+	byes     int
+	canceled int
+	behave   func(d *sipgo.DialogServerSession, req *sip.Request) // nil: answer at once
+	reinvite func(req *sip.Request, tx sip.ServerTransaction)
+	acked    chan []byte // ACK bodies, when set
+}
+
+func newCallee(t *testing.T) *callee {
+	t.Helper()
+	port := freePort(t)
+	ua, err := sipgo.NewUA(sipgo.WithUserAgent("callee"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := sipgo.NewServer(ua)
+	cli, _ := sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(port))
+	ce := &callee{addr: fmt.Sprintf("127.0.0.1:%d", port), ua: ua, srv: srv}
+	ce.dialogs = sipgo.NewDialogServerCache(cli, sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1", Port: port}})
+	srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
+		if to := req.To(); to != nil && to.Params.Has("tag") {
+			ce.mu.Lock()
+			h := ce.reinvite
+			ce.mu.Unlock()
+			if h != nil {
+				h(req, tx)
+			}
+			return
+		}
+		ce.mu.Lock()
+		ce.invites = append(ce.invites, req)
+		behave := ce.behave
+		ce.mu.Unlock()
+		d, err := ce.dialogs.ReadInvite(req, tx)
+		if err != nil {
+			t.Errorf("callee ReadInvite: %v", err)
+			return
+		}
+		defer d.Close()
+		if behave != nil {
+			behave(d, req)
+			return
+		}
+		answerSDP(d, req, 6000)
+		select {
+		case <-d.Context().Done():
+		case <-time.After(30 * time.Second):
+		}
+	})
+	srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) {
+		ce.dialogs.ReadAck(req, tx)
+		ce.mu.Lock()
+		acked := ce.acked
+		ce.mu.Unlock()
+		if acked != nil {
+			select {
+			case acked <- req.Body():
+			default:
+			}
+		}
+	})
+	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+		ce.mu.Lock()
+		ce.byes++
+		ce.mu.Unlock()
+		if err := ce.dialogs.ReadBye(req, tx); err != nil {
+			tx.Respond(sip.NewResponseFromRequest(req, 481, "No Dialog", nil))
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	go srv.ListenAndServe(context.WithValue(ctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "udp", ce.addr)
+	<-ready
+	t.Cleanup(func() { cancel(); ua.Close() })
+	return ce
+}
+
+func (ce *callee) set(f func(d *sipgo.DialogServerSession, req *sip.Request)) {
+	ce.mu.Lock()
+	defer ce.mu.Unlock()
+	ce.behave = f
+}
+
+func answerSDP(d *sipgo.DialogServerSession, req *sip.Request, port int) {
+	d.Respond(180, "Ringing", nil)
+	body := []byte(strings.ReplaceAll(string(offerSDP(port)), "o=caller", "o=callee"))
+	d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
+}
+
+func (ce *callee) lastInvite() *sip.Request {
+	ce.mu.Lock()
+	defer ce.mu.Unlock()
+	if len(ce.invites) == 0 {
+		return nil
+	}
+	return ce.invites[len(ce.invites)-1]
+}
+
+type harness struct {
+	t      *testing.T
+	srv    *Server
+	addr   string
+	xdp    *dataplanetest.DataPlane
+	calls  *call.Table
+	ended  chan call.Info
+	caller *sipgo.DialogClientCache
+	client *sipgo.Client
+	cport  int
+}
+
+type opts struct {
+	destinations []string
+	routeExtra   string
+	ports        [2]uint16
+	mediaTimeout time.Duration
+	maxDuration  time.Duration
+}
+
+func newHarness(t *testing.T, o opts) *harness {
+	t.Helper()
+	h := &harness{t: t, xdp: dataplanetest.New(dataplane.PathXDP), ended: make(chan call.Info, 16)}
+	if o.ports == [2]uint16{} {
+		o.ports = [2]uint16{30000, 30099}
+	}
+	var err error
+	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: o.ports[0], PortMax: o.ports[1]}, zaptest.NewLogger(t), h.xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dests []string
+	for _, d := range o.destinations {
+		dests = append(dests, fmt.Sprintf("%q", "sip:"+d))
+	}
+	doc := "[dataplane]\nmode = \"userspace\"\n[media]\naddress = \"198.18.1.1\"\n[[route]]\nname = \"test\"\nmatch = \".\"\nattempt_timeout = \"300ms\"\ndestinations = [" +
+		strings.Join(dests, ", ") + "]\n" + o.routeExtra
+	cfg, err := config.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := route.New(cfg.Routes, cfg.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	h.srv, err = New(Config{
+		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
+		Router:        router,
+		Calls:         h.calls,
+		MediaTimeout:  o.mediaTimeout,
+		MaxDuration:   o.maxDuration,
+		SweepInterval: 100 * time.Millisecond,
+		OnEnd:         func(i call.Info) { h.ended <- i },
+	}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		if err := h.srv.Shutdown(sctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	// The caller.
+	h.cport = freePort(t)
+	ua, _ := sipgo.NewUA(sipgo.WithUserAgent("caller"))
+	srv, _ := sipgo.NewServer(ua)
+	h.client, _ = sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(h.cport))
+	h.caller = sipgo.NewDialogClientCache(h.client, sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.1", Port: h.cport}})
+	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+		if err := h.caller.ReadBye(req, tx); err != nil {
+			tx.Respond(sip.NewResponseFromRequest(req, 481, "No Dialog", nil))
+		}
+	})
+	cctx, ccancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	go srv.ListenAndServe(context.WithValue(cctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "udp", fmt.Sprintf("127.0.0.1:%d", h.cport))
+	<-ready
+	t.Cleanup(func() { ccancel(); ua.Close() })
+	// Wait until the B2BUA answers OPTIONS.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := h.request(sip.OPTIONS, nil, nil)
+		if err == nil && res.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B2BUA not answering OPTIONS: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return h
+}
+
+func (h *harness) uri(user string) sip.Uri {
+	host, port, _ := sip.ParseAddr(h.addr)
+	return sip.Uri{Scheme: "sip", User: user, Host: host, Port: port}
+}
+
+// request sends one out-of-dialog request and waits for its final response.
+func (h *harness) request(method sip.RequestMethod, body []byte, edit func(*sip.Request)) (*sip.Response, error) {
+	req := sip.NewRequest(method, h.uri("+15551234"))
+	if body != nil {
+		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		req.SetBody(body)
+	}
+	req.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.1", Port: h.cport}})
+	if edit != nil {
+		edit(req)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return h.client.Do(ctx, req)
+}
+
+func (h *harness) invite(ctx context.Context, body []byte) (*sipgo.DialogClientSession, error) {
+	var hdrs []sip.Header
+	if body != nil {
+		hdrs = append(hdrs, sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	d, err := h.caller.Invite(ctx, h.uri("+15551234"), body, hdrs...)
+	if err != nil {
+		return nil, err
+	}
+	return d, d.WaitAnswer(ctx, sipgo.AnswerOptions{})
+}
+
+func (h *harness) cdr() call.Info {
+	h.t.Helper()
+	select {
+	case i := <-h.ended:
+		return i
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("no CDR")
+	}
+	return call.Info{}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCallAnsweredAndByeFromCaller(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000, "a=ice-ufrag:x", "a=candidate:1 1 UDP 1 127.0.0.1 4000 typ host"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans := string(d.InviteResponse.Body())
+	if !strings.Contains(ans, "o=relayd") || !strings.Contains(ans, "c=IN IP4 127.0.0.1") || strings.Contains(ans, "m=audio 6000") {
+		t.Errorf("answer to the caller not anchored:\n%s", ans)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inv := ce.lastInvite()
+	out := string(inv.Body())
+	if strings.Contains(out, "candidate") || strings.Contains(out, "ice-ufrag") || strings.Contains(out, "m=audio 4000") {
+		t.Errorf("offer to the callee not rewritten:\n%s", out)
+	}
+	if inv.CallID().Value() == d.InviteRequest.CallID().Value() {
+		t.Error("leg B reuses leg A's Call-ID")
+	}
+	if mf := inv.MaxForwards(); mf == nil || mf.Val() != 69 {
+		t.Errorf("Max-Forwards toward the callee %v, want 69", mf)
+	}
+	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
+	list, _ := h.calls.List()[0], 0
+	info := list.Info()
+	if info.State != call.StateAnswered || info.Legs[call.A].CallID == info.Legs[call.B].CallID {
+		t.Errorf("call info %+v", info)
+	}
+	if err := d.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cdr := h.cdr()
+	if cdr.Disposition != call.Answered || cdr.Code != 200 || len(cdr.Attempts) != 1 || cdr.Attempts[0].Code != 200 ||
+		cdr.Answer == nil || cdr.End == nil || cdr.Route != "test" {
+		t.Errorf("CDR %+v", cdr)
+	}
+	waitFor(t, "callee BYE", func() bool { ce.mu.Lock(); defer ce.mu.Unlock(); return ce.byes == 1 })
+	if h.xdp.Len() != 0 || h.calls.Len() != 0 {
+		t.Errorf("%d flows, %d calls left", h.xdp.Len(), h.calls.Len())
+	}
+}
+
+func TestByeFromCallee(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var calleeDialog *sipgo.DialogServerSession
+	got := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		calleeDialog = d
+		answerSDP(d, req, 6000)
+		close(got)
+		<-d.Context().Done()
+	})
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	<-got
+	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	if err := calleeDialog.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cdr := h.cdr()
+	if cdr.Disposition != call.Answered || cdr.Reason != "callee hung up" {
+		t.Errorf("CDR %+v", cdr)
+	}
+	select {
+	case <-d.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Error("caller got no BYE")
+	}
+}
+
+func TestFailover(t *testing.T) {
+	busy := newCallee(t)
+	busy.set(func(d *sipgo.DialogServerSession, req *sip.Request) { d.Respond(503, "Service Unavailable", nil) })
+	silent := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nobody listens: no response at all
+	ok := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{busy.addr, silent, ok.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	d.Bye(ctx)
+	cdr := h.cdr()
+	if len(cdr.Attempts) != 3 {
+		t.Fatalf("attempts %+v, want 3", cdr.Attempts)
+	}
+	for i, want := range []struct {
+		result string
+		code   int
+	}{{"failed", 503}, {"timeout", 0}, {"answered", 200}} {
+		a := cdr.Attempts[i]
+		if a.Result != want.result || a.Code != want.code {
+			t.Errorf("attempt %d %+v, want %s %d", i, a, want.result, want.code)
+		}
+	}
+	if cdr.Attempts[0].FirstResponseMS < 0 || cdr.Attempts[1].FirstResponseMS != -1 {
+		t.Errorf("first response times %v %v", cdr.Attempts[0].FirstResponseMS, cdr.Attempts[1].FirstResponseMS)
+	}
+}
+
+func TestNoFailoverOnBusy(t *testing.T) {
+	busy := newCallee(t)
+	busy.set(func(d *sipgo.DialogServerSession, req *sip.Request) { d.Respond(486, "Busy Here", nil) })
+	other := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{busy.addr, other.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := h.invite(ctx, offerSDP(4000))
+	var dr *sipgo.ErrDialogResponse
+	if !errors.As(err, &dr) || dr.Res.StatusCode != 486 {
+		t.Fatalf("invite: %v, want 486", err)
+	}
+	cdr := h.cdr()
+	if cdr.Disposition != call.Failed || cdr.Code != 486 || len(cdr.Attempts) != 1 || other.lastInvite() != nil {
+		t.Errorf("CDR %+v", cdr)
+	}
+}
+
+func TestCancelBeforeAnswer(t *testing.T) {
+	ce := newCallee(t)
+	canceled := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		d.Respond(180, "Ringing", nil)
+		<-d.Context().Done()
+		close(canceled)
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := h.caller.Invite(ctx, h.uri("1"), offerSDP(4000), sip.NewHeader("Content-Type", "application/sdp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- d.WaitAnswer(ctx, sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
+			if r.StatusCode == 180 {
+				cancel()
+			}
+			return nil
+		}})
+	}()
+	select {
+	case <-canceled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("callee's INVITE not canceled")
+	}
+	<-errc
+	cdr := h.cdr()
+	if cdr.Disposition != call.Canceled || cdr.Code != 487 {
+		t.Errorf("CDR %+v", cdr)
+	}
+	waitFor(t, "flows removed", func() bool { return h.xdp.Len() == 0 })
+}
+
+func TestEarlyMedia(t *testing.T) {
+	ce := newCallee(t)
+	release := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		body := []byte(strings.ReplaceAll(string(offerSDP(6000)), "o=caller", "o=callee"))
+		d.Respond(183, "Session Progress", body, sip.NewHeader("Content-Type", "application/sdp"))
+		<-release
+		d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.caller.Invite(ctx, h.uri("1"), offerSDP(4000), sip.NewHeader("Content-Type", "application/sdp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var early string
+	err = d.WaitAnswer(ctx, sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
+		if r.StatusCode == 183 {
+			early = string(r.Body())
+			if h.xdp.Len() != 4 {
+				t.Errorf("%d flows at 183, want 4 (early media both ways)", h.xdp.Len())
+			}
+			close(release)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(early, "o=relayd") {
+		t.Errorf("183 SDP not anchored:\n%s", early)
+	}
+	d.Ack(ctx)
+	d.Bye(ctx)
+	h.cdr()
+}
+
+func TestPortExhaustion(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, ports: [2]uint16{30000, 30003}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Ack(ctx)
+	res, err := h.request(sip.INVITE, offerSDP(4100), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 503 || res.GetHeader("Retry-After") == nil {
+		t.Errorf("second call: %s, want 503 with Retry-After", res.StartLine())
+	}
+	cdr := h.cdr()
+	if cdr.Disposition != call.Rejected || cdr.Code != 503 {
+		t.Errorf("CDR %+v", cdr)
+	}
+	// The first call is untouched.
+	if h.xdp.Len() != 4 || first.LoadState() != sip.DialogStateConfirmed {
+		t.Errorf("first call disturbed: %d flows, state %v", h.xdp.Len(), first.LoadState())
+	}
+	first.Bye(ctx)
+	h.cdr()
+}
+
+func TestRejections(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, routeExtra: "codecs = [\"G729\"]\n"})
+	for _, tc := range []struct {
+		name   string
+		method sip.RequestMethod
+		body   []byte
+		edit   func(*sip.Request)
+		want   int
+	}{
+		{"options", sip.OPTIONS, nil, nil, 200},
+		{"bad sdp", sip.INVITE, []byte("v=0\r\nbogus\r\n"), nil, 400},
+		{"not sdp", sip.INVITE, []byte("hello"), func(r *sip.Request) { r.ReplaceHeader(sip.NewHeader("Content-Type", "text/plain")) }, 415},
+		{"no common codec", sip.INVITE, offerSDP(4000), nil, 488},
+		{"max-forwards", sip.INVITE, offerSDP(4000), func(r *sip.Request) { mf := sip.MaxForwardsHeader(0); r.AppendHeader(&mf) }, 483},
+		{"bye without dialog", sip.BYE, nil, func(r *sip.Request) {
+			to := r.To()
+			to.Params.Add("tag", "nosuch")
+		}, 481},
+		{"unknown method", sip.REGISTER, nil, nil, 405},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			edit := func(r *sip.Request) {
+				if tc.edit != nil {
+					if r.To() == nil {
+						r.AppendHeader(&sip.ToHeader{Address: r.Recipient})
+					}
+					tc.edit(r)
+				}
+			}
+			res, err := h.request(tc.method, tc.body, edit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != tc.want {
+				t.Errorf("%s: %s, want %d", tc.name, res.StartLine(), tc.want)
+			}
+		})
+	}
+	if ce.lastInvite() != nil {
+		t.Error("a refused INVITE reached the callee")
+	}
+}
+
+func TestReinviteHold(t *testing.T) {
+	ce := newCallee(t)
+	var calleeDialog *sipgo.DialogServerSession
+	got := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		calleeDialog = d
+		answerSDP(d, req, 6000)
+		close(got)
+		<-d.Context().Done()
+	})
+	reinvites := make(chan string, 1)
+	ce.mu.Lock()
+	ce.reinvite = func(req *sip.Request, tx sip.ServerTransaction) {
+		calleeDialog.ReadRequest(req, tx)
+		reinvites <- string(req.Body())
+		body := []byte(strings.ReplaceAll(string(offerSDP(6100)), "a=sendrecv", "a=recvonly"))
+		res := sip.NewResponseFromRequest(req, 200, "OK", body)
+		res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		res.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", Host: "127.0.0.1"}})
+		tx.Respond(res)
+	}
+	ce.mu.Unlock()
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	<-got
+	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	hold := sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address)
+	hold.SetBody([]byte(strings.ReplaceAll(string(offerSDP(4000)), "a=sendrecv", "a=sendonly")))
+	hold.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	res, err := d.Do(ctx, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || !strings.Contains(string(res.Body()), "a=recvonly") {
+		t.Fatalf("re-INVITE answer %s:\n%s", res.StartLine(), res.Body())
+	}
+	ack := sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address)
+	d.WriteRequest(ack)
+	if body := <-reinvites; !strings.Contains(body, "a=sendonly") || !strings.Contains(body, "o=relayd") {
+		t.Errorf("re-INVITE to the callee:\n%s", body)
+	}
+	// The callee moved to port 6100: the flow toward it follows, in place.
+	flows, _ := h.xdp.List()
+	moved := false
+	for _, f := range flows {
+		if f.Flow.SendTo.Port() == 6100 {
+			moved = true
+		}
+	}
+	if !moved || h.xdp.Len() != 4 {
+		t.Errorf("flows after re-INVITE: %+v", flows)
+	}
+	d.Bye(ctx)
+	h.cdr()
+}
+
+func TestLateOffer(t *testing.T) {
+	ce := newCallee(t)
+	acked := make(chan []byte, 1)
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		body := []byte(strings.ReplaceAll(string(offerSDP(6000)), "o=caller", "o=callee"))
+		d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
+	})
+	ce.mu.Lock()
+	ce.acked = acked
+	ce.mu.Unlock()
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offer := string(d.InviteResponse.Body())
+	if !strings.Contains(offer, "o=relayd") {
+		t.Fatalf("late offer to the caller not anchored:\n%s", offer)
+	}
+	ack := sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address)
+	ack.SetBody(offerSDP(4000))
+	ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	if err := d.WriteAck(ctx, ack); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-acked:
+		if !strings.Contains(string(b), "o=relayd") {
+			t.Errorf("ACK to the callee carries no anchored answer:\n%s", b)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("callee got no ACK")
+	}
+	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	d.Bye(ctx)
+	h.cdr()
+}
+
+func TestMediaTimeout(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, mediaTimeout: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	cdr := h.cdr()
+	if cdr.Disposition != call.MediaTimeout {
+		t.Errorf("CDR %+v", cdr)
+	}
+	select {
+	case <-d.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Error("caller got no BYE")
+	}
+}
+
+func TestMaxDuration(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, maxDuration: 300 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	if cdr := h.cdr(); cdr.Disposition != call.MaxDuration {
+		t.Errorf("CDR %+v", cdr)
+	}
+}
