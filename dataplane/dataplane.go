@@ -164,6 +164,9 @@ func (f *Flow) Validate() error {
 	default:
 		return fmt.Errorf("unknown action %d", f.Action)
 	}
+	if f.ClockRate > MaxClockRate {
+		return fmt.Errorf("clock rate %d: at most %d", f.ClockRate, MaxClockRate)
+	}
 	return nil
 }
 
@@ -270,3 +273,23 @@ func (s *Stats) Add(o Stats) {
 		s.LastSeen = o.LastSeen
 	}
 }
+
+// MaxClockRate bounds Flow.ClockRate: arrival times in RTP timestamp units
+// are computed by multiplication (see TicksMult) within 64 bits.
+const MaxClockRate = 96000
+
+// TicksMult is the reciprocal both data planes convert nanoseconds to RTP
+// timestamp units with: ticks = ns * TicksMult(rate) >> 32. Its rounding
+// (under 1/30,000 relative at 8 kHz) is far below a tick between packets.
+func TicksMult(clockRate uint32) uint64 {
+	return (uint64(clockRate)<<32 + 5e8) / 1e9
+}
+
+// ArrivalTicks converts d nanoseconds since a stream's first packet to RTP
+// timestamp units; d must stay under ArrivalRebase.
+func ArrivalTicks(d, mult uint64) uint32 { return uint32((d * mult) >> 32) }
+
+// ArrivalRebase is how long an arrival origin lasts before the data planes
+// move it forward (and start the next jitter sample afresh), so that
+// d * TicksMult stays within 64 bits up to MaxClockRate.
+const ArrivalRebase = 12 * 3600 * 1e9

@@ -443,6 +443,7 @@ func valueOf(fl *dataplane.Flow, slot uint32) relayFlowValue {
 		Id:        fl.ID,
 		StatsIdx:  slot,
 		ClockRate: fl.ClockRate,
+		TicksMult: dataplane.TicksMult(fl.ClockRate),
 		Action:    uint8(fl.Action),
 	}
 	if fl.SendTo.IsValid() {

@@ -95,6 +95,7 @@ type relayFlowValue struct {
 	ExpectAddr [16]uint8
 	ExpectPort uint16
 	Pad2       [6]uint8
+	TicksMult  uint64
 }
 
 type relayRelayCounter uint32

@@ -75,8 +75,7 @@ func TestXDPRTPStatistics(t *testing.T) {
 				if err := e.fp.objs.Stats.LookupWithFlags(val.StatsIdx, &raw, ebpf.LookupLock); err != nil {
 					t.Fatal(err)
 				}
-				d := raw.LastSeenNs - raw.RtpBaseNs
-				arrival := uint32(d/1e9*uint64(tc.clock) + d%1e9*uint64(tc.clock)/1e9)
+				arrival := dataplane.ArrivalTicks(raw.LastSeenNs-raw.RtpBaseNs, dataplane.TicksMult(tc.clock))
 				ref.Update(s.ssrc, s.seq, ts, arrival)
 				got := rtp.ReceiverStats{
 					SSRC: raw.Ssrc, BaseSeq: raw.BaseSeq, MaxSeq: raw.MaxSeq, Cycles: raw.Cycles,

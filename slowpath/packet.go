@@ -190,7 +190,11 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 			f.rtpBase = now
 		}
 		d := uint64(now - f.rtpBase)
-		arrival := uint32(d/1e9*uint64(fl.ClockRate) + d%1e9*uint64(fl.ClockRate)/1e9)
+		if d >= dataplane.ArrivalRebase {
+			f.rtpBase, d = now, 0
+			f.rtp.HaveTransit = false
+		}
+		arrival := dataplane.ArrivalTicks(d, dataplane.TicksMult(fl.ClockRate))
 		f.rtp.Update(binary.BigEndian.Uint32(body[8:]), binary.BigEndian.Uint16(body[2:]),
 			binary.BigEndian.Uint32(body[4:]), arrival)
 	}

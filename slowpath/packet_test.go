@@ -141,8 +141,7 @@ func TestProcessRTPStats(t *testing.T) {
 		if _, _, v := fs.process(out, rtpPayload(42, seq, ts), src, now); v != vSend {
 			t.Fatal(verdictNames[v])
 		}
-		d := uint64(now - base)
-		ref.Update(42, seq, ts, uint32(d/1e9*8000+d%1e9*8000/1e9))
+		ref.Update(42, seq, ts, dataplane.ArrivalTicks(uint64(now-base), dataplane.TicksMult(8000)))
 	}
 	st := fs.stats()
 	if st.Received != ref.Received || st.Lost != ref.Lost() || st.Jitter != ref.Jitter() || st.ExtHighestSeq != ref.ExtendedMax() {

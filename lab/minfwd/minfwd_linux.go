@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -86,3 +87,17 @@ func inNS(path string, fn func() error) error {
 	defer netns.Set(orig)
 	return fn()
 }
+
+// Load loads the forwarder without attaching it, for BPF_PROG_TEST_RUN
+// benchmarks: the program and its DEVMAP (ifindex -> ifindex), which the
+// caller fills from the right namespace.
+func Load() (prog *ebpf.Program, devmap *ebpf.Map, closeFn func() error, err error) {
+	var objs minfwdObjects
+	if err := loadMinfwdObjects(&objs, nil); err != nil {
+		return nil, nil, nil, fmt.Errorf("load minimal forwarder: %w", err)
+	}
+	return objs.MinFwd, objs.MinPorts, objs.Close, nil
+}
+
+// DevmapValue is the DEVMAP value for ifindex.
+func DevmapValue(ifindex uint32) any { return minfwdBpfDevmapVal{Ifindex: ifindex} }
