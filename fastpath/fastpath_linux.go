@@ -180,6 +180,9 @@ func (f *Fastpath) attach(name string) error {
 		return fmt.Errorf("interface %s: %w", name, err)
 	}
 	attrs := nl.Attrs()
+	if max := f.objs.TxPorts.MaxEntries(); uint32(attrs.Index) >= max {
+		return fmt.Errorf("interface %s: ifindex %d is beyond the redirect map (%d entries)", name, attrs.Index, max)
+	}
 	iface := dataplane.Interface{Name: name, Index: attrs.Index}
 	log := f.log.With(zap.String("interface", name))
 
@@ -215,9 +218,6 @@ func (f *Fastpath) attach(name string) error {
 	iface.Mode = "native"
 	if nl2, err := netlink.LinkByIndex(attrs.Index); err == nil && nl2.Attrs().Xdp != nil && nl2.Attrs().Xdp.AttachMode == xdpAttachedSKB {
 		iface.Mode = "generic"
-	}
-	if max := f.objs.TxPorts.MaxEntries(); uint32(attrs.Index) >= max {
-		return fmt.Errorf("interface %s: ifindex %d is beyond the redirect map (%d entries)", name, attrs.Index, max)
 	}
 	if err := f.objs.TxPorts.Put(uint32(attrs.Index), relayBpfDevmapVal{Ifindex: uint32(attrs.Index)}); err != nil {
 		return fmt.Errorf("add %s to the redirect map: %w", name, err)
