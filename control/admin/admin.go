@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -41,6 +42,11 @@ type Config struct {
 	Observers []dataplane.Observer
 	// Version is reported by /healthz.
 	Version string
+	// Calls, when set, serves /v1/calls (the SIP B2BUA's call table).
+	Calls *call.Table
+	// Collectors are further Prometheus collectors for /metrics (the
+	// B2BUA's call metrics).
+	Collectors []prometheus.Collector
 }
 
 // Server is the admin HTTP API. Create it with New; it is safe for
@@ -63,6 +69,9 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&collector{mgr: mgr, observers: cfg.Observers, log: log},
 	)
+	for _, c := range cfg.Collectors {
+		reg.MustRegister(c)
+	}
 	errLog, _ := zap.NewStdLogAt(log.Named("metrics"), zap.WarnLevel)
 
 	mux := http.NewServeMux()
@@ -75,11 +84,14 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 	mux.HandleFunc("POST /v1/flows", s.addFlow)
 	mux.HandleFunc("GET /v1/flows/{id}", s.getFlow)
 	mux.HandleFunc("DELETE /v1/flows/{id}", s.deleteFlow)
+	mux.HandleFunc("GET /v1/calls", s.listCalls)
+	mux.HandleFunc("GET /v1/calls/{id}", s.getCall)
 	// Method-less patterns are less specific than the ones above: they
 	// catch the other methods on known paths, and "/" every other path,
 	// so that every error has a JSON body.
 	for p, allow := range map[string]string{
 		"/healthz": "GET", "/metrics": "GET", "/v1/flows": "GET, POST", "/v1/flows/{id}": "GET, DELETE",
+		"/v1/calls": "GET", "/v1/calls/{id}": "GET",
 	} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -248,6 +260,27 @@ func (s *Server) addFlow(w http.ResponseWriter, r *http.Request) {
 	out := toWire(f)
 	w.Header().Set("Location", "/v1/flows/"+strconv.FormatUint(f.Flow.ID, 10))
 	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) listCalls(w http.ResponseWriter, r *http.Request) {
+	out := CallList{Calls: []call.Info{}}
+	if s.cfg.Calls != nil {
+		for _, c := range s.cfg.Calls.List() {
+			out.Calls = append(out.Calls, c.Info())
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if s.cfg.Calls != nil {
+		if c, ok := s.cfg.Calls.Get(id); ok {
+			writeJSON(w, http.StatusOK, c.Info())
+			return
+		}
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no call %q in progress", id))
 }
 
 // fail answers with the status for err.

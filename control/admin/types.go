@@ -2,6 +2,8 @@ package admin
 
 // Wire types of the admin API (docs/api.md). relayctl uses them too.
 
+import "github.com/relayd/relayd/control/call"
+
 // Crypto is an SRTP transform in a flow request: suite and base64 master
 // key||salt. Flows as returned carry the suite only.
 type Crypto struct {
@@ -62,3 +64,9 @@ type ErrorBody struct {
 
 // TimeFormat is the format of last_seen.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// CallList is the body of GET /v1/calls; GET /v1/calls/{id} returns one
+// call.Info.
+type CallList struct {
+	Calls []call.Info `json:"calls"`
+}
