@@ -195,7 +195,12 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	}
 	mgrRef.Store(mgr)
 
-	srv := admin.New(admin.Config{Observers: observers, Version: getVersion()}, mgr, log.Named("admin"))
+	b2b, err := startB2BUA(ctx, cfg, log, planes)
+	if err != nil {
+		return fmt.Errorf("start SIP B2BUA: %w", err)
+	}
+	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: b2b.calls, Collectors: b2b.metrics},
+		mgr, log.Named("admin"))
 	l, err := admin.Listen(cfg.Admin.Listen)
 	if err != nil {
 		return err
@@ -223,6 +228,9 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 		log.Info("shutting down")
 	case runErr = <-serveErr:
 		log.Error("admin API stopped", zap.Error(runErr))
+	case <-b2b.Done():
+		runErr = fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
+		log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
 	}
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyStopping); err != nil {
 		log.Warn("sd_notify STOPPING", zap.Error(err))
@@ -231,6 +239,9 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	<-sweepDone
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	if err := b2b.stop(shCtx); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if err := srv.Shutdown(shCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/cdr"
+	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/control/sip"
+	"github.com/relayd/relayd/dataplane"
+)
+
+// b2bua is the SIP B2BUA with its call table and CDR writer; the zero
+// value (no [sip] listen addresses) does nothing.
+type b2bua struct {
+	calls   *call.Table
+	srv     *sip.Server
+	cdrs    *cdr.Writer
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when Serve returned
+	err     error         // what Serve returned, once done is closed
+	metrics []prometheus.Collector
+}
+
+// startB2BUA starts the B2BUA when the config has SIP listeners.
+func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes []dataplane.DataPlane) (*b2bua, error) {
+	b := &b2bua{}
+	if !cfg.SIP.Enabled() {
+		return b, nil
+	}
+	var err error
+	b.calls, err = call.NewTable(call.Config{
+		Addr: cfg.Media.Addr, Addr6: cfg.Media.Addr6, PortMin: cfg.Media.PortMin, PortMax: cfg.Media.PortMax,
+	}, log.Named("calls"), planes...)
+	if err != nil {
+		return nil, err
+	}
+	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
+	if err != nil {
+		return nil, err
+	}
+	b.cdrs, err = cdr.New(cdr.Config{
+		Path: cfg.CDR.Path, PostURL: cfg.CDR.PostURL, MaxSize: cfg.CDR.MaxSize, Keep: cfg.CDR.Keep,
+		FsyncInterval: cfg.CDR.FsyncDuration, QueueSize: cfg.CDR.QueueSize,
+	}, log.Named("cdr"))
+	if err != nil {
+		return nil, err
+	}
+	b.srv, err = sip.New(sip.Config{
+		Listeners:    cfg.SIP.Listeners,
+		Router:       router,
+		Calls:        b.calls,
+		MediaTimeout: cfg.Media.TimeoutDuration,
+		MaxDuration:  cfg.SIP.MaxDuration,
+		RateLimit:    cfg.SIP.RateLimit,
+		RateBurst:    cfg.SIP.RateBurstParsed,
+		MaxCalls:     cfg.SIP.MaxCalls,
+		RetryAfter:   cfg.SIP.RetryAfterDur,
+		OnEnd:        b.cdrs.Write,
+		UserAgent:    "relayd/" + getVersion(),
+	}, log.Named("sip"))
+	if err != nil {
+		b.cdrs.Close(ctx)
+		return nil, err
+	}
+	b.metrics = []prometheus.Collector{b.srv.Metrics()}
+	sctx, cancel := context.WithCancel(ctx)
+	b.cancel = cancel
+	b.done = make(chan struct{})
+	go func() {
+		b.err = b.srv.Serve(sctx)
+		close(b.done)
+	}()
+	return b, nil
+}
+
+// Done is closed if the B2BUA's listeners stop (nil when off: never);
+// Error then says why.
+func (b *b2bua) Done() <-chan struct{} { return b.done }
+
+// Error returns why the listeners stopped, once Done is closed.
+func (b *b2bua) Error() error { return b.err }
+
+// stop ends every call (BYE both legs), stops the listeners and flushes
+// the CDRs.
+func (b *b2bua) stop(ctx context.Context) error {
+	if b.srv == nil {
+		return nil
+	}
+	b.cancel()
+	var errs []error
+	select {
+	case <-b.done:
+		errs = append(errs, b.err)
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("sip stop: %w", ctx.Err()))
+	}
+	errs = append(errs, b.srv.Shutdown(ctx), b.cdrs.Close(ctx))
+	return errors.Join(errs...)
+}
