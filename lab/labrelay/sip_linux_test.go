@@ -1,0 +1,363 @@
+package labrelay
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	callpkg "github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/lab"
+)
+
+// The B2BUA end to end: SIPp (Debian package sip-tester) is the caller in
+// the caller namespace and the callees in the callee namespace; relayd
+// anchors the media in XDP in the relay namespace.
+
+// uacScenario places a call with an SDP offer, streams 2 s of PCMU from
+// a file once answered (rtp_stream), and hangs up.
+const uacScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="relayd uac with rtp_stream">
+  <send retrans="500"><![CDATA[
+INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+]]></send>
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>
+  <recv response="183" optional="true"/>
+  <recv response="200" rtd="true"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <nop><action><exec rtp_stream="%s,1,0"/></action></nop>
+  <pause milliseconds="2500"/>
+  <send retrans="500"><![CDATA[
+BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 2 BYE
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200" crlf="true"/>
+</scenario>
+`
+
+// rejectScenario answers every INVITE with a final failure.
+const rejectScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="reject">
+  <recv request="INVITE"/>
+  <send><![CDATA[
+SIP/2.0 %d Rejected
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK"/>
+</scenario>
+`
+
+func needSIPp(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("sipp"); err != nil {
+		t.Skip("sipp not installed (Debian package sip-tester)")
+	}
+}
+
+// pcmuWAV writes a µ-law WAV file of d of audio for rtp_stream.
+func pcmuWAV(t *testing.T, d time.Duration) string {
+	t.Helper()
+	n := int(d.Seconds() * 8000)
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	b.WriteString("RIFF")
+	binary.Write(&b, le, uint32(4+26+8+12+8+n))
+	b.WriteString("WAVEfmt ")
+	binary.Write(&b, le, uint32(18))
+	binary.Write(&b, le, uint16(7)) // WAVE_FORMAT_MULAW
+	binary.Write(&b, le, uint16(1))
+	binary.Write(&b, le, uint32(8000))
+	binary.Write(&b, le, uint32(8000))
+	binary.Write(&b, le, uint16(1))
+	binary.Write(&b, le, uint16(8))
+	binary.Write(&b, le, uint16(0))
+	b.WriteString("fact")
+	binary.Write(&b, le, uint32(4))
+	binary.Write(&b, le, uint32(n))
+	b.WriteString("data")
+	binary.Write(&b, le, uint32(n))
+	for i := range n {
+		b.WriteByte(byte(0x55 + i%7))
+	}
+	path := filepath.Join(t.TempDir(), "pcmu.wav")
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func writeScenario(t *testing.T, name, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// runSIPp runs SIPp in ns until it exits or ctx ends and returns its last
+// statistics row.
+func runSIPp(t *testing.T, ctx context.Context, ns *lab.NS, args ...string) (map[string]string, string) {
+	t.Helper()
+	stat := filepath.Join(t.TempDir(), "stat.csv")
+	args = append(args, "-nostdin", "-trace_stat", "-stf", stat, "-fd", "1")
+	cmd := ns.CommandContext(ctx, "sipp", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	runErr := cmd.Run()
+	f, err := os.Open(stat)
+	if err != nil {
+		return nil, fmt.Sprintf("sipp %q: %v, no statistics\n%s", args, runErr, tail(out.Bytes()))
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.Comma, r.FieldsPerRecord = ';', -1
+	rows, err := r.ReadAll()
+	if err != nil || len(rows) < 2 {
+		return nil, fmt.Sprintf("sipp statistics: %v (%d rows)\n%s", err, len(rows), tail(out.Bytes()))
+	}
+	m := map[string]string{}
+	for i, k := range rows[0] {
+		if i < len(rows[len(rows)-1]) {
+			m[k] = rows[len(rows)-1][i]
+		}
+	}
+	return m, tail(out.Bytes())
+}
+
+func tail(b []byte) string { return string(b[max(0, len(b)-3000):]) }
+
+// startSIPRelay starts relayd with the B2BUA on 198.18.1.1:5060 routing
+// every call to destinations, CDRs in its directory.
+func startSIPRelay(t *testing.T, l *lab.Lab, ports string, destinations ...string) (*Relay, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cdrPath := filepath.Join(dir, "cdr.jsonl")
+	var dests []string
+	for _, d := range destinations {
+		dests = append(dests, strconv.Quote(d))
+	}
+	extra := fmt.Sprintf(`[sip]
+listen = ["udp:%[1]s:5060", "tcp:%[1]s:5060"]
+[[route]]
+name = "lab"
+match = "."
+attempt_timeout = "500ms"
+destinations = [%[2]s]
+[cdr]
+path = %[3]q
+fsync_interval = "100ms"
+`, l.RelayMedia4, strings.Join(dests, ", "), cdrPath)
+	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: ports, LogLevel: "debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relayd log:\n%s", r.tail())
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("close relay: %v", err)
+		}
+	})
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return r, cdrPath
+}
+
+func readCDRs(t *testing.T, path string, want int) []callpkg.Info {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var out []callpkg.Info
+		if f, err := os.Open(path); err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				var i callpkg.Info
+				if err := json.Unmarshal(sc.Bytes(), &i); err != nil {
+					t.Fatalf("CDR line %q: %v", sc.Text(), err)
+				}
+				out = append(out, i)
+			}
+			f.Close()
+		}
+		if len(out) >= want || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSIPCallsThroughXDP: SIPp's UAC places calls with RTP through relayd
+// to SIPp's UAS, which echoes the RTP; the media of both legs goes
+// through XDP and every call has a CDR.
+func TestSIPCallsThroughXDP(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	r, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5060")
+	const n = 5
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	uasDone := make(chan map[string]string, 1)
+	go func() {
+		st, _ := runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", strconv.Itoa(n))
+		uasDone <- st
+	}()
+	time.Sleep(500 * time.Millisecond)
+	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "+15551234",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-r", "5", "-l", strconv.Itoa(n))
+	if st == nil || st["SuccessfulCall(C)"] != strconv.Itoa(n) {
+		t.Fatalf("sipp uac: %v\n%s", st, out)
+	}
+	if ust := <-uasDone; ust == nil || ust["SuccessfulCall(C)"] != strconv.Itoa(n) {
+		t.Errorf("sipp uas: %v", ust)
+	}
+	cdrs := readCDRs(t, cdrPath, n)
+	if len(cdrs) != n {
+		t.Fatalf("%d CDRs, want %d", len(cdrs), n)
+	}
+	for _, c := range cdrs {
+		a, b := c.Media[callpkg.A], c.Media[callpkg.B]
+		if c.Disposition != callpkg.Answered || len(c.Attempts) != 1 || c.Legs[callpkg.A].CallID == c.Legs[callpkg.B].CallID {
+			t.Errorf("CDR %+v", c)
+		}
+		// 2 s of 20 ms packets from the caller, echoed by the callee.
+		if a.Packets < 80 || b.Packets < 80 || a.Path != "xdp" || b.Path != "xdp" {
+			t.Errorf("call %s media: caller leg %+v, callee leg %+v; want ~100 packets each way through xdp", c.ID, a, b)
+		}
+	}
+	if v, err := r.Metric(`relayd_calls_total{disposition="answered"}`); err != nil || v != n {
+		t.Errorf("relayd_calls_total answered = %v, %v", v, err)
+	}
+	if flows, _ := r.Flows(); len(flows) != 0 {
+		t.Errorf("%d static flows; call flows must not show there", len(flows))
+	}
+}
+
+// TestSIPFailover: the first destination answers 503, the second is
+// silent, the third (SIPp's UAS) answers; the CDR lists the attempts.
+func TestSIPFailover(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	_, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5062", "sip:"+uas+":5064", "sip:"+uas+":5060")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rej := writeScenario(t, "reject.xml", fmt.Sprintf(rejectScenario, 503))
+	go runSIPp(t, ctx, l.Callee, "-sf", rej, "-i", uas, "-p", "5062", "-m", "1")
+	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+	time.Sleep(500 * time.Millisecond)
+	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	if st == nil || st["SuccessfulCall(C)"] != "1" {
+		t.Fatalf("sipp uac: %v\n%s", st, out)
+	}
+	cdrs := readCDRs(t, cdrPath, 1)
+	if len(cdrs) != 1 {
+		t.Fatalf("%d CDRs", len(cdrs))
+	}
+	c := cdrs[0]
+	var got []string
+	for _, a := range c.Attempts {
+		got = append(got, fmt.Sprintf("%s %s %d", a.Destination, a.Result, a.Code))
+	}
+	want := []string{"sip:" + uas + ":5062 failed 503", "sip:" + uas + ":5064 timeout 0", "sip:" + uas + ":5060 answered 200"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("attempts %q, want %q", got, want)
+	}
+	if c.Disposition != callpkg.Answered || c.Media[callpkg.A].Packets < 80 || c.Media[callpkg.B].Packets < 80 {
+		t.Errorf("CDR %+v", c)
+	}
+}
+
+// TestSIPPortExhaustion: with one call's worth of relay ports, a second
+// concurrent call gets 503 and the first completes with its media.
+func TestSIPPortExhaustion(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	_, cdrPath := startSIPRelay(t, l, "30000-30003", "sip:"+uas+":5060")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+	time.Sleep(500 * time.Millisecond)
+	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "2", "-r", "10", "-l", "2")
+	if st == nil || st["SuccessfulCall(C)"] != "1" || st["FailedCall(C)"] != "1" {
+		t.Fatalf("sipp uac: want 1 successful and 1 failed call: %v\n%s", st, out)
+	}
+	cdrs := readCDRs(t, cdrPath, 2)
+	var answered, rejected int
+	for _, c := range cdrs {
+		switch {
+		case c.Disposition == callpkg.Answered && c.Media[callpkg.A].Packets >= 80 && c.Media[callpkg.B].Packets >= 80:
+			answered++
+		case c.Disposition == callpkg.Rejected && c.Code == 503:
+			rejected++
+		default:
+			t.Errorf("CDR %+v", c)
+		}
+	}
+	if answered != 1 || rejected != 1 {
+		t.Errorf("%d answered with media, %d rejected with 503; want 1 and 1", answered, rejected)
+	}
+}
