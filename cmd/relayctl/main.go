@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/control/call"
 )
 
 const usage = `usage: relayctl [-api http://127.0.0.1:9900 | -api unix:/run/relayd/admin.sock] [--json] COMMAND
@@ -35,6 +37,8 @@ commands:
   flow add --match A:P [--send-from A:P] [--send-to A:P] [--expect-source A:P]
            [--mode xdp|userspace] [--action forward|drop|reflect] [--clock-rate N]
   flow del ID                remove a flow
+  calls                      list calls in progress (SIP B2BUA)
+  call ID                    show one call with its legs, attempts, flows and media (JSON)
   stats                      print /metrics (Prometheus text)
   health                     check /healthz
 `
@@ -113,6 +117,25 @@ func dispatch(c *client, args []string, asJSON bool, stdout, stderr io.Writer) e
 			return usageError{"flow: need get, add or del"}
 		}
 		return flowCmd(c, args[1], args[2:], asJSON, stdout, stderr)
+	case "calls":
+		var l admin.CallList
+		if err := c.do("GET", "/v1/calls", nil, &l); err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdout, l)
+		}
+		printCalls(stdout, l.Calls)
+		return nil
+	case "call":
+		if len(args) != 2 {
+			return usageError{"call: need a call id"}
+		}
+		var info call.Info
+		if err := c.do("GET", "/v1/calls/"+url.PathEscape(args[1]), nil, &info); err != nil {
+			return err
+		}
+		return printJSON(stdout, info)
 	case "stats":
 		body, err := c.raw("GET", "/metrics")
 		if err != nil {
@@ -213,6 +236,20 @@ func printFlows(w io.Writer, flows []admin.Flow) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.3f\t%s\n", f.ID, f.Match, dash(f.ExpectSource),
 			dash(f.SendFrom), dash(f.SendTo), f.Action, f.Path, f.Packets, f.Bytes, f.Dropped, f.Lost, f.JitterMS, last)
+	}
+	tw.Flush()
+}
+
+func printCalls(w io.Writer, calls []call.Info) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tFROM\tTO\tROUTE\tATTEMPTS\tDURATION_S\tPACKETS_A\tPACKETS_B\tPATH")
+	for _, c := range calls {
+		path := c.Media[call.A].Path
+		if p := c.Media[call.B].Path; p != "" && p != path {
+			path += "/" + p
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%.1f\t%d\t%d\t%s\n", c.ID, c.State, c.From, c.To, dash(c.Route),
+			len(c.Attempts), c.DurationS, c.Media[call.A].Packets, c.Media[call.B].Packets, dash(path))
 	}
 	tw.Flush()
 }
