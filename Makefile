@@ -57,11 +57,13 @@ test: need
 # Short fuzzing session on every fuzz target.
 FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzXDP -fuzztime $(FUZZTIME) ./fastpath/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME) ./config/
-	$(GO) test -run '^$$' -fuzz FuzzPostFlow -fuzztime $(FUZZTIME) ./control/admin/
-	$(GO) test -run '^$$' -fuzz FuzzProcess -fuzztime $(FUZZTIME) ./slowpath/
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./control/ng/bencode/
+	@set -e; for t in \
+		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow \
+		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
+		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
+		cmd/voipgen:FuzzParseSDP; do \
+		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
+	done
 
 # The main job: calls through the relay in the lab, with the report.
 demo: need
