@@ -213,6 +213,53 @@ func TestMediaSRTPUnsupported(t *testing.T) {
 	c.End(Rejected, 488, "")
 }
 
+func TestMediaSRTPUserspace(t *testing.T) {
+	xdp, us := dataplanetest.New(dataplane.PathXDP), dataplanetest.New(dataplane.PathUserspace)
+	tb := newTable(t, xdp, us)
+	c := tb.New(netip.AddrPort{}, "", "")
+	c.Media.Ensure(0, relay4, relay4)
+	callerKey, _ := sdes.Generate(1, sdes.AES_CM_128_HMAC_SHA1_80)
+	relayKey, _ := sdes.Generate(1, sdes.AES_CM_128_HMAC_SHA1_80)
+	c.Media.Edit(0, func(st *Stream) {
+		st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+		st.Ends[A].RTCP = netip.AddrPortFrom(callerIP, 4001)
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		st.Ends[B].RTCP = netip.AddrPortFrom(calleeIP, 6001)
+		st.Ends[A].Recv, st.Ends[A].Send = callerKey, relayKey
+	})
+	if err := c.Media.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Len() != 0 || us.Len() != 4 {
+		t.Fatalf("%d xdp and %d userspace flows; SRTP flows belong in userspace", xdp.Len(), us.Len())
+	}
+	l, _ := us.List()
+	for _, fs := range l {
+		fromA := fs.Flow.SendTo.Addr() == calleeIP
+		switch {
+		case fromA && (fs.Flow.Decrypt == nil || fs.Flow.Encrypt != nil || string(fs.Flow.Decrypt.Key) != string(callerKey.Key)):
+			t.Errorf("caller->callee flow %+v: want decrypt with the caller's key only", fs.Flow)
+		case !fromA && (fs.Flow.Encrypt == nil || fs.Flow.Decrypt != nil || string(fs.Flow.Encrypt.Key) != string(relayKey.Key)):
+			t.Errorf("callee->caller flow %+v: want encrypt with relayd's key only", fs.Flow)
+		}
+	}
+	// Same keys again: no update.
+	updates := us.Calls("Update")
+	c.Media.Edit(0, func(st *Stream) { st.Ends[A].Recv = &sdes.Crypto{Tag: 1, Suite: callerKey.Suite, Key: callerKey.Key, Salt: callerKey.Salt} })
+	if err := c.Media.Sync(); err != nil || us.Calls("Update") != updates {
+		t.Errorf("equal keys re-synced: %v, %d updates", err, us.Calls("Update")-updates)
+	}
+	// SRTP off: the flows move to XDP.
+	c.Media.Edit(0, func(st *Stream) { st.Ends[A].Recv, st.Ends[A].Send = nil, nil })
+	if err := c.Media.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if xdp.Len() != 4 || us.Len() != 0 {
+		t.Errorf("after SRTP off: %d xdp, %d userspace flows", xdp.Len(), us.Len())
+	}
+	c.End(Answered, 200, "")
+}
+
 func TestPortExhaustion(t *testing.T) {
 	tb, err := NewTable(Config{Addr: relay4, PortMin: 30000, PortMax: 30003}, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
 	if err != nil {

@@ -32,9 +32,26 @@ func (s Side) String() string {
 // Other returns the other leg.
 func (s Side) Other() Side { return 1 - s }
 
-// ErrSRTPUnsupported: the call needs SRTP re-keyed between its legs and
-// the data plane cannot carry SRTP transforms yet (SIP 488).
-var ErrSRTPUnsupported = errors.New("SRTP between legs with different keys is not supported by the data plane")
+// ErrSRTPUnsupported: the call needs SRTP terminated on a leg and no
+// userspace data plane runs to do it (SIP 488).
+var ErrSRTPUnsupported = errors.New("SRTP termination needs the userspace data plane")
+
+// toSRTP converts an SDES key to a flow's SRTP transform.
+func toSRTP(c *sdes.Crypto) *dataplane.SRTP {
+	if c == nil {
+		return nil
+	}
+	return &dataplane.SRTP{Suite: c.Suite.String(), Key: c.Key, Salt: c.Salt, MKI: c.MKI}
+}
+
+// sameFlow compares flows, SRTP keys by value.
+func sameFlow(a, b dataplane.Flow) bool {
+	if !a.Decrypt.Equal(b.Decrypt) || !a.Encrypt.Equal(b.Encrypt) {
+		return false
+	}
+	a.Decrypt, a.Encrypt, b.Decrypt, b.Encrypt = nil, nil, nil, nil
+	return a == b
+}
 
 // End is one leg's end of a stream.
 type End struct {
@@ -209,21 +226,20 @@ func (m *Media) Sync() error {
 	}
 	for _, match := range sortedKeys(want) {
 		w := want[match]
-		if w.dec != nil || w.enc != nil {
-			// TODO(srtp): set w.flow.Decrypt/Encrypt once dataplane.Flow
-			// carries SRTP transforms and install in userspace.
-			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
-			continue
-		}
+		w.flow.Decrypt, w.flow.Encrypt = toSRTP(w.dec), toSRTP(w.enc)
 		plane := m.t.planeFor(w.flow)
 		if plane == nil {
-			errs = append(errs, fmt.Errorf("flow %s: no data plane", match))
+			if w.flow.HasSRTP() {
+				errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
+			} else {
+				errs = append(errs, fmt.Errorf("flow %s: no data plane", match))
+			}
 			continue
 		}
 		rec, ok := m.flows[match]
 		if ok && rec.plane == plane {
 			w.flow.ID = rec.flow.ID
-			if rec.flow == w.flow {
+			if sameFlow(rec.flow, w.flow) {
 				continue
 			}
 			if err := plane.Update(w.flow); err != nil {

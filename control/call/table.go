@@ -116,6 +116,13 @@ func (t *Table) Addr(peer netip.Addr) netip.Addr {
 	return t.cfg.Addr6
 }
 
+// CanSRTP reports whether calls can have SRTP terminated on a leg (a
+// userspace data plane runs).
+func (t *Table) CanSRTP() bool {
+	_, ok := t.planes[dataplane.PathUserspace]
+	return ok
+}
+
 // Ports returns the port allocator.
 func (t *Table) Ports() *Ports { return t.ports }
 
@@ -126,6 +133,9 @@ func (t *Table) flowID() uint64 { return t.nextFlow.Add(1) - 1 }
 // planeFor returns the data plane for a flow: XDP where it runs, else
 // userspace; always userspace for SRTP.
 func (t *Table) planeFor(f dataplane.Flow) dataplane.DataPlane {
+	if f.HasSRTP() {
+		return t.planes[dataplane.PathUserspace]
+	}
 	if p, ok := t.planes[dataplane.PathXDP]; ok {
 		return p
 	}

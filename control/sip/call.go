@@ -58,7 +58,7 @@ type b2bCall struct {
 	origin   [2]sdp.Origin    // relayd's o= line toward each leg
 	lastSent [2][]byte        // last SDP sent to each leg
 	pending  *sdp.Description // the offer being negotiated
-	passKeys map[int]bool     // streams whose a=crypto passes end to end
+	negs     map[int]neg      // per stream of the pending offer
 	earlySDP *sdp.Description // SDP of the last 18x from B, for a 200 without one
 	maxTimer *time.Timer
 }

@@ -156,6 +156,7 @@ type harness struct {
 	srv    *Server
 	addr   string
 	xdp    *dataplanetest.DataPlane
+	us     *dataplanetest.DataPlane
 	calls  *call.Table
 	ended  chan call.Info
 	caller *sipgo.DialogClientCache
@@ -169,6 +170,7 @@ type opts struct {
 	ports        [2]uint16
 	mediaTimeout time.Duration
 	maxDuration  time.Duration
+	userspace    bool // a userspace data plane too (SRTP termination)
 }
 
 func newHarness(t *testing.T, o opts) *harness {
@@ -178,7 +180,12 @@ func newHarness(t *testing.T, o opts) *harness {
 		o.ports = [2]uint16{30000, 30099}
 	}
 	var err error
-	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: o.ports[0], PortMax: o.ports[1]}, zaptest.NewLogger(t), h.xdp)
+	planes := []dataplane.DataPlane{h.xdp}
+	if o.userspace {
+		h.us = dataplanetest.New(dataplane.PathUserspace)
+		planes = append(planes, h.us)
+	}
+	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: o.ports[0], PortMax: o.ports[1]}, zaptest.NewLogger(t), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -724,4 +731,101 @@ func TestMaxDuration(t *testing.T) {
 	if cdr := h.cdr(); cdr.Disposition != call.MaxDuration {
 		t.Errorf("CDR %+v", cdr)
 	}
+}
+
+const callerKey = "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz"
+
+func savpOffer(port int) []byte {
+	return []byte(strings.Replace(string(offerSDP(port, callerKey)), "RTP/AVP", "RTP/SAVP", 1))
+}
+
+func TestSRTPCallerPlainCallee(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, userspace: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, savpOffer(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	toCallee := string(ce.lastInvite().Body())
+	if strings.Contains(toCallee, "crypto") || !strings.Contains(toCallee, "RTP/AVP") {
+		t.Errorf("offer to the plain callee:\n%s", toCallee)
+	}
+	ans := string(d.InviteResponse.Body())
+	if !strings.Contains(ans, "RTP/SAVP") || !strings.Contains(ans, "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:") || strings.Contains(ans, "WVNfX19zZW1jdGwg") {
+		t.Errorf("answer to the SRTP caller must carry relayd's own key:\n%s", ans)
+	}
+	waitFor(t, "userspace flows", func() bool { return h.us.Len() == 4 })
+	if h.xdp.Len() != 0 {
+		t.Errorf("%d XDP flows for an SRTP-terminated call", h.xdp.Len())
+	}
+	l, _ := h.us.List()
+	for _, f := range l {
+		if !f.Flow.HasSRTP() {
+			t.Errorf("flow without SRTP transform: %+v", f.Flow)
+		}
+	}
+	d.Bye(ctx)
+	if cdr := h.cdr(); cdr.Media[call.A].SRTP != "AES_CM_128_HMAC_SHA1_80" || cdr.Media[call.B].SRTP != "" {
+		t.Errorf("CDR media %+v", cdr.Media)
+	}
+}
+
+func TestSRTPRequiredTowardCallee(t *testing.T) {
+	ce := newCallee(t)
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		// Answer with a key for relayd's tag and suite.
+		body := strings.Replace(string(offerSDP(6000, callerKey)), "RTP/AVP", "RTP/SAVP", 1)
+		d.Respond(200, "OK", []byte(body), sip.NewHeader("Content-Type", "application/sdp"))
+		<-d.Context().Done()
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}, userspace: true, routeExtra: "srtp = \"require\"\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	toCallee := string(ce.lastInvite().Body())
+	if !strings.Contains(toCallee, "RTP/SAVP") || !strings.Contains(toCallee, "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:") {
+		t.Errorf("offer to the callee must require SRTP with relayd's key:\n%s", toCallee)
+	}
+	if ans := string(d.InviteResponse.Body()); strings.Contains(ans, "crypto") || !strings.Contains(ans, "RTP/AVP") {
+		t.Errorf("answer to the plain caller:\n%s", ans)
+	}
+	waitFor(t, "userspace flows", func() bool { return h.us.Len() == 4 })
+	d.Bye(ctx)
+	h.cdr()
+}
+
+func TestSRTPPassThrough(t *testing.T) {
+	ce := newCallee(t)
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		body := strings.Replace(string(offerSDP(6000, "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkw")), "RTP/AVP", "RTP/SAVP", 1)
+		d.Respond(200, "OK", []byte(body), sip.NewHeader("Content-Type", "application/sdp"))
+		<-d.Context().Done()
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}, userspace: true, routeExtra: "srtp = \"offer\"\n"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, savpOffer(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	if !strings.Contains(string(ce.lastInvite().Body()), callerKey) {
+		t.Errorf("caller's key not passed to the callee:\n%s", ce.lastInvite().Body())
+	}
+	if !strings.Contains(string(d.InviteResponse.Body()), "MTIzNDU2Nzg5MDEyMzQ1Njc4OTAxMjM0NTY3ODkw") {
+		t.Errorf("callee's key not passed to the caller:\n%s", d.InviteResponse.Body())
+	}
+	waitFor(t, "XDP flows", func() bool { return h.xdp.Len() == 4 })
+	if h.us.Len() != 0 {
+		t.Errorf("%d userspace flows for end-to-end SRTP", h.us.Len())
+	}
+	d.Bye(ctx)
+	h.cdr()
 }
