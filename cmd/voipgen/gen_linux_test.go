@@ -430,7 +430,7 @@ func TestOpusPackets(t *testing.T) {
 		{60 * time.Millisecond, 16, 0xfb, 2 + 120},
 		{30 * time.Millisecond, 32, 0xf3, 2 + 120},
 	} {
-		c, err := lookupCodec("opus", tc.ptime)
+		c, err := lookupAnyCodec("opus", tc.ptime)
 		if err != nil {
 			t.Fatal(err)
 		}

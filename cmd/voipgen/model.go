@@ -225,7 +225,7 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	if *calls != 0 {
 		cfg.streams = *calls
 	}
-	if cfg.codec, err = lookupCodec(*codecName, cfg.ptime); err != nil {
+	if cfg.codec, err = lookupAnyCodec(*codecName, cfg.ptime); err != nil {
 		return cfg, err
 	}
 	if cfg.codec.kbps != 0 {

@@ -39,7 +39,17 @@ const opusPT = 111
 // maxPtime bounds ptime for every codec (Opus packets carry at most 120 ms).
 const maxPtime = 120 * time.Millisecond
 
+// lookupCodec returns a fixed-rate codec (pcmu, pcma, g729), as the demo
+// and the basic sender take.
 func lookupCodec(name string, ptime time.Duration) (codec, error) {
+	if c, ok := codecs[name]; !ok || c.kbps != 0 {
+		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma or g729)", name)
+	}
+	return lookupAnyCodec(name, ptime)
+}
+
+// lookupAnyCodec is lookupCodec with opus too (voipgen send, call, answer).
+func lookupAnyCodec(name string, ptime time.Duration) (codec, error) {
 	c, ok := codecs[name]
 	if !ok {
 		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma, g729 or opus)", name)

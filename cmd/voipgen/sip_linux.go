@@ -69,7 +69,7 @@ func (e *sipEndpoint) parse(listen, media, codecName string) error {
 			return fmt.Errorf("--media %q: %w", media, err)
 		}
 	}
-	if e.codec, err = lookupCodec(codecName, e.ptime); err != nil {
+	if e.codec, err = lookupAnyCodec(codecName, e.ptime); err != nil {
 		return err
 	}
 	if e.rtpPort < 1 || e.rtpPort > 65000 {

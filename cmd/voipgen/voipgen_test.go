@@ -13,7 +13,7 @@ import (
 
 func TestPacketBuildNoAlloc(t *testing.T) {
 	for name := range codecs {
-		c, err := lookupCodec(name, 20*time.Millisecond)
+		c, err := lookupAnyCodec(name, 20*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
