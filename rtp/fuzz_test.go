@@ -114,3 +114,41 @@ func FuzzReceiverStats(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStreamAnalyzer feeds packets whose sequence numbers move by the
+// fuzzed steps (signed bytes: losses, duplicates, reordering, jumps) and
+// checks the loss-period invariants; when every step is forward and small
+// the periods must account for every lost packet.
+func FuzzStreamAnalyzer(f *testing.F) {
+	f.Add([]byte{1, 1, 1, 5, 1, 0xff, 2, 1})
+	f.Add([]byte{1, 16, 1, 1, 3, 1})
+	f.Fuzz(func(t *testing.T, steps []byte) {
+		a := StreamAnalyzer{ClockRate: 8000}
+		seq := uint16(65500)
+		inOrder := true
+		at := int64(1e18)
+		for i, s := range steps {
+			d := int8(s)
+			if i > 0 {
+				seq += uint16(int16(d))
+				inOrder = inOrder && d >= 1
+			}
+			at += 20e6
+			h := Header{SSRC: 1, SequenceNumber: seq, Timestamp: uint32(seq) * 160}
+			a.Update(&h, 172, at)
+		}
+		if len(a.LossPeriods) > MaxLossPeriods || a.LossRuns < uint64(len(a.LossPeriods)) {
+			t.Fatalf("%d periods, %d runs", len(a.LossPeriods), a.LossRuns)
+		}
+		var lost int64
+		for _, p := range a.LossPeriods {
+			if p.Lost == 0 || p.After < p.Before || p.Missing < 0 {
+				t.Fatalf("period %+v", p)
+			}
+			lost += int64(p.Lost)
+		}
+		if len(steps) > 0 && inOrder && a.LossRuns <= MaxLossPeriods && lost != a.Stats.Lost() {
+			t.Fatalf("periods hold %d lost packets, RFC 3550 counts %d", lost, a.Stats.Lost())
+		}
+	})
+}
