@@ -25,6 +25,7 @@ commands:
   recv   receive RTP streams on a port range and report loss, jitter, gaps
   call   place SIP calls with RTP both ways and report setup times and media
   answer answer SIP calls (or ring, reject, stay silent) with RTP both ways
+  pacebench  lab benchmark: pacing of voipgen send vs SIPp rtp_stream at 1,000 and 2,000 calls (root)
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
 
@@ -48,6 +49,8 @@ func main() {
 		err = runCall(ctx, os.Args[2:], os.Stdout)
 	case "answer":
 		err = runAnswer(ctx, os.Args[2:], os.Stdout)
+	case "pacebench":
+		err = runPacebench(ctx, os.Args[2:], os.Stdout)
 	case "fwdbench":
 		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
 	case "demo":

@@ -141,6 +141,7 @@ type portReader struct {
 	rtcp    uint64
 	other   uint64
 	last    *atomic.Int64
+	bySSRC  map[uint32]*rtp.StreamAnalyzer // once a port has many streams
 	// received and lossRuns, when set, count RTP packets and loss periods
 	// as they happen, for the live progress line.
 	received, lossRuns *atomic.Uint64
@@ -261,9 +262,15 @@ func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
 }
 
 func (pr *portReader) lookup(ssrc uint32, clockRate uint32, maxSSRCs int) *rtp.StreamAnalyzer {
-	for _, a := range pr.streams {
-		if a.Stats.SSRC == ssrc {
+	if pr.bySSRC != nil {
+		if a := pr.bySSRC[ssrc]; a != nil {
 			return a
+		}
+	} else {
+		for _, a := range pr.streams {
+			if a.Stats.SSRC == ssrc {
+				return a
+			}
 		}
 	}
 	if len(pr.streams) >= maxSSRCs {
@@ -271,6 +278,17 @@ func (pr *portReader) lookup(ssrc uint32, clockRate uint32, maxSSRCs int) *rtp.S
 	}
 	a := &rtp.StreamAnalyzer{ClockRate: clockRate}
 	pr.streams = append(pr.streams, a)
+	// Many streams on one port (SIPp's rtp_stream to one media port):
+	// index them by SSRC.
+	if len(pr.streams) > 8 {
+		if pr.bySSRC == nil {
+			pr.bySSRC = make(map[uint32]*rtp.StreamAnalyzer, 64)
+			for _, b := range pr.streams[:len(pr.streams)-1] {
+				pr.bySSRC[b.Stats.SSRC] = b
+			}
+		}
+		pr.bySSRC[ssrc] = a
+	}
 	return a
 }
 

@@ -25,3 +25,7 @@ func runCall(ctx context.Context, args []string, out io.Writer) error {
 func runAnswer(ctx context.Context, args []string, out io.Writer) error {
 	return errors.New("voipgen answer runs on Linux only")
 }
+
+func runPacebench(ctx context.Context, args []string, out io.Writer) error {
+	return errors.New("voipgen pacebench runs on Linux only")
+}
