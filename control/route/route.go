@@ -239,6 +239,16 @@ func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 	return d, nil
 }
 
+// Destinations returns every configured destination (for the addresses
+// relayd may connect to).
+func (r *Router) Destinations() []Destination {
+	var out []Destination
+	for i := range r.routes {
+		out = append(out, r.routes[i].destinations...)
+	}
+	return out
+}
+
 // ordered returns a route's destinations in the order to try them.
 func (r *Router) ordered(rt *Route) []Destination {
 	out := slices.Clone(rt.destinations)

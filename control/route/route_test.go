@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,10 +116,15 @@ weights = [99, 1]
 }
 
 func TestLookupServer(t *testing.T) {
+	var mu sync.Mutex
 	var got Facts
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		json.NewDecoder(r.Body).Decode(&got)
-		switch got.User {
+		var f Facts
+		json.NewDecoder(r.Body).Decode(&f)
+		mu.Lock()
+		got = f
+		mu.Unlock()
+		switch f.User {
 		case "reject":
 			json.NewEncoder(w).Encode(ServerResponse{Reject: 403, Reason: "Forbidden"})
 		case "slow":
@@ -141,9 +147,11 @@ func TestLookupServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mu.Lock()
 	if got.Route != "local" || got.CallID != "x" {
 		t.Errorf("server got %+v", got)
 	}
+	mu.Unlock()
 	if d.Route.Name != "local" || !d.Route.Fails(486) || d.Route.SRTP != SRTPOffer || len(d.Destinations) != 2 || d.Destinations[0].Transport != "tcp" {
 		t.Errorf("decision %+v", d)
 	}

@@ -41,6 +41,7 @@ type b2bCall struct {
 	start time.Time
 	a     *sipgo.DialogServerSession // leg A, relayd is UAS
 	aUA   *sipgo.DialogUA
+	aTx   sip.ServerTransaction // the INVITE's
 	relay [2]netip.Addr // relay media address per leg
 
 	// aID and bID are the dialog IDs; written under s.mu.
@@ -139,6 +140,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		start:   time.Now(),
 		a:       dlg,
 		aUA:     aUA,
+		aTx:     tx,
 		ackBody: make(chan []byte, 1),
 		reAck:   make(chan struct{}, 1),
 		origin:  [2]sdp.Origin{sdp.NewOrigin(), sdp.NewOrigin()},
@@ -256,7 +258,13 @@ func (bc *b2bCall) fail(d call.Disposition, code int, reason string, headers ...
 	if code < 300 {
 		code, reason = sip.StatusInternalServerError, "Server Internal Error"
 	}
-	if err := bc.a.Respond(code, reason, nil, headers...); err != nil {
+	// Straight to the transaction: it retransmits and absorbs the ACK by
+	// itself, the call need not wait for it.
+	res := sip.NewResponseFromRequest(bc.a.InviteRequest, code, reason, nil)
+	for _, h := range headers {
+		res.AppendHeader(h)
+	}
+	if err := bc.aTx.Respond(res); err != nil {
 		bc.log.Debug("final response to caller", zap.Int("code", code), zap.Error(err))
 	}
 	bc.finish(d, code, reason)
@@ -317,6 +325,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 	}
 	if ip, err := netip.ParseAddr(dest.Host); err == nil {
 		bc.relay[call.B] = s.cfg.Calls.Addr(ip)
+		s.peers.allow(ip) // route server destinations too
 	}
 	var body []byte
 	if offer != nil {

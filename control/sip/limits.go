@@ -1,8 +1,11 @@
 package sip
 
 import (
+	"errors"
+	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -101,4 +104,85 @@ func (b *branchSet) has(branch string) bool {
 		_, ok = b.prev[branch]
 	}
 	return ok
+}
+
+// peerSet holds the addresses relayd may open TCP connections to: route
+// destinations and peers SIP came from recently. Without it the stack
+// would connect to whatever host a request's Via names when the
+// connection it came on has closed: a reflection vector. Safe for
+// concurrent use.
+type peerSet struct {
+	mu     sync.Mutex // guards the following
+	static map[netip.Addr]bool
+	recent map[netip.Addr]time.Time
+	swept  time.Time
+}
+
+const (
+	peerTTL  = time.Hour
+	maxPeers = 1 << 16
+)
+
+var errDialRefused = errors.New("sip: not connecting to an address that is neither a destination nor a recent peer")
+
+func newPeerSet() *peerSet {
+	return &peerSet{static: make(map[netip.Addr]bool), recent: make(map[netip.Addr]time.Time), swept: time.Now()}
+}
+
+func (p *peerSet) allow(a netip.Addr) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.static[a.Unmap()] = true
+}
+
+func (p *peerSet) seen(addr net.Addr) {
+	var ip netip.Addr
+	switch a := addr.(type) {
+	case *net.UDPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		return
+	}
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now.Sub(p.swept) > time.Minute || len(p.recent) >= maxPeers {
+		for a, t := range p.recent {
+			if now.Sub(t) > peerTTL {
+				delete(p.recent, a)
+			}
+		}
+		p.swept = now
+	}
+	if len(p.recent) < maxPeers {
+		p.recent[ip.Unmap()] = now
+	}
+}
+
+func (p *peerSet) may(a netip.Addr) bool {
+	a = a.Unmap()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.static[a] {
+		return true
+	}
+	t, ok := p.recent[a]
+	return ok && time.Since(t) < peerTTL
+}
+
+// dialer is the TCP transport's dialer: it refuses addresses not in the set.
+func (p *peerSet) dialer(laddr net.Addr) net.Dialer {
+	return net.Dialer{
+		Timeout:   10 * time.Second,
+		LocalAddr: laddr,
+		Control: func(network, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil || !p.may(ap.Addr()) {
+				return errDialRefused
+			}
+			return nil
+		},
+	}
 }

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -25,8 +24,6 @@ import (
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap"
-	"go.uber.org/zap/exp/zapslog"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
@@ -101,6 +98,7 @@ type Server struct {
 	metrics *Metrics
 	limiter *limiter
 	loops   *branchSet
+	peers   *peerSet // where relayd may open TCP connections
 
 	wg sync.WaitGroup // call goroutines
 
@@ -114,10 +112,21 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}
-	slog := slog.New(zapslog.NewHandler(log.Named("sipgo").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel)).Core()))
+	slog := newSlog(log)
+	peers := newPeerSet()
+	for _, rt := range cfg.Router.Destinations() {
+		if ip, err := netip.ParseAddr(rt.Host); err == nil {
+			peers.allow(ip)
+		}
+	}
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent(cfg.UserAgent),
-		sipgo.WithUserAgentTransportLayerOptions(sip.WithTransportLayerLogger(slog)),
+		sipgo.WithUserAgentTransportLayerOptions(sip.WithTransportLayerLogger(slog),
+			sip.WithTransportLayerReadFilter(func(p sip.TransportReadProps, data []byte) ([]byte, error) {
+				peers.seen(p.RemoteAddr)
+				return data, nil
+			}),
+			sip.WithTransportLayerTransports(sip.TransportsConfig{TCP: &sip.TransportTCP{DialerCreate: peers.dialer}})),
 		sipgo.WithUserAgentTransactionLayerOptions(sip.WithTransactionLayerLogger(slog),
 			sip.WithTransactionLayerUnhandledResponseHandler(func(*sip.Response) {})),
 	)
@@ -132,6 +141,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		laddr:    make(map[string]sip.Addr),
 		self:     make(map[string]bool),
 		metrics:  newMetrics(),
+		peers:    peers,
 		loops:    newBranchSet(),
 		byDialog: make(map[string]*b2bCall),
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/config"
@@ -27,14 +29,24 @@ import (
 
 var loop = netip.MustParseAddr("127.0.0.1")
 
+// freePort returns a port free for both UDP and TCP on 127.0.0.1.
 func freePort(t *testing.T) int {
 	t.Helper()
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		c, err := net.ListenPacket("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err == nil {
+			c.Close()
+			return port
+		}
 	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
+	t.Fatal("no port free for both UDP and TCP")
+	return 0
 }
 
 func offerSDP(port int, extra ...string) []byte {
@@ -88,7 +100,7 @@ func newCallee(t *testing.T) *callee {
 		ce.mu.Unlock()
 		d, err := ce.dialogs.ReadInvite(req, tx)
 		if err != nil {
-			t.Errorf("callee ReadInvite: %v", err)
+			tx.Respond(sip.NewResponseFromRequest(req, 500, "Callee Error", nil))
 			return
 		}
 		defer d.Close()
@@ -171,6 +183,8 @@ type opts struct {
 	mediaTimeout time.Duration
 	maxDuration  time.Duration
 	userspace    bool // a userspace data plane too (SRTP termination)
+	rateLimit    float64
+	rateBurst    int
 }
 
 func newHarness(t *testing.T, o opts) *harness {
@@ -212,11 +226,16 @@ func newHarness(t *testing.T, o opts) *harness {
 		MediaTimeout:  o.mediaTimeout,
 		MaxDuration:   o.maxDuration,
 		SweepInterval: 100 * time.Millisecond,
+		RateLimit:     o.rateLimit,
+		RateBurst:     o.rateBurst,
 		OnEnd:         func(i call.Info) { h.ended <- i },
-	}, zaptest.NewLogger(t))
+	}, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))) // sipgo's readers log at debug after Shutdown returns
 	if err != nil {
 		t.Fatal(err)
 	}
+	// sipgo's process-wide default logger must not outlive this test's
+	// logger: the callees and callers of other tests use it too.
+	defaultTarget.Store(slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.srv.Serve(ctx) }()

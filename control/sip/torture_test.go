@@ -1,0 +1,115 @@
+package sip
+
+import (
+	"context"
+	"crypto/rand"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+)
+
+// TestTortureAndGarbage throws the RFC 4475 torture messages (valid and
+// invalid, testdata/torture) and random bytes at the B2BUA over UDP and
+// TCP; afterwards a normal call must still complete and nothing may have
+// crashed.
+func TestTortureAndGarbage(t *testing.T) {
+	ce := newCallee(t)
+	// Calls the torture messages create are refused by the callee, so that
+	// relayd never contacts the hosts they name.
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) { d.Respond(603, "Decline", nil) })
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	files, _ := filepath.Glob("testdata/torture/*/*.dat")
+	if len(files) < 40 {
+		t.Fatalf("%d torture messages, want the RFC 4475 set", len(files))
+	}
+	var msgs [][]byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, b)
+	}
+	for range 50 {
+		b := make([]byte, 1+len(msgs)%1400)
+		rand.Read(b)
+		msgs = append(msgs, b, append([]byte("INVITE sip:x@y SIP/2.0\r\nVia: "), b...))
+	}
+	udp, err := net.Dial("udp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	// TCP connections stay open until the B2BUA answered on them.
+	var conns []net.Conn
+	for _, m := range msgs {
+		udp.Write(m)
+		tcp, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tcp.Write(m)
+		conns = append(conns, tcp)
+	}
+	time.Sleep(time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+
+	ce.set(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatalf("call after the torture: %v", err)
+	}
+	d.Ack(ctx)
+	d.Bye(ctx)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case info := <-h.ended:
+			if info.Code == 200 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no CDR of the call after the torture")
+		}
+	}
+}
+
+// TestRateLimit: a flood of INVITEs from one source gets 503 past the
+// limit while a call already up keeps going.
+func TestRateLimit(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, rateLimit: 2, rateBurst: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	limited := 0
+	for range 10 {
+		res, err := h.request(sip.INVITE, offerSDP(4100), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode == 503 && res.GetHeader("Retry-After") != nil {
+			limited++
+		}
+	}
+	if limited < 7 {
+		t.Errorf("%d of 10 flooding INVITEs limited, want at least 7", limited)
+	}
+	if d.LoadState() != sip.DialogStateConfirmed || h.xdp.Len() < 4 {
+		t.Errorf("established call disturbed: state %v, %d flows", d.LoadState(), h.xdp.Len())
+	}
+	d.Bye(ctx)
+}
