@@ -361,3 +361,100 @@ func TestSIPPortExhaustion(t *testing.T) {
 		t.Errorf("%d answered with media, %d rejected with 503; want 1 and 1", answered, rejected)
 	}
 }
+
+// TestSIPTransNexusFailover is the TransNexus failover pattern: five
+// destinations in random order, one SIPp UAS that answers and four that
+// fail (no response at all, 404, 480, 503). Every call completes after 0
+// to 4 failed attempts, and its CDR lists them.
+func TestSIPTransNexusFailover(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	dests := []string{"sip:" + uas + ":5060", "sip:" + uas + ":5062", "sip:" + uas + ":5064", "sip:" + uas + ":5066", "sip:" + uas + ":5068"}
+	dir := t.TempDir()
+	cdrPath := filepath.Join(dir, "cdr.jsonl")
+	var quoted []string
+	for _, d := range dests {
+		quoted = append(quoted, strconv.Quote(d))
+	}
+	extra := fmt.Sprintf(`[sip]
+listen = ["udp:%s:5060"]
+[[route]]
+name = "transnexus"
+match = "."
+order = "random"
+attempt_timeout = "500ms"
+failover_on = [404, 408, 480, 500, 502, 503, 603]
+destinations = [%s]
+[cdr]
+path = %q
+fsync_interval = "100ms"
+`, l.RelayMedia4, strings.Join(quoted, ", "), cdrPath)
+	r, err := New(l, Options{Dir: dir, ExtraMedia: extra})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("relayd log:\n%s", r.tail())
+		}
+		r.Close()
+	})
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	// The failing destinations run until the test ends.
+	failCtx, stopFail := context.WithCancel(ctx)
+	defer stopFail()
+	for port, code := range map[int]int{5062: 404, 5064: 480, 5066: 503} {
+		scen := writeScenario(t, fmt.Sprintf("reject%d.xml", code), fmt.Sprintf(rejectScenario, code))
+		go runSIPp(t, failCtx, l.Callee, "-sf", scen, "-i", uas, "-p", strconv.Itoa(port))
+	}
+	// 5068: nobody answers.
+	uasDone := make(chan map[string]string, 1)
+	go func() {
+		st, _ := runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", strconv.Itoa(n))
+		uasDone <- st
+	}()
+	time.Sleep(500 * time.Millisecond)
+	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-r", "4", "-l", strconv.Itoa(n),
+		"-recv_timeout", "20000")
+	if st == nil || st["SuccessfulCall(C)"] != strconv.Itoa(n) {
+		t.Fatalf("sipp uac: %v\n%s", st, out)
+	}
+	<-uasDone
+	cdrs := readCDRs(t, cdrPath, n)
+	if len(cdrs) != n {
+		t.Fatalf("%d CDRs, want %d", len(cdrs), n)
+	}
+	failedBefore := 0
+	for _, c := range cdrs {
+		if c.Disposition != callpkg.Answered || len(c.Attempts) < 1 || len(c.Attempts) > 5 {
+			t.Errorf("CDR %+v", c)
+			continue
+		}
+		last := c.Attempts[len(c.Attempts)-1]
+		if last.Destination != dests[0] || last.Code != 200 {
+			t.Errorf("call %s: last attempt %+v, want the answering UAS", c.ID, last)
+		}
+		for _, a := range c.Attempts[:len(c.Attempts)-1] {
+			want := map[string]string{dests[1]: "failed 404", dests[2]: "failed 480", dests[3]: "failed 503", dests[4]: "timeout 0"}[a.Destination]
+			if got := fmt.Sprintf("%s %d", a.Result, a.Code); got != want {
+				t.Errorf("call %s: attempt %+v, want %s", c.ID, a, want)
+			}
+			failedBefore++
+		}
+		if c.Media[callpkg.A].Packets < 80 || c.Media[callpkg.B].Packets < 80 {
+			t.Errorf("call %s: media %+v", c.ID, c.Media)
+		}
+	}
+	t.Logf("%d calls, %d failed attempts before the answer (%.1f per call)", n, failedBefore, float64(failedBefore)/n)
+	if v, err := r.Metric(`relayd_call_attempts_total{code="200"}`); err != nil || v != n {
+		t.Errorf("attempts answered metric %v, %v", v, err)
+	}
+}
