@@ -37,6 +37,7 @@ type Options struct {
 	LogLevel   string // default info
 	ExtraMedia string // extra TOML appended to [media]
 	Ports      string // media.ports; default 30000-39999
+	Workers    int    // dataplane.workers; 0 (default): one per online CPU
 }
 
 // Relay is a relayd process in a lab's relay namespace. Not safe for
@@ -153,6 +154,7 @@ xdp_mode = %q
 interfaces = [%q, %q]
 enable_forwarding = true
 pin_path = %q
+workers = %d
 [media]
 address = %q
 address6 = %q
@@ -160,7 +162,7 @@ ports = %q
 timeout = "60s"
 %s
 `, o.LogLevel, r.Socket, o.Mode, o.XDPMode, lab.RelayCallerIfName, lab.RelayCalleeIfName,
-		r.PinPath, l.RelayMedia4, l.RelayMedia6, o.Ports, o.ExtraMedia)
+		r.PinPath, o.Workers, l.RelayMedia4, l.RelayMedia6, o.Ports, o.ExtraMedia)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

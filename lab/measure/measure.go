@@ -10,7 +10,10 @@
 //
 // Sources:
 //   - /proc/PID/task/TID/schedstat, first field: the thread's time on CPU
-//     in nanoseconds (se.sum_exec_runtime, scheduler clock). It includes
+//     in nanoseconds (se.sum_exec_runtime, scheduler clock); second field:
+//     its time runnable but waiting on a run queue, which tells when a
+//     benchmark's threads were kept from a CPU (by each other, or by
+//     other processes on a shared machine). It includes
 //     softirq work done in the thread's context as long as the kernel is
 //     built without CONFIG_IRQ_TIME_ACCOUNTING (then softirq time is
 //     subtracted from the task and only /proc/stat shows it); IRQTimeAccounting
@@ -71,6 +74,9 @@ type Snapshot struct {
 	At time.Time
 	// Tasks maps label to thread id to on-CPU nanoseconds.
 	Tasks map[string]map[int]uint64
+	// Waits maps label to thread id to nanoseconds spent runnable on a
+	// run queue.
+	Waits map[string]map[int]uint64
 	// Labels in the order the targets were given.
 	Labels []string
 	// CPUs is the per-CPU part of /proc/stat (without the total line).
@@ -94,17 +100,17 @@ func (s *Sampler) proc() string {
 // A target whose process is gone contributes nothing; other read errors
 // are returned.
 func (s *Sampler) Snapshot(targets []Target) (Snapshot, error) {
-	snap := Snapshot{Tasks: make(map[string]map[int]uint64)}
+	snap := Snapshot{Tasks: make(map[string]map[int]uint64), Waits: make(map[string]map[int]uint64)}
 	if s.now != nil {
 		snap.At = s.now()
 	} else {
 		snap.At = time.Now()
 	}
 	for _, t := range targets {
-		m := snap.Tasks[t.Label]
+		m, mw := snap.Tasks[t.Label], snap.Waits[t.Label]
 		if m == nil {
-			m = make(map[int]uint64)
-			snap.Tasks[t.Label] = m
+			m, mw = make(map[int]uint64), make(map[int]uint64)
+			snap.Tasks[t.Label], snap.Waits[t.Label] = m, mw
 			snap.Labels = append(snap.Labels, t.Label)
 		}
 		tids := t.TIDs
@@ -125,11 +131,11 @@ func (s *Sampler) Snapshot(targets []Target) (Snapshot, error) {
 			if err != nil {
 				return snap, err
 			}
-			run, _, _, err := ParseSchedstat(b)
+			run, wait, _, err := ParseSchedstat(b)
 			if err != nil {
 				return snap, fmt.Errorf("thread %d of %d: %w", tid, t.PID, err)
 			}
-			m[tid] = run
+			m[tid], mw[tid] = run, wait
 		}
 	}
 	b, err := os.ReadFile(filepath.Join(s.proc(), "stat"))
@@ -246,10 +252,12 @@ type Usage struct {
 	Steal time.Duration
 }
 
-// LabelTime is one label's CPU time.
+// LabelTime is one label's CPU time, and the time its threads were
+// runnable but waited for a CPU.
 type LabelTime struct {
 	Label string
 	Time  time.Duration
+	Wait  time.Duration
 }
 
 // Get returns the time of label, 0 if absent.
@@ -268,19 +276,22 @@ func Diff(a, b Snapshot) Usage {
 	u := Usage{Elapsed: b.At.Sub(a.At)}
 	seen := make(map[int]bool)
 	for _, label := range b.Labels {
-		var sum uint64
+		var sum, wait uint64
 		for tid, nb := range b.Tasks[label] {
 			na := a.Tasks[label][tid]
 			if nb < na {
 				continue // a reused thread id
 			}
 			sum += nb - na
+			if wb, wa := b.Waits[label][tid], a.Waits[label][tid]; wb >= wa {
+				wait += wb - wa
+			}
 			if !seen[tid] {
 				seen[tid] = true
 				u.Tasks += time.Duration(nb - na)
 			}
 		}
-		u.ByLabel = append(u.ByLabel, LabelTime{label, time.Duration(sum)})
+		u.ByLabel = append(u.ByLabel, LabelTime{label, time.Duration(sum), time.Duration(wait)})
 	}
 	if len(a.CPUs) == len(b.CPUs) && len(b.CPUs) > 0 {
 		var idle, steal uint64

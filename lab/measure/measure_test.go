@@ -115,14 +115,15 @@ func TestSnapshotDiff(t *testing.T) {
 		t.Errorf("relayd threads (-got +want):\n%s", d)
 	}
 
-	// One second later: relayd's threads ran 3 ms and 1 ms more, a new
-	// thread 102 ran 0.5 ms, ksoftirqd/0 4 ms; every CPU was idle for 0.8 s
-	// and CPU 1 lost 0.1 s to steal.
+	// One second later: relayd's threads ran 3 ms and 1 ms more (the first
+	// waited 0.1 ms more on a run queue), a new thread 102 ran 0.5 ms
+	// (after waiting 0.2 ms), ksoftirqd/0 4 ms; every CPU was idle for
+	// 0.8 s and CPU 1 lost 0.1 s to steal.
 	now = t0.Add(time.Second)
-	write(t, filepath.Join(root, "100/task/100/schedstat"), "4000000 600 12\n")
+	write(t, filepath.Join(root, "100/task/100/schedstat"), "4000000 100500 12\n")
 	write(t, filepath.Join(root, "100/task/101/schedstat"), "3500000 0 4\n")
 	os.MkdirAll(filepath.Join(root, "100/task/102"), 0o755)
-	write(t, filepath.Join(root, "100/task/102/schedstat"), "500000 0 1\n")
+	write(t, filepath.Join(root, "100/task/102/schedstat"), "500000 200000 1\n")
 	write(t, filepath.Join(root, "14/task/14/schedstat"), "4007000 20 5\n")
 	later, err := os.ReadFile("testdata/stat-later")
 	if err != nil {
@@ -137,10 +138,10 @@ func TestSnapshotDiff(t *testing.T) {
 	want := Usage{
 		Elapsed: time.Second,
 		ByLabel: []LabelTime{
-			{"relayd", 4500 * time.Microsecond},
-			{"relayd-main", 3 * time.Millisecond},
-			{"ksoftirqd", 4 * time.Millisecond},
-			{"gone", 0},
+			{"relayd", 4500 * time.Microsecond, 300 * time.Microsecond},
+			{"relayd-main", 3 * time.Millisecond, 100 * time.Microsecond},
+			{"ksoftirqd", 4 * time.Millisecond, 0},
+			{"gone", 0, 0},
 		},
 		Tasks: 8500 * time.Microsecond, // relayd-main is part of relayd
 		Busy:  2*time.Second - 1600*time.Millisecond - 100*time.Millisecond,
