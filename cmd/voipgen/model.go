@@ -195,7 +195,7 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	shared := fs.Bool("shared-socket", false, "same as --transport shared")
 	fs.DurationVar(&cfg.slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
 	fs.IntVar(&cfg.dscp, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
-	fs.BoolVar(&cfg.pin, "pin", true, "pin each sender thread to a CPU")
+	fs.BoolVar(&cfg.pin, "pin", false, "pin each sender thread to a CPU (default: when --threads > 1)")
 	fs.BoolVar(&cfg.json, "json", false, "print machine-readable JSON")
 	fs.DurationVar(&cfg.grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
 	fs.Float64Var(&cfg.emodel.delayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
@@ -204,6 +204,13 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	// One thread is better left to the scheduler: pinned to a CPU that
+	// something else keeps busy, it waits instead of moving.
+	pinSet := false
+	fs.Visit(func(f *flag.Flag) { pinSet = pinSet || f.Name == "pin" })
+	if !pinSet {
+		cfg.pin = cfg.threads > 1
 	}
 	var err error
 	if cfg.dst, err = parseEndpoints(*dst, true); err != nil {
