@@ -8,74 +8,175 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relayd/relayd/sdes"
 )
 
 const fwdbenchHelp = `usage: voipgen fwdbench [flags]   (as root)
 
-Measures plain RTP forwarding through relayd's XDP program and through the
-kernel's own IPv4 forwarding in a lab of network namespaces (caller, relay,
-callee; lab package), and the CPU each costs per relayed packet.
+Measures plain and SRTP RTP forwarding in a lab of network namespaces
+(caller, relay, callee; lab package), side by side in one run: the kernel's
+own IPv4 forwarding, relayd's XDP program, relayd's userspace workers with
+1 and 2 workers, and the userspace workers decrypting SRTP from the caller
+(AES_CM_128_HMAC_SHA1_80, AEAD_AES_128_GCM). For each, at 1,000 and 10,000
+flows: the highest offered rate without loss, the CPU each relayed packet
+costs, packets per second per worker, and the loss curve under overload.
 
-Traffic: G.711/20 ms RTP (172 B RTP, 200 B IP), 50 pps per stream, one
-5-tuple per stream, from voipgen's paced sendmmsg sender on one socket in
-the caller namespace to a one-socket recvmmsg sink in the callee namespace.
-The offered rate is stepped by the number of streams (--rates); each mode
-stops after the first step that loses packets or where the sender falls
-short of the offered rate (on veth the sender's softirq does the relaying).
+Traffic: RTP with 160-byte G.711 payloads (172 B RTP, 200 B IP), one
+5-tuple per flow, from a paced sendmmsg sender on one socket in the caller
+namespace to a one-socket recvmmsg sink in the callee namespace. A step
+offers a total rate (--rates) spread evenly over the phase's flows
+(--flows): at 10,000 flows and 100k pps each flow sends 10 pps. A mode
+stops after its first lossless step where the sender falls short of the
+offered rate (it cannot offer more). After its first step with loss it
+runs --overload more steps, the overload curve (loss and achieved rate;
+no CPU figures).
 
-Each step runs direct, mode, mode, direct with the same load:
-  direct  caller -> callee over an extra veth pair, no relay: the baseline
-  kernel  caller -> relay -> callee, kernel forwarding, no relayd running
-  xdp     caller -> relay -> callee through relayd's XDP program, one flow
-          per stream installed via the admin API (expect_source set)
+Modes (--modes, comma-separated; default all of the first six):
+  kernel    caller -> relay -> callee, kernel forwarding, no relayd
+  xdp       relayd (dataplane xdp), one "mode":"xdp" flow per stream
+  user-wN   relayd (dataplane userspace, workers = N), "mode":"userspace"
+            flows: sk_lookup steering, recvmmsg, raw-socket sendmmsg
+  aescm-wN  user-wN, flows "decrypt" AES_CM_128_HMAC_SHA1_80: the sender
+            encrypts each packet (srtpflow), the relay decrypts it
+  gcm-wN    the same with AEAD_AES_128_GCM
+  userspace = user-w1,user-w2; srtp = aescm-w1,gcm-w1
+relayd is restarted for each mode; it holds exactly the phase's flows
+(1,000, then 9,000 more installed with parallel POSTs for 10,000).
+
+Each lossless-search step runs direct, mode, mode, direct with the same load:
+direct is caller -> callee over an extra veth pair, no relay, the same
+packets (SRTP modes: the same encrypted packets, so the sender's encryption
+cancels out): the baseline.
 
 CPU accounting (lab/measure): the CPU time of every thread involved (this
 process's sender, sink and runtime threads, relayd, ksoftirqd/N) from
-/proc/PID/task/TID/schedstat, which includes the softirq work that XDP and
-forwarding do in the sender's context on veth. The relay's cost per packet
-is a mode's ns/packet minus the mean of its two direct runs ("tasks"). Cross-check:
-whole-machine busy time from per-CPU idle in /proc/stat ("idle"; 10 ms
-resolution, includes other processes). The XDP program's own run time comes
-from the kernel's BPF run-time statistics (enabled for the xdp phase only).
+/proc/PID/task/TID/schedstat, which includes the softirq work that XDP,
+forwarding and socket delivery do in the sending thread's context on veth.
+The relay's cost per packet is a mode's ns/packet minus the mean of its two
+direct runs ("tasks"). Cross-check: whole-machine busy time from per-CPU
+idle in /proc/stat ("idle"; 10 ms resolution, includes other processes).
+The XDP program's own run time comes from the kernel's BPF run-time
+statistics (xdp mode only). The summary's CPU figures use the lossless
+runs where the sender kept up (in the run and its direct runs: the same
+load); ratios between modes are taken over the offered rates where both
+modes qualify, in this run.
 
---json prints {"config":{...},"steps":[...],"summary":{...}}.
+--json prints {"config":{...},"installs":[...],"steps":[...],"summary":{...}}.
 
 flags:
 `
 
+// fwdMode is one way of relaying that fwdbench measures.
+type fwdMode struct {
+	Name    string     `json:"name"`              // kernel, xdp, user-w1, aescm-w1, gcm-w2, ...
+	Kind    string     `json:"kind"`              // kernel | xdp | user | srtp
+	Workers int        `json:"workers,omitempty"` // relayd dataplane.workers (user, srtp)
+	Suite   sdes.Suite `json:"-"`                 // srtp
+}
+
+func (m fwdMode) relayd() bool { return m.Kind != "kernel" }
+
+// srtpKinds maps the mode name prefix of an SRTP mode to its suite.
+var srtpKinds = map[string]sdes.Suite{
+	"aescm": sdes.AES_CM_128_HMAC_SHA1_80,
+	"gcm":   sdes.AEAD_AES_128_GCM,
+}
+
+const fwdMaxWorkers = 64
+
+// parseModes parses --modes.
+func parseModes(s string) ([]fwdMode, error) {
+	var out []fwdMode
+	add := func(m fwdMode) {
+		if !slices.ContainsFunc(out, func(o fwdMode) bool { return o.Name == m.Name }) {
+			out = append(out, m)
+		}
+	}
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(strings.ToLower(name))
+		switch name {
+		case "kernel", "xdp":
+			add(fwdMode{Name: name, Kind: name})
+			continue
+		case "userspace":
+			add(fwdMode{Name: "user-w1", Kind: "user", Workers: 1})
+			add(fwdMode{Name: "user-w2", Kind: "user", Workers: 2})
+			continue
+		case "srtp":
+			add(fwdMode{Name: "aescm-w1", Kind: "srtp", Workers: 1, Suite: srtpKinds["aescm"]})
+			add(fwdMode{Name: "gcm-w1", Kind: "srtp", Workers: 1, Suite: srtpKinds["gcm"]})
+			continue
+		}
+		prefix, n, ok := strings.Cut(name, "-w")
+		w, err := strconv.Atoi(n)
+		if !ok || err != nil || w < 1 || w > fwdMaxWorkers {
+			return nil, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp; N workers 1-%d)", name, fwdMaxWorkers)
+		}
+		switch suite, isSRTP := srtpKinds[prefix]; {
+		case prefix == "user":
+			add(fwdMode{Name: name, Kind: "user", Workers: w})
+		case isSRTP:
+			add(fwdMode{Name: name, Kind: "srtp", Workers: w, Suite: suite})
+		default:
+			return nil, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp)", name)
+		}
+	}
+	return out, nil
+}
+
 type fwdConfig struct {
-	rates    []int // offered packets per second, rounded to whole streams
+	rates    []int // offered packets per second, over all flows
+	flows    []int // flow counts, ascending
 	step     time.Duration
-	modes    []string
+	overload int // steps past the first lossy one
+	modes    []fwdMode
 	relayd   string
 	json     bool
-	allSteps bool // keep stepping after loss (tests)
+	save     string // also write the JSON report here
+	allSteps bool   // run every rate (tests)
 }
+
+const (
+	defaultModes = "kernel,xdp,user-w1,user-w2,aescm-w1,gcm-w1"
+	defaultFlows = "1000,10000"
+)
 
 // defaultRates and quickRates are offered rates in pps.
 var (
-	defaultRates = []int{20000, 50000, 100000, 150000, 200000, 250000, 300000}
-	quickRates   = []int{50000, 100000, 200000}
+	defaultRates = []int{50000, 100000, 150000, 200000, 250000, 300000}
+	quickRates   = []int{100000, 200000}
 )
 
 const (
-	fwdPtime       = 20 * time.Millisecond
-	fwdStreamPPS   = int(time.Second / fwdPtime)
-	fwdMaxStreams  = 10000 // relayd's lab port range 30000-39999, one port per flow
-	defaultStep    = 2 * time.Second
-	quickStep      = time.Second
-	refXDPns       = 1100 // DESIGN.md section 6
-	refKernelNs    = 400
-	refProgramNs   = 300
-	referenceRatio = float64(refXDPns) / refKernelNs
+	fwdPtime      = 20 * time.Millisecond // RTP timestamp step per packet: 160 samples
+	fwdMaxFlows   = 10000                 // relayd's lab port range 30000-39999, one port per flow
+	fwdMaxRate    = 1000000
+	fwdSlot       = time.Millisecond // the sender's pacing granularity
+	fwdInstallers = 8                // parallel POSTs installing flows
+	defaultStep   = time.Second
+	quickStep     = 400 * time.Millisecond
+	defaultOver   = 2
+	quickOver     = 1
+	refXDPns      = 1100 // DESIGN.md section 6
+	refKernelNs   = 400
+	refProgramNs  = 300
+	refCRelayNs   = 3600 // minimal C recvmmsg/sendmmsg relay
+	refRtpengine  = 9200 // rtpengine 10.5 userspace, 1,000 calls
+	goalXDPOverUS = 1.0 / 3
+	goalSRTP      = 1.15
 )
 
-func parseRates(s string) ([]int, error) {
-	var rates []int
+// parseCounts parses a comma-separated list of positive counts with an
+// optional k suffix (20k = 20000) within [lo, hi].
+func parseCounts(flagName, s string, lo, hi int) ([]int, error) {
+	var out []int
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(strings.ToLower(f))
 		mult := 1
@@ -84,257 +185,554 @@ func parseRates(s string) ([]int, error) {
 		}
 		n, err := strconv.Atoi(f)
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("--rates: bad rate %q", f)
+			return nil, fmt.Errorf("%s: bad value %q", flagName, f)
 		}
 		n *= mult
-		if n < fwdStreamPPS || n > fwdMaxStreams*fwdStreamPPS {
-			return nil, fmt.Errorf("--rates: %d pps out of range %d-%d (50 pps per stream, at most %d streams)",
-				n, fwdStreamPPS, fwdMaxStreams*fwdStreamPPS, fwdMaxStreams)
+		if n < lo || n > hi {
+			return nil, fmt.Errorf("%s: %d out of range %d-%d", flagName, n, lo, hi)
 		}
-		rates = append(rates, n)
+		out = append(out, n)
 	}
-	return rates, nil
+	return out, nil
 }
 
 func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
 	fs := flag.NewFlagSet("fwdbench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, fwdbenchHelp); fs.PrintDefaults() }
-	quick := fs.Bool("quick", false, "short run (~40 s): rates 50k,100k,200k, 1 s runs")
-	rates := fs.String("rates", "", "offered rates in pps, comma-separated, e.g. 20k,50k,100k (default 20k..300k)")
-	step := fs.Duration("step", 0, "duration of each measured run (default 2s, 1s with --quick)")
-	modes := fs.String("modes", "kernel,xdp", "modes to measure besides the direct baseline: kernel, xdp")
+	quick := fs.Bool("quick", false, "short run (~1 min): rates 100k,200k, 0.4 s runs, one overload step")
+	rates := fs.String("rates", "", "offered rates in pps over all flows, comma-separated, e.g. 50k,100k (default 50k..300k by 50k)")
+	flows := fs.String("flows", defaultFlows, "flow counts, comma-separated (at most 10000)")
+	step := fs.Duration("step", 0, "duration of each measured run (default 1s, 0.4s with --quick)")
+	overload := fs.Int("overload", defaultOver, "steps to run past a mode's first step with loss, for the overload curve (1 with --quick)")
+	modes := fs.String("modes", defaultModes, "modes to measure besides the direct baseline: kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp")
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	js := fs.Bool("json", false, "print machine-readable JSON")
+	save := fs.String("save", "", "also write the JSON report to this file")
 	if err := fs.Parse(args); err != nil {
 		return fwdConfig{}, err
 	}
 	if fs.NArg() > 0 {
 		return fwdConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := fwdConfig{rates: defaultRates, step: defaultStep, relayd: *relayd, json: *js}
+	cfg := fwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, json: *js, save: *save}
 	if *quick {
-		cfg.rates, cfg.step = quickRates, quickStep
+		cfg.rates, cfg.step, cfg.overload = quickRates, quickStep, quickOver
 	}
+	var err error
 	if *rates != "" {
-		r, err := parseRates(*rates)
-		if err != nil {
+		if cfg.rates, err = parseCounts("--rates", *rates, 1000, fwdMaxRate); err != nil {
 			return cfg, err
 		}
-		cfg.rates = r
 	}
+	if cfg.flows, err = parseCounts("--flows", *flows, 1, fwdMaxFlows); err != nil {
+		return cfg, err
+	}
+	slices.Sort(cfg.flows)
+	cfg.flows = slices.Compact(cfg.flows)
 	if *step != 0 {
 		cfg.step = *step
 	}
 	if cfg.step < 200*time.Millisecond {
 		return cfg, fmt.Errorf("--step %v: need at least 200ms", cfg.step)
 	}
-	for _, m := range strings.Split(*modes, ",") {
-		switch m = strings.TrimSpace(m); m {
-		case "kernel", "xdp":
-			cfg.modes = append(cfg.modes, m)
-		default:
-			return cfg, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp)", m)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "overload" {
+			cfg.overload = *overload
+		}
+	})
+	if cfg.overload < 0 {
+		return cfg, fmt.Errorf("--overload %d: negative", cfg.overload)
+	}
+	if cfg.modes, err = parseModes(*modes); err != nil {
+		return cfg, err
+	}
+	// Every flow must send at least two packets per run.
+	for _, f := range cfg.flows {
+		for _, r := range cfg.rates {
+			if period(f, r) > cfg.step/2 {
+				return cfg, fmt.Errorf("--rates %d with %d flows: each flow would send %.2f pps, under 2 packets per %v run: raise the rate or --step",
+					r, f, float64(r)/float64(f), cfg.step)
+			}
 		}
 	}
 	return cfg, nil
 }
 
-func (c fwdConfig) has(mode string) bool {
-	for _, m := range c.modes {
-		if m == mode {
-			return true
-		}
-	}
-	return false
+// period is the time between two packets of one flow when flows flows
+// share rate pps.
+func period(flows, rate int) time.Duration {
+	return time.Duration(int64(flows) * int64(time.Second) / int64(rate))
 }
 
-func (c fwdConfig) maxStreams() int {
-	n := 0
-	for _, r := range c.rates {
-		n = max(n, streamsFor(r))
-	}
-	return n
-}
-
-// streamsFor returns the number of 50 pps streams that offer about pps.
-func streamsFor(pps int) int { return max(1, (pps+fwdStreamPPS/2)/fwdStreamPPS) }
+func (c fwdConfig) maxFlows() int { return slices.Max(c.flows) }
 
 // fwdStep is one measured run.
 type fwdStep struct {
-	Mode       string  `json:"mode"` // direct | kernel | xdp
-	Phase      string  `json:"phase"`
-	Streams    int     `json:"streams"`
+	Mode    string `json:"mode"`  // direct | a mode name
+	Phase   string `json:"phase"` // the mode whose step this run belongs to
+	Flows   int    `json:"flows"`
+	Workers int    `json:"workers,omitempty"`
+	// Overload: a step past the mode's first lossy step (no direct runs,
+	// no relay cost).
+	Overload bool `json:"overload,omitempty"`
+	// Superseded: the step's runs disagreed about loss and the step was
+	// run again; this run is left out of the summary.
+	Superseded bool    `json:"superseded,omitempty"`
 	OfferedPPS int     `json:"offered_pps"`
+	PerFlowPPS float64 `json:"per_flow_pps"`
 	SentPPS    float64 `json:"sent_pps"` // what the sender managed
 	// SenderLimited: the sender managed less than 97% of the offered rate.
 	SenderLimited bool    `json:"sender_limited"`
 	AchievedPPS   float64 `json:"achieved_pps"` // received / send time
 	Sent          uint64  `json:"sent"`
 	SendErrors    uint64  `json:"send_errors"`
+	EncryptErrors uint64  `json:"encrypt_errors,omitempty"`
 	Received      uint64  `json:"received"`
 	Lost          int64   `json:"lost"`
 	LossPct       float64 `json:"loss_pct"`
-	// StreamsShort counts streams that received fewer packets than sent.
+	// StreamsShort counts flows that received fewer packets than sent.
 	StreamsShort int `json:"streams_short"`
-	// Relayed is the packets relayd's flows counted (xdp), -1 otherwise.
-	Relayed  int64   `json:"relayed"`
-	ElapsedS float64 `json:"elapsed_s"`
+	// Relayed and RelayDropped are relayd's counters of packets forwarded
+	// and dropped (relayd_packets_total), -1 without relayd.
+	Relayed      int64 `json:"relayed"`
+	RelayDropped int64 `json:"relay_dropped"`
+	// RelayDrops are relayd's drops by reason, if any.
+	RelayDrops map[string]uint64 `json:"relay_drops,omitempty"`
+	ElapsedS   float64           `json:"elapsed_s"`
 
 	// CPU nanoseconds per sent packet: all threads (tasks), each label,
 	// whole machine from idle time (busy).
 	TaskNsPerPkt float64            `json:"task_ns_per_pkt"`
 	BusyNsPerPkt float64            `json:"busy_ns_per_pkt"`
 	LabelNsPkt   map[string]float64 `json:"label_ns_per_pkt"`
-	StealMs      float64            `json:"steal_ms"`
+	// LabelWaitMs is how long each label's threads were runnable but
+	// waited for a CPU (schedstat), in ms.
+	LabelWaitMs map[string]float64 `json:"label_wait_ms"`
+	StealMs     float64            `json:"steal_ms"`
 
-	// Relay cost: this run's figure minus that of its direct run.
+	// OutsideNsPerPkt is the machine's busy time outside the measured
+	// tasks (other processes, softirqs in no task) per sent packet: when it
+	// is large, the idle cross-check means little.
+	OutsideNsPerPkt float64 `json:"outside_ns_per_pkt"`
+
+	// Relay cost: this run's figure minus the mean of its direct runs.
+	// Comparable: this run and both direct runs kept up with the offered
+	// rate, so they carried the same load; only comparable runs enter the
+	// summary's CPU figures and ratios.
+	Comparable        bool     `json:"comparable,omitempty"`
 	RelayTaskNsPerPkt *float64 `json:"relay_task_ns_per_pkt,omitempty"`
 	RelayBusyNsPerPkt *float64 `json:"relay_busy_ns_per_pkt,omitempty"`
+	// The same split by label (sender, sink, ksoftirqd, relayd, voipgen).
+	RelayLabelNsPkt map[string]float64 `json:"relay_label_ns_per_pkt,omitempty"`
 
 	// The XDP program's own run time per run (BPF stats), xdp only.
 	ProgRuns     uint64   `json:"prog_runs,omitempty"`
 	ProgNsPerRun *float64 `json:"prog_ns_per_run,omitempty"`
 }
 
-func (s *fwdStep) lossless() bool { return s.Sent > 0 && s.Lost <= 0 && s.SendErrors == 0 }
+func (s *fwdStep) lossless() bool {
+	return s.Sent > 0 && s.Lost <= 0 && s.SendErrors == 0 && s.EncryptErrors == 0
+}
+
+// disturbed reports whether the runs of a step disagree: one mode run lost
+// packets and the other did not, or a direct run lost packets.
+func disturbed(runs []fwdStep) bool {
+	lossy := 0
+	for i := range runs {
+		switch {
+		case runs[i].lossless():
+		case runs[i].Mode == "direct":
+			return true
+		default:
+			lossy++
+		}
+	}
+	return lossy == 1
+}
+
+// fwdInstall is the installation of a phase's flows into relayd.
+type fwdInstall struct {
+	Mode    string  `json:"mode"`
+	Flows   int     `json:"flows"` // installed in total afterwards
+	Added   int     `json:"added"`
+	Seconds float64 `json:"seconds"`
+	PerSec  float64 `json:"flows_per_s"`
+}
+
+// fwdPoint is one step of a mode: the mean of its runs.
+type fwdPoint struct {
+	OfferedPPS    int     `json:"offered_pps"`
+	SentPPS       float64 `json:"sent_pps"`
+	AchievedPPS   float64 `json:"achieved_pps"`
+	LossPct       float64 `json:"loss_pct"`
+	SenderLimited bool    `json:"sender_limited"`
+	Overload      bool    `json:"overload,omitempty"`
+}
 
 type fwdModeSummary struct {
-	Mode string `json:"mode"`
+	Mode    string `json:"mode"`
+	Flows   int    `json:"flows"`
+	Workers int    `json:"workers,omitempty"`
+	// InstallS: the time to install this phase's flows (the 10,000-flow
+	// phase adds 9,000 to the 1,000 of the phase before).
+	InstallS     float64 `json:"install_s,omitempty"`
+	InstallAdded int     `json:"install_added,omitempty"`
 	// Highest step without loss: offered and achieved pps.
 	MaxLosslessOfferedPPS  int     `json:"max_lossless_offered_pps"`
 	MaxLosslessAchievedPPS float64 `json:"max_lossless_achieved_pps"`
-	// Median over the lossless steps of the relay cost per packet.
+	// MaxLosslessSenderLimited: the sender, not the relay, set the limit.
+	MaxLosslessSenderLimited bool `json:"max_lossless_sender_limited"`
+	// PPSPerWorker is MaxLosslessAchievedPPS over the workers.
+	PPSPerWorker float64 `json:"lossless_pps_per_worker,omitempty"`
+	// Median over the lossless comparable runs of the relay cost per
+	// packet, and the range of the tasks figure.
 	RelayTaskNsPerPkt float64 `json:"relay_task_ns_per_pkt"`
 	RelayBusyNsPerPkt float64 `json:"relay_busy_ns_per_pkt"`
+	RelayTaskMinNs    float64 `json:"relay_task_min_ns,omitempty"`
+	RelayTaskMaxNs    float64 `json:"relay_task_max_ns,omitempty"`
 	ProgNsPerRun      float64 `json:"prog_ns_per_run,omitempty"`
-	Steps             int     `json:"lossless_steps"`
+	// ProgramShare is ProgNsPerRun over RelayTaskNsPerPkt (xdp).
+	ProgramShare float64 `json:"program_share,omitempty"`
+	Steps        int     `json:"lossless_steps"`
 	// The same at the 100k pps step (DESIGN.md section 6 is at 100k pps),
 	// mean of its two runs; 0 without a lossless 100k step.
 	At100kTaskNsPerPkt float64 `json:"at_100k_relay_task_ns_per_pkt"`
 	At100kBusyNsPerPkt float64 `json:"at_100k_relay_busy_ns_per_pkt"`
 	At100kProgNsPerRun float64 `json:"at_100k_prog_ns_per_run,omitempty"`
-	// MaxLosslessSenderLimited: the sender, not the relay, set the limit.
-	MaxLosslessSenderLimited bool `json:"max_lossless_sender_limited"`
+	// The loss curve: every step, ascending offered rate.
+	Curve []fwdPoint `json:"curve"`
+	// PeakAchievedPPS is the most any step delivered, PeakPPSPerWorker
+	// that over the workers.
+	PeakAchievedPPS  float64 `json:"peak_achieved_pps"`
+	PeakPPSPerWorker float64 `json:"peak_pps_per_worker,omitempty"`
+	// Collapse: the last step delivered under half the peak.
+	Collapse bool `json:"collapse"`
+	// Overloaded: some step lost packets.
+	Overloaded bool `json:"overloaded"`
+}
+
+// fwdRatio compares the relay cost of two modes at one flow count over the
+// rates where both were lossless.
+type fwdRatio struct {
+	Name  string  `json:"name"` // num/den
+	Flows int     `json:"flows"`
+	Rates []int   `json:"rates"`
+	NumNs float64 `json:"num_ns_per_pkt"` // mean relay cost over Rates (tasks)
+	DenNs float64 `json:"den_ns_per_pkt"`
+	Tasks float64 `json:"tasks"`          // NumNs / DenNs
+	Busy  float64 `json:"busy"`           // the same from idle time
+	Goal  float64 `json:"goal,omitempty"` // at most
+	Met   *bool   `json:"met,omitempty"`
 }
 
 type fwdSummary struct {
-	Modes []fwdModeSummary `json:"modes"`
-	// XDP over kernel relay cost, both measured in this run.
-	XDPOverKernelTasks float64 `json:"xdp_over_kernel_tasks,omitempty"`
-	XDPOverKernelBusy  float64 `json:"xdp_over_kernel_busy,omitempty"`
-	// The same at 100k pps.
-	XDPOverKernelTasks100k float64 `json:"xdp_over_kernel_tasks_100k,omitempty"`
-	XDPOverKernelBusy100k  float64 `json:"xdp_over_kernel_busy_100k,omitempty"`
-	// Program share of the XDP relay cost (tasks).
-	ProgramShare float64 `json:"program_share_of_xdp,omitempty"`
+	Modes  []fwdModeSummary `json:"modes"`
+	Ratios []fwdRatio       `json:"ratios"`
 	// DESIGN.md section 6 on this hardware.
 	Reference map[string]float64 `json:"reference"`
 	Notes     []string           `json:"notes"`
 }
 
 type fwdReport struct {
-	Config  map[string]any `json:"config"`
-	Steps   []fwdStep      `json:"steps"`
-	Summary fwdSummary     `json:"summary"`
+	Config   map[string]any `json:"config"`
+	Installs []fwdInstall   `json:"installs"`
+	Steps    []fwdStep      `json:"steps"`
+	Summary  fwdSummary     `json:"summary"`
 }
 
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
 	}
-	s := append([]float64(nil), v...)
-	for i := 1; i < len(s); i++ { // insertion sort: a handful of values
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	s := slices.Clone(v)
+	slices.Sort(s)
 	if len(s)%2 == 1 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// summarize derives the summary from the steps.
-func summarize(steps []fwdStep, modes []string) fwdSummary {
+// fwdStepKey names one step: a mode at a flow count and a rate.
+type fwdStepKey struct {
+	mode  string
+	flows int
+	rate  int
+}
+
+// fwdAgg is the mean over the mode runs of one step.
+type fwdAgg struct {
+	key              fwdStepKey
+	runs             int
+	lossless         bool // every run
+	limited          bool // some run
+	comparable       bool // every run
+	overload         bool
+	sent, ach, loss  float64
+	task, busy, prog float64 // means; task and busy NaN without relay cost
+	hasProg          bool
+	labels           map[string]float64 // relay cost by label
+}
+
+// aggregate groups the mode runs of steps by step, in order.
+func aggregate(steps []fwdStep) []fwdAgg {
+	var out []fwdAgg
+	idx := map[fwdStepKey]int{}
+	for _, s := range steps {
+		if s.Mode == "direct" || s.Superseded {
+			continue
+		}
+		k := fwdStepKey{s.Mode, s.Flows, s.OfferedPPS}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, fwdAgg{key: k, lossless: true, comparable: true, labels: map[string]float64{}})
+		}
+		a := &out[i]
+		a.runs++
+		a.lossless = a.lossless && s.lossless()
+		a.limited = a.limited || s.SenderLimited
+		a.comparable = a.comparable && s.Comparable
+		a.overload = a.overload || s.Overload
+		a.sent += s.SentPPS
+		a.ach += s.AchievedPPS
+		a.loss += s.LossPct
+		if s.RelayTaskNsPerPkt != nil {
+			a.task += *s.RelayTaskNsPerPkt
+			a.busy += *s.RelayBusyNsPerPkt
+		} else {
+			a.task, a.busy = math.NaN(), math.NaN()
+		}
+		if s.ProgNsPerRun != nil {
+			a.prog += *s.ProgNsPerRun
+			a.hasProg = true
+		}
+		for l, v := range s.RelayLabelNsPkt {
+			a.labels[l] += v
+		}
+	}
+	for i := range out {
+		a := &out[i]
+		n := float64(a.runs)
+		a.sent, a.ach, a.loss, a.task, a.busy, a.prog = a.sent/n, a.ach/n, a.loss/n, a.task/n, a.busy/n, a.prog/n
+		for l := range a.labels {
+			a.labels[l] /= n
+		}
+	}
+	return out
+}
+
+// summarize derives the summary from the steps and installs.
+func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []int) fwdSummary {
 	sum := fwdSummary{Reference: map[string]float64{
 		"xdp_ns_per_pkt": refXDPns, "kernel_ns_per_pkt": refKernelNs, "program_ns_per_pkt": refProgramNs,
-		"xdp_over_kernel": referenceRatio,
+		"c_relay_ns_per_pkt": refCRelayNs, "rtpengine_ns_per_pkt": refRtpengine,
 	}}
+	aggs := aggregate(steps)
+	byMode := map[fwdStepKey][]fwdAgg{} // rate 0
+	for _, a := range aggs {
+		k := fwdStepKey{a.key.mode, a.key.flows, 0}
+		byMode[k] = append(byMode[k], a)
+	}
 	for _, m := range modes {
-		ms := fwdModeSummary{Mode: m}
-		var task, busy, prog []float64
-		n100 := 0
-		for _, s := range steps {
-			if s.Mode != m || !s.lossless() {
+		for _, f := range flows {
+			as := byMode[fwdStepKey{m.Name, f, 0}]
+			if len(as) == 0 {
 				continue
 			}
-			ms.Steps++
-			if s.AchievedPPS > ms.MaxLosslessAchievedPPS {
-				ms.MaxLosslessOfferedPPS, ms.MaxLosslessAchievedPPS = s.OfferedPPS, s.AchievedPPS
-				ms.MaxLosslessSenderLimited = s.SenderLimited
-			}
-			if s.OfferedPPS == 100000 && s.RelayTaskNsPerPkt != nil {
-				n100++
-				ms.At100kTaskNsPerPkt += *s.RelayTaskNsPerPkt
-				ms.At100kBusyNsPerPkt += *s.RelayBusyNsPerPkt
-				if s.ProgNsPerRun != nil {
-					ms.At100kProgNsPerRun += *s.ProgNsPerRun
+			ms := fwdModeSummary{Mode: m.Name, Flows: f, Workers: m.Workers}
+			for _, in := range installs {
+				if in.Mode == m.Name && in.Flows == f {
+					ms.InstallS, ms.InstallAdded = in.Seconds, in.Added
 				}
 			}
-			if s.RelayTaskNsPerPkt != nil {
-				task = append(task, *s.RelayTaskNsPerPkt)
-				busy = append(busy, *s.RelayBusyNsPerPkt)
+			var task, busy, prog []float64
+			for _, s := range steps {
+				if s.Mode != m.Name || s.Flows != f || !s.lossless() || s.Overload || !s.Comparable || s.Superseded {
+					continue
+				}
+				if s.RelayTaskNsPerPkt != nil {
+					task = append(task, *s.RelayTaskNsPerPkt)
+					busy = append(busy, *s.RelayBusyNsPerPkt)
+				}
+				if s.ProgNsPerRun != nil {
+					prog = append(prog, *s.ProgNsPerRun)
+				}
 			}
-			if s.ProgNsPerRun != nil {
-				prog = append(prog, *s.ProgNsPerRun)
+			slices.SortFunc(as, func(a, b fwdAgg) int { return a.key.rate - b.key.rate })
+			for _, a := range as {
+				ms.Curve = append(ms.Curve, fwdPoint{OfferedPPS: a.key.rate, SentPPS: a.sent, AchievedPPS: a.ach,
+					LossPct: a.loss, SenderLimited: a.limited, Overload: a.overload})
+				ms.PeakAchievedPPS = max(ms.PeakAchievedPPS, a.ach)
+				if !a.lossless {
+					ms.Overloaded = true
+				}
+				if !a.lossless || a.overload {
+					continue
+				}
+				ms.Steps++
+				if a.ach > ms.MaxLosslessAchievedPPS {
+					ms.MaxLosslessOfferedPPS, ms.MaxLosslessAchievedPPS = a.key.rate, a.ach
+					ms.MaxLosslessSenderLimited = a.limited
+				}
+				if a.key.rate == 100000 && a.comparable && !math.IsNaN(a.task) {
+					ms.At100kTaskNsPerPkt, ms.At100kBusyNsPerPkt = a.task, a.busy
+					if a.hasProg {
+						ms.At100kProgNsPerRun = a.prog
+					}
+				}
 			}
+			if last := ms.Curve[len(ms.Curve)-1]; ms.PeakAchievedPPS > 0 && last.AchievedPPS < ms.PeakAchievedPPS/2 {
+				ms.Collapse = true
+			}
+			ms.RelayTaskNsPerPkt, ms.RelayBusyNsPerPkt = median(task), median(busy)
+			if len(task) > 0 {
+				ms.RelayTaskMinNs, ms.RelayTaskMaxNs = slices.Min(task), slices.Max(task)
+			}
+			if len(prog) > 0 {
+				ms.ProgNsPerRun = median(prog)
+				ms.ProgramShare = ms.ProgNsPerRun / ms.RelayTaskNsPerPkt
+			}
+			if m.Workers > 0 {
+				ms.PPSPerWorker = ms.MaxLosslessAchievedPPS / float64(m.Workers)
+				ms.PeakPPSPerWorker = ms.PeakAchievedPPS / float64(m.Workers)
+			}
+			if math.IsNaN(ms.RelayTaskNsPerPkt) {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s at %d flows: no lossless step where the sender kept up, no CPU figure", m.Name, f))
+			}
+			if ms.Collapse {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s at %d flows: collapse under overload: the last step delivered %.0f pps, under half the peak %.0f",
+					m.Name, f, ms.Curve[len(ms.Curve)-1].AchievedPPS, ms.PeakAchievedPPS))
+			}
+			sum.Modes = append(sum.Modes, ms)
 		}
-		ms.RelayTaskNsPerPkt, ms.RelayBusyNsPerPkt = median(task), median(busy)
-		if n100 > 0 {
-			ms.At100kTaskNsPerPkt /= float64(n100)
-			ms.At100kBusyNsPerPkt /= float64(n100)
-			ms.At100kProgNsPerRun /= float64(n100)
-		}
-		if len(prog) > 0 {
-			ms.ProgNsPerRun = median(prog)
-		}
-		sum.Modes = append(sum.Modes, ms)
 	}
-	var x, k *fwdModeSummary
-	for i := range sum.Modes {
-		switch sum.Modes[i].Mode {
-		case "xdp":
-			x = &sum.Modes[i]
-		case "kernel":
-			k = &sum.Modes[i]
+	sum.Ratios = ratios(aggs, modes, flows)
+	var outside []float64
+	for _, s := range steps {
+		if s.BusyNsPerPkt > 0 {
+			outside = append(outside, s.OutsideNsPerPkt/s.BusyNsPerPkt)
 		}
 	}
-	if x != nil && k != nil && x.At100kTaskNsPerPkt != 0 && k.At100kTaskNsPerPkt != 0 {
-		sum.XDPOverKernelTasks100k = x.At100kTaskNsPerPkt / k.At100kTaskNsPerPkt
-		sum.XDPOverKernelBusy100k = x.At100kBusyNsPerPkt / k.At100kBusyNsPerPkt
-	}
-	if x != nil && k != nil {
-		sum.XDPOverKernelTasks = x.RelayTaskNsPerPkt / k.RelayTaskNsPerPkt
-		sum.XDPOverKernelBusy = x.RelayBusyNsPerPkt / k.RelayBusyNsPerPkt
-	}
-	if x != nil && x.ProgNsPerRun > 0 {
-		sum.ProgramShare = x.ProgNsPerRun / x.RelayTaskNsPerPkt
-	}
-	for _, m := range sum.Modes {
-		if math.IsNaN(m.RelayTaskNsPerPkt) {
-			sum.Notes = append(sum.Notes, fmt.Sprintf("%s: no lossless step, no CPU figure", m.Mode))
+	superseded := 0
+	for _, s := range steps {
+		if s.Superseded && s.Mode != "direct" {
+			superseded++
 		}
+	}
+	if superseded > 0 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d step(s) were run again because their runs disagreed about loss; the first attempts are in the JSON report (superseded)", superseded/2))
+	}
+	if o := median(outside); o > 0.2 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("the machine was busy outside the measured tasks for %.0f%% of its busy time (median over runs): other processes ran; the idle cross-check is polluted by them, the tasks figures much less", 100*o))
 	}
 	// NaN does not encode as JSON.
 	for i := range sum.Modes {
 		m := &sum.Modes[i]
 		m.RelayTaskNsPerPkt, m.RelayBusyNsPerPkt = zeroNaN(m.RelayTaskNsPerPkt), zeroNaN(m.RelayBusyNsPerPkt)
+		m.ProgramShare = zeroNaN(m.ProgramShare)
 	}
-	sum.XDPOverKernelTasks, sum.XDPOverKernelBusy = zeroNaN(sum.XDPOverKernelTasks), zeroNaN(sum.XDPOverKernelBusy)
-	sum.ProgramShare = zeroNaN(sum.ProgramShare)
-	sum.XDPOverKernelTasks100k, sum.XDPOverKernelBusy100k = zeroNaN(sum.XDPOverKernelTasks100k), zeroNaN(sum.XDPOverKernelBusy100k)
 	return sum
+}
+
+// ratios compares modes measured in the same run: xdp against kernel
+// forwarding and against each userspace mode (goal at most a third), each
+// SRTP mode against the plain userspace mode with as many workers (goal at
+// most 15% more), 2 workers against 1, and the userspace modes against the
+// reference relays of DESIGN.md section 6.
+func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
+	has := func(name string) bool {
+		return slices.ContainsFunc(modes, func(m fwdMode) bool { return m.Name == name })
+	}
+	type pair struct {
+		num, den string
+		goal     float64
+	}
+	var pairs []pair
+	if has("xdp") && has("kernel") {
+		pairs = append(pairs, pair{"xdp", "kernel", 0})
+	}
+	for _, m := range modes {
+		if m.Kind == "user" && has("xdp") {
+			pairs = append(pairs, pair{"xdp", m.Name, goalXDPOverUS})
+		}
+	}
+	for _, m := range modes {
+		if m.Kind == "srtp" && has(fmt.Sprintf("user-w%d", m.Workers)) {
+			pairs = append(pairs, pair{m.Name, fmt.Sprintf("user-w%d", m.Workers), goalSRTP})
+		}
+	}
+	if has("user-w1") && has("user-w2") {
+		pairs = append(pairs, pair{"user-w2", "user-w1", 0})
+	}
+	lossless := map[fwdStepKey]fwdAgg{}
+	for _, a := range aggs {
+		if a.lossless && a.comparable && !a.overload && !math.IsNaN(a.task) {
+			lossless[a.key] = a
+		}
+	}
+	var out []fwdRatio
+	for _, f := range flows {
+		for _, p := range pairs {
+			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, Goal: p.goal}
+			var nb, db float64
+			for _, a := range aggs {
+				if a.key.mode != p.num || a.key.flows != f {
+					continue
+				}
+				na, ok1 := lossless[a.key]
+				da, ok2 := lossless[fwdStepKey{p.den, f, a.key.rate}]
+				if !ok1 || !ok2 {
+					continue
+				}
+				r.Rates = append(r.Rates, a.key.rate)
+				r.NumNs += na.task
+				r.DenNs += da.task
+				nb += na.busy
+				db += da.busy
+			}
+			if len(r.Rates) == 0 {
+				continue
+			}
+			n := float64(len(r.Rates))
+			r.NumNs, r.DenNs = r.NumNs/n, r.DenNs/n
+			r.Tasks, r.Busy = zeroNaN(r.NumNs/r.DenNs), zeroNaN(nb/db)
+			if p.goal != 0 {
+				met := r.DenNs > 0 && r.Tasks <= p.goal
+				r.Met = &met
+			}
+			out = append(out, r)
+		}
+		// The userspace relay against the reference relays measured on
+		// this hardware (issue 3: within 1.5x of the minimal C relay, at
+		// most half of rtpengine).
+		for _, m := range modes {
+			if m.Kind != "user" {
+				continue
+			}
+			var v []float64
+			for _, a := range aggs {
+				if a.key.mode == m.Name && a.key.flows == f && a.lossless && a.comparable && !a.overload && !math.IsNaN(a.task) {
+					v = append(v, a.task)
+				}
+			}
+			if len(v) == 0 {
+				continue
+			}
+			med := median(v)
+			for _, ref := range []struct {
+				name string
+				ns   float64
+				goal float64
+			}{{"c-relay(ref)", refCRelayNs, 1.5}, {"rtpengine(ref)", refRtpengine, 0.5}} {
+				met := med/ref.ns <= ref.goal
+				out = append(out, fwdRatio{Name: m.Name + "/" + ref.name, Flows: f, NumNs: med, DenNs: ref.ns,
+					Tasks: med / ref.ns, Goal: ref.goal, Met: &met})
+			}
+		}
+	}
+	return out
 }
 
 func zeroNaN(v float64) float64 {
@@ -344,55 +742,202 @@ func zeroNaN(v float64) float64 {
 	return v
 }
 
-func optf(p *float64, format string) string {
-	if p == nil {
+func fmtNs(v float64) string {
+	if math.IsNaN(v) {
 		return "-"
 	}
-	return fmt.Sprintf(format, *p)
+	return fmt.Sprintf("%.0f", v)
 }
 
+func kpps(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
+
 func (r *fwdReport) writeText(w io.Writer) {
+	fmt.Fprintln(w, "steps (mean of a step's two mode runs; relay ns/pkt = mode minus the mean of its two direct runs;")
+	fmt.Fprintln(w, "where the relay cost lands: sender, sink, other voipgen threads, ksoftirqd, relayd; * = sender fell short):")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "MODE\tSTREAMS\tOFFERED\tSENT_PPS\tACHIEVED\tLOSS%\tCPU_NS/PKT\t(sender\tsink\tksoftirqd\trelayd)\tBUSY_NS/PKT\tRELAY_NS/PKT_TASKS\tRELAY_NS/PKT_IDLE\tPROG_NS/RUN\t")
-	for _, s := range r.Steps {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.0f\t%.0f\t%.3f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%s\t%s\t%s\t\n",
-			s.Mode, s.Streams, s.OfferedPPS, s.SentPPS, s.AchievedPPS, s.LossPct, s.TaskNsPerPkt,
-			s.LabelNsPkt["sender"], s.LabelNsPkt["sink"], s.LabelNsPkt["ksoftirqd"], s.LabelNsPkt["relayd"],
-			s.BusyNsPerPkt, optf(s.RelayTaskNsPerPkt, "%.0f"), optf(s.RelayBusyNsPerPkt, "%.0f"), optf(s.ProgNsPerRun, "%.0f"))
+	fmt.Fprintln(tw, "MODE\tFLOWS\tOFFERED\tSENT\tACHIEVED\tLOSS%\tRELAY_NS/PKT\tIDLE_NS/PKT\t(sender\tsink\tother\tksoftirqd\trelayd)\tPROG_NS\t")
+	for _, a := range aggregate(r.Steps) {
+		lim := ""
+		if a.limited {
+			lim = "*"
+		}
+		prog := "-"
+		if a.hasProg {
+			prog = fmtNs(a.prog)
+		}
+		a.labels["other"] = a.labels["voipgen"] - a.labels["sender"] - a.labels["sink"]
+		lab := func(l string) string {
+			if math.IsNaN(a.task) {
+				return "-"
+			}
+			return fmtNs(a.labels[l])
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			a.key.mode, a.key.flows, kpps(float64(a.key.rate)), lim, kpps(a.sent), kpps(a.ach), a.loss,
+			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relayd"), prog)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "per mode (relay cost = mode minus the mean of its two direct runs; median over lossless steps):")
+	fmt.Fprintln(w, "per mode (relay CPU per packet: median over lossless runs where the sender kept up, tasks method, with its range;")
+	fmt.Fprintln(w, "idle = whole-machine cross-check; PEAK = most delivered by any step, overload steps included):")
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "MODE\tFLOWS\tINSTALL\tMAX_LOSSLESS\tPER_WORKER\tRELAY_NS/PKT\tRANGE\tIDLE_NS/PKT\tAT_100K\tPROG_NS\tPEAK\tPEAK/WORKER\tOVERLOAD\t")
 	for _, m := range r.Summary.Modes {
-		lim := ""
+		inst := "-"
+		if m.InstallAdded > 0 {
+			inst = fmt.Sprintf("+%d %.2fs", m.InstallAdded, m.InstallS)
+		}
+		ml := kpps(m.MaxLosslessAchievedPPS)
 		if m.MaxLosslessSenderLimited {
-			lim = ", sender-limited"
+			ml += "*"
 		}
-		fmt.Fprintf(w, "  %-6s max lossless %.0f pps achieved (%d offered%s); relay CPU median %.0f ns/pkt (tasks), %.0f (idle cross-check)",
-			m.Mode, m.MaxLosslessAchievedPPS, m.MaxLosslessOfferedPPS, lim, m.RelayTaskNsPerPkt, m.RelayBusyNsPerPkt)
-		if m.ProgNsPerRun > 0 {
-			fmt.Fprintf(w, ", program %.0f ns/run", m.ProgNsPerRun)
+		if m.Steps == 0 {
+			ml = "none"
 		}
+		pw, ppw := "-", "-"
+		if m.Workers > 0 {
+			pw, ppw = kpps(m.PPSPerWorker), kpps(m.PeakPPSPerWorker)
+		}
+		at := "-"
 		if m.At100kTaskNsPerPkt != 0 {
-			fmt.Fprintf(w, "; at 100k pps %.0f ns/pkt (tasks), %.0f (idle)", m.At100kTaskNsPerPkt, m.At100kBusyNsPerPkt)
-			if m.At100kProgNsPerRun > 0 {
-				fmt.Fprintf(w, ", program %.0f ns/run", m.At100kProgNsPerRun)
-			}
+			at = fmtNs(m.At100kTaskNsPerPkt)
 		}
-		fmt.Fprintln(w)
+		prog := "-"
+		if m.ProgNsPerRun > 0 {
+			prog = fmt.Sprintf("%.0f (%.0f%%)", m.ProgNsPerRun, 100*m.ProgramShare)
+		}
+		rng := "-"
+		if m.RelayTaskMaxNs != 0 {
+			rng = fmt.Sprintf("%.0f..%.0f", m.RelayTaskMinNs, m.RelayTaskMaxNs)
+		}
+		over := "none"
+		switch {
+		case m.Collapse:
+			over = "COLLAPSE"
+		case m.Overloaded:
+			over = "graceful"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Mode, m.Flows, inst, ml, pw,
+			fmtNs(m.RelayTaskNsPerPkt), rng, fmtNs(m.RelayBusyNsPerPkt), at, prog, kpps(m.PeakAchievedPPS), ppw, over)
 	}
-	s := r.Summary
-	if s.XDPOverKernelTasks != 0 {
-		fmt.Fprintf(w, "xdp/kernel: %.2f (tasks), %.2f (idle) median over steps; %.2f (tasks), %.2f (idle) at 100k pps; reference %.2f (%d ns / %d ns)\n",
-			s.XDPOverKernelTasks, s.XDPOverKernelBusy, s.XDPOverKernelTasks100k, s.XDPOverKernelBusy100k, referenceRatio, refXDPns, refKernelNs)
+	tw.Flush()
+	fmt.Fprintln(w, "  (* = the sender, not the relay, set the limit; OVERLOAD: none = no step lost packets, graceful = loss without")
+	fmt.Fprintln(w, "  collapse, COLLAPSE = the last step delivered under half the peak)")
+	// Install time of the most flows, over the phases that added them.
+	total := map[string]float64{}
+	most := 0
+	for _, in := range r.Installs {
+		total[in.Mode] += in.Seconds
+		most = max(most, in.Flows)
 	}
-	if s.ProgramShare != 0 {
-		fmt.Fprintf(w, "program share of the xdp relay cost: %.2f; reference %.2f (%d ns / %d ns)\n",
-			s.ProgramShare, float64(refProgramNs)/refXDPns, refProgramNs, refXDPns)
+	for _, in := range r.Installs {
+		if in.Flows == most && total[in.Mode] > 0 {
+			fmt.Fprintf(w, "  %s: %d flows installed in %.2fs (%.0f flows/s, %d parallel POSTs)\n",
+				in.Mode, in.Flows, total[in.Mode], float64(in.Flows)/total[in.Mode], fwdInstallers)
+		}
 	}
-	for _, n := range s.Notes {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "loss curves (offered -> loss%, achieved):")
+	for _, m := range r.Summary.Modes {
+		var parts []string
+		for _, p := range m.Curve {
+			lim := ""
+			if p.SenderLimited {
+				lim = "*"
+			}
+			parts = append(parts, fmt.Sprintf("%s%s %.2f%% %s", kpps(float64(p.OfferedPPS)), lim, p.LossPct, kpps(p.AchievedPPS)))
+		}
+		fmt.Fprintf(w, "  %-9s %5d flows: %s\n", m.Mode, m.Flows, strings.Join(parts, " | "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "ratios of relay CPU per packet, same run (tasks method; idle cross-check; over the rates where both were lossless")
+	fmt.Fprintln(w, "and the sender kept up in their runs and direct runs):")
+	for _, q := range r.Summary.Ratios {
+		goal := ""
+		if q.Goal == goalSRTP {
+			goal = fmt.Sprintf("  SRTP overhead %+.0f%%", 100*(q.Tasks-1))
+		}
+		if q.Met != nil {
+			verdict := "met"
+			if !*q.Met {
+				verdict = "NOT met"
+			}
+			goal += fmt.Sprintf("  goal <= %.2f: %s", q.Goal, verdict)
+		}
+		if len(q.Rates) == 0 {
+			fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns, median over lossless steps)%s\n",
+				q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, goal)
+			continue
+		}
+		rates := make([]string, len(q.Rates))
+		for i, x := range q.Rates {
+			rates[i] = kpps(float64(x))
+		}
+		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns), idle %.2f, at %s%s\n",
+			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, q.Busy, strings.Join(rates, ","), goal)
+	}
+	fmt.Fprintf(w, "references (DESIGN.md section 6, this hardware): kernel %d ns, minimal XDP %d ns (program %d), minimal C relay %d ns, rtpengine %d ns per packet\n",
+		refKernelNs, refXDPns, refProgramNs, refCRelayNs, refRtpengine)
+	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
+}
+
+// relayCounters are relayd's global packet counters (relayd_packets_total).
+type relayCounters struct {
+	forwarded uint64
+	drops     map[string]uint64 // by reason
+}
+
+// parseRelayCounters sums relayd_packets_total of verdict forward, and
+// those of verdict drop by reason.
+func parseRelayCounters(text string) (relayCounters, error) {
+	c := relayCounters{drops: map[string]uint64{}}
+	found := false
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, "relayd_packets_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			return c, fmt.Errorf("metric line %q", line)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return c, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		found = true
+		switch {
+		case strings.Contains(labels, `verdict="forward"`):
+			c.forwarded += uint64(v)
+		case strings.Contains(labels, `verdict="drop"`):
+			reason := "?"
+			if _, r, ok := strings.Cut(labels, `reason="`); ok {
+				reason, _, _ = strings.Cut(r, `"`)
+			}
+			c.drops[reason] += uint64(v)
+		}
+	}
+	if !found {
+		return c, errors.New("no relayd_packets_total in relayd's metrics")
+	}
+	return c, nil
+}
+
+// since returns the counts from before to c: forwarded, dropped, and the
+// drops by reason (none if nothing was dropped).
+func (c relayCounters) since(before relayCounters) (fwd, dropped uint64, reasons map[string]uint64) {
+	for r, v := range c.drops {
+		if d := v - before.drops[r]; d != 0 {
+			if reasons == nil {
+				reasons = map[string]uint64{}
+			}
+			reasons[r] = d
+			dropped += d
+		}
+	}
+	return c.forwarded - before.forwarded, dropped, reasons
 }
 
 func runFwdbench(ctx context.Context, args []string, out io.Writer) error {
@@ -410,6 +955,13 @@ func runFwdbench(ctx context.Context, args []string, out io.Writer) error {
 	rep, err := fwdbench(ctx, cfg, progress)
 	if rep == nil {
 		return err
+	}
+	if cfg.save != "" {
+		b, jerr := json.MarshalIndent(rep, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(cfg.save, append(b, '\n'), 0o644)
+		}
+		err = errors.Join(err, jerr)
 	}
 	if cfg.json {
 		if jerr := json.NewEncoder(out).Encode(rep); jerr != nil {

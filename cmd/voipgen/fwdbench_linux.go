@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -26,23 +28,31 @@ import (
 	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/lab/labrelay"
 	"github.com/relayd/relayd/lab/measure"
+	"github.com/relayd/relayd/sdes"
+	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
-// Addresses fwdbench adds to the lab, all inside 198.18.0.0/15. Stream i
-// goes to farBase+i (kernel and xdp: routed through the relay to the
-// callee) or directBase+i (direct: over the extra veth pair); the callee
-// accepts both prefixes locally (AnyIP routes), so one sink socket on
-// 0.0.0.0:fwdSinkPort receives every stream, each with its own 5-tuple.
+// Addresses fwdbench adds to the lab, all inside 198.18.0.0/15. Flow i
+// goes to farPrefix+i (kernel forwarding, and relayd's flows send there:
+// routed through the relay to the callee) or directPrefix+i (direct: over
+// the extra veth pair); the callee accepts both prefixes locally (AnyIP
+// routes), so one sink socket on 0.0.0.0:fwdSinkPort receives every flow,
+// each with its own 5-tuple.
 var (
-	farPrefix      = netip.MustParsePrefix("198.18.64.0/18")
-	directPrefix   = netip.MustParsePrefix("198.18.128.0/18")
-	directCaller   = netip.MustParsePrefix("198.18.9.2/24") // on fb0 in caller
-	directCallee   = netip.MustParsePrefix("198.18.9.1/24") // on fb1 in callee
-	fwdSenderPort  = 4000
-	fwdSinkPort    = 5000
-	fwdMatchPort   = 30000 // flow i matches relay media address:30000+i
-	fwdDirectIfs   = [2]string{"fb0", "fb1"}
-	fwdWarmStreams = 100
+	farPrefix     = netip.MustParsePrefix("198.18.64.0/18")
+	directPrefix  = netip.MustParsePrefix("198.18.128.0/18")
+	directCaller  = netip.MustParsePrefix("198.18.9.2/24") // on fb0 in caller
+	directCallee  = netip.MustParsePrefix("198.18.9.1/24") // on fb1 in callee
+	fwdSenderPort = 4000
+	fwdSinkPort   = 5000
+	fwdMatchPort  = 30000 // flow i matches relay media address:30000+i
+	fwdDirectIfs  = [2]string{"fb0", "fb1"}
+)
+
+const (
+	fwdRTPLen   = 172 // 12-byte RTP header, 160 bytes of G.711
+	fwdSRTPRoom = 16  // what SRTP adds at most: the GCM tag
+	fwdWarm     = 200 * time.Millisecond
 )
 
 func addrAt(p netip.Prefix, i int) netip.Addr {
@@ -52,19 +62,29 @@ func addrAt(p netip.Prefix, i int) netip.Addr {
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
-// fwdBench holds the lab, the traffic ends and the accounting of one run.
+// fwdBench holds the lab, the traffic ends and the accounting of one run,
+// and the relayd of the mode being measured.
 type fwdBench struct {
 	cfg      fwdConfig
 	log      io.Writer
 	l        *lab.Lab
-	relay    *labrelay.Relay
-	relayDir string
 	snd      *fwdSender
 	sink     *fwdSink
 	sampler  measure.Sampler
 	softirqd []int
-	prog     *ebpf.Program
-	run      uint8 // id of the last run, carried in the SSRC's bits 16-23
+	run      uint8    // id of the last run; its tag goes in the SSRC's bits 16-23
+	srtpRuns [2]uint8 // SRTP modes: direct and relay runs so far (see tag)
+
+	// The current mode's relayd, nil for kernel forwarding.
+	relay     *labrelay.Relay
+	relayDir  string
+	prog      *ebpf.Program // xdp: relayd's XDP program
+	bpfStats  io.Closer     // xdp: BPF run-time statistics on while open
+	installed int           // flows installed in relay: 0..installed-1
+	// SRTP modes: per flow, the master key||salt (base64) the relay
+	// decrypts with and the sender's Encrypter.
+	keys []string
+	enc  []*srtpflow.Encrypter
 }
 
 func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport, err error) {
@@ -72,52 +92,45 @@ func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport
 		return nil, errors.New("must run as root (network namespaces, XDP)")
 	}
 	b := &fwdBench{cfg: cfg, log: log}
-	n := cfg.maxStreams()
+	n := cfg.maxFlows()
 	irq, irqKnown := measure.IRQTimeAccounting()
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
+	names := make([]string, len(cfg.modes))
+	for i, m := range cfg.modes {
+		names[i] = m.Name
+	}
 	rep = &fwdReport{Config: map[string]any{
-		"rates_pps": cfg.rates, "step_s": cfg.step.Seconds(), "modes": cfg.modes, "max_streams": n,
-		"codec": "pcmu", "ptime_ms": fwdPtime.Milliseconds(), "rtp_bytes": 172, "ip_bytes": 200,
+		"rates_pps": cfg.rates, "flows": cfg.flows, "step_s": cfg.step.Seconds(), "overload_steps": cfg.overload,
+		"modes": names, "codec": "pcmu", "rtp_bytes": fwdRTPLen, "ip_bytes": fwdRTPLen + 28,
 		"cpus": runtime.NumCPU(), "kernel": unix.ByteSliceToString(uts.Release[:]),
 		"irq_time_accounting": map[bool]string{true: "on", false: "off"}[irq] + map[bool]string{true: "", false: " (unknown)"}[irqKnown],
+		"relayd": map[string]string{
+			"xdp":       "dataplane.mode = xdp, flows mode xdp",
+			"userspace": "dataplane.mode = userspace (no XDP program), dataplane.workers = N pinned one per CPU, flows mode userspace",
+			"srtp":      "as userspace, flows with decrypt {suite, key} (a key per flow); the sender encrypts with srtpflow.Encrypter in its send loop, in the direct runs too",
+		},
 		"cpu_methods": map[string]string{
 			"tasks": "sum of /proc/PID/task/TID/schedstat run time of voipgen (sender, sink, runtime), relayd, ksoftirqd/N; per sent packet",
 			"busy":  "whole machine: CPUs x elapsed - (idle + iowait + steal) from per-CPU /proc/stat (10 ms units); per sent packet",
-			"relay": "mode figure minus the mean figure of the two direct runs (same sender, sink, rate) around its two runs (direct, mode, mode, direct)",
-			"prog":  "relay_xdp run_time_ns / run_cnt from BPF stats (BPF_ENABLE_STATS, xdp phase only)",
+			"relay": "mode figure minus the mean figure of the two direct runs (same sender, sink, rate, packets) around its two runs (direct, mode, mode, direct)",
+			"prog":  "relay_xdp run_time_ns / run_cnt from BPF stats (BPF_ENABLE_STATS, xdp mode only)",
 		},
 	}}
 	if irqKnown && irq {
 		rep.Summary.Notes = append(rep.Summary.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the busy (idle) figures")
 	}
 	defer func() {
-		rep.Summary = mergeNotes(summarize(rep.Steps, cfg.modes), rep.Summary.Notes)
+		rep.Summary = mergeNotes(summarize(rep.Steps, rep.Installs, cfg.modes, cfg.flows), rep.Summary.Notes)
 		err = errors.Join(err, b.close())
 	}()
 
-	fmt.Fprintf(log, "building lab (%d streams max)\n", n)
+	fmt.Fprintf(log, "building lab (%d flows max)\n", n)
 	if err := b.setup(n); err != nil {
 		return rep, err
 	}
-	if cfg.has("kernel") {
-		fmt.Fprintln(log, "phase kernel: no relayd, kernel IPv4 forwarding in the relay namespace")
-		if err := b.phase(ctx, rep, "kernel"); err != nil {
-			return rep, err
-		}
-	}
-	if cfg.has("xdp") {
-		fmt.Fprintln(log, "phase xdp: starting relayd, installing flows")
-		if err := b.startRelay(n); err != nil {
-			return rep, err
-		}
-		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
-		if err != nil {
-			return rep, fmt.Errorf("enable BPF run-time statistics: %w", err)
-		}
-		err = b.phase(ctx, rep, "xdp")
-		stats.Close() // the kernel turns the statistics off with the last holder
-		if err != nil {
+	for _, m := range cfg.modes {
+		if err := b.runMode(ctx, rep, m); err != nil {
 			return rep, err
 		}
 	}
@@ -129,48 +142,210 @@ func mergeNotes(s fwdSummary, notes []string) fwdSummary {
 	return s
 }
 
-// phase steps the rate for mode, each step after a direct run.
-func (b *fwdBench) phase(ctx context.Context, rep *fwdReport, mode string) error {
-	for _, m := range []string{"direct", mode} {
-		if err := b.warm(ctx, m); err != nil {
-			return err
-		}
-	}
-	for _, rate := range b.cfg.rates {
-		streams := streamsFor(rate)
-		// direct, mode, mode, direct: the mean of the direct runs cancels
-		// a linear drift of the machine's speed over the four runs.
-		var runs [4]fwdStep
-		for i, m := range []string{"direct", mode, mode, "direct"} {
-			st, err := b.measure(ctx, m, mode, streams, rate)
-			if err != nil {
+// runMode measures mode m at every flow count; relayd, if the mode has
+// one, runs for all of them and gets the flows each count adds.
+func (b *fwdBench) runMode(ctx context.Context, rep *fwdReport, m fwdMode) (err error) {
+	if !m.relayd() {
+		fmt.Fprintln(b.log, "mode kernel: no relayd, kernel IPv4 forwarding in the relay namespace")
+		for _, f := range b.cfg.flows {
+			if err := b.phase(ctx, rep, m, f); err != nil {
 				return err
 			}
-			runs[i] = st
 		}
-		baseTask := (runs[0].TaskNsPerPkt + runs[3].TaskNsPerPkt) / 2
-		baseBusy := (runs[0].BusyNsPerPkt + runs[3].BusyNsPerPkt) / 2
-		limited := false
-		for i := 1; i <= 2; i++ {
-			st := &runs[i]
-			d, db := st.TaskNsPerPkt-baseTask, st.BusyNsPerPkt-baseBusy
-			st.RelayTaskNsPerPkt, st.RelayBusyNsPerPkt = &d, &db
-			limited = limited || st.SenderLimited
-			fmt.Fprintf(b.log, "  %-6s %6d pps offered: sent %.0f pps, loss %.3f%%, relay %.0f ns/pkt (tasks) %.0f (idle)%s\n",
-				mode, rate, st.SentPPS, st.LossPct, d, db, progText(st.ProgNsPerRun))
+		return nil
+	}
+	fmt.Fprintf(b.log, "mode %s: starting relayd\n", m.Name)
+	if err := b.startRelay(m); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.stopRelay()) }()
+	for _, f := range b.cfg.flows {
+		in, err := b.install(m, f)
+		if err != nil {
+			return err
 		}
-		rep.Steps = append(rep.Steps, runs[:]...)
-		if (!runs[1].lossless() || !runs[2].lossless() || limited) && !b.cfg.allSteps {
-			if limited {
-				fmt.Fprintf(b.log, "  %s: the sender fell short of %d pps: stopping (the sender's softirq does the relaying on veth)\n", mode, rate)
-			}
-			break
-		}
-		if err := ctx.Err(); err != nil {
+		rep.Installs = append(rep.Installs, in)
+		if err := b.phase(ctx, rep, m, f); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fwdPath is what the sender sends in one kind of run: the messages and,
+// for SRTP, the encrypters.
+type fwdPath struct {
+	msgs []ipv4.Message
+	enc  []*srtpflow.Encrypter
+}
+
+// paths returns the direct path and mode m's path for f flows.
+func (b *fwdBench) paths(m fwdMode, f int) (direct, mode fwdPath) {
+	srtpLen := 0
+	if m.Kind == "srtp" {
+		srtpLen = fwdRTPLen + m.Suite.RTPTagLen()
+		direct.enc, mode.enc = b.enc[:f], b.enc[:f]
+	}
+	direct.msgs = b.snd.messages(f, srtpLen, func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort))
+	})
+	mode.msgs = b.snd.messages(f, srtpLen, func(i int) netip.AddrPort {
+		if m.Kind == "kernel" {
+			return netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort))
+		}
+		return netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
+	})
+	return direct, mode
+}
+
+// phase steps the rate for mode m at f flows. Until the first step with
+// loss each step runs direct, mode, mode, direct; then up to cfg.overload
+// steps run the mode only, for the overload curve.
+func (b *fwdBench) phase(ctx context.Context, rep *fwdReport, m fwdMode, f int) error {
+	direct, mode := b.paths(m, f)
+	if err := b.warm(ctx, direct, m, true); err != nil {
+		return err
+	}
+	if err := b.warm(ctx, mode, m, false); err != nil {
+		return err
+	}
+	over := -1 // overload steps run so far; -1 before the first loss
+	for _, rate := range b.cfg.rates {
+		runs, err := b.step(ctx, m, f, rate, direct, mode, over >= 0)
+		if err != nil {
+			return err
+		}
+		// One of the two mode runs lost packets and the other did not,
+		// or a direct run lost some: on a shared machine that is mostly
+		// another process taking the CPU for a while. Run the step again
+		// once; the first attempt stays in the report, superseded.
+		if over < 0 && !b.cfg.allSteps && disturbed(runs) {
+			for i := range runs {
+				runs[i].Superseded = true
+			}
+			rep.Steps = append(rep.Steps, runs...)
+			fmt.Fprintf(b.log, "  %s %d pps: the two runs disagree about loss: running the step again\n", m.Name, rate)
+			if runs, err = b.step(ctx, m, f, rate, direct, mode, false); err != nil {
+				return err
+			}
+		}
+		lossy, limited := false, false
+		for i := range runs {
+			if runs[i].Mode != "direct" {
+				lossy = lossy || !runs[i].lossless()
+				limited = limited || runs[i].SenderLimited
+			}
+		}
+		rep.Steps = append(rep.Steps, runs...)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if b.cfg.allSteps {
+			continue
+		}
+		// Past the first loss the relay is the bottleneck: offer more, up
+		// to cfg.overload steps. Without loss, a sender that fell short
+		// cannot offer more (on veth the relaying of kernel and xdp runs
+		// in the sender's softirq: their relay cost slows the sender).
+		switch {
+		case over >= 0:
+			over++
+			if over >= b.cfg.overload {
+				return nil
+			}
+		case lossy:
+			if b.cfg.overload == 0 {
+				return nil
+			}
+			over = 0
+			fmt.Fprintf(b.log, "  %s: loss at %d pps: %d overload step(s) follow\n", m.Name, rate, b.cfg.overload)
+		case limited:
+			fmt.Fprintf(b.log, "  %s: the sender fell short of %d pps: stopping\n", m.Name, rate)
+			return nil
+		}
+	}
+	return nil
+}
+
+// step runs one step of mode m: direct, mode, mode, direct (or the two
+// mode runs only, overload) at rate pps over f flows, and reports it.
+func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mode fwdPath, overload bool) ([]fwdStep, error) {
+	order := []string{"direct", m.Name, m.Name, "direct"}
+	if overload {
+		order = order[1:3]
+	}
+	var runs []fwdStep
+	for _, name := range order {
+		p := mode
+		if name == "direct" {
+			p = direct
+		}
+		st, err := b.measure(ctx, name, m, f, rate, p)
+		if err != nil {
+			return nil, err
+		}
+		st.Overload = overload
+		runs = append(runs, st)
+	}
+	for i := range runs {
+		st := &runs[i]
+		if st.Mode == "direct" {
+			if !st.lossless() {
+				fmt.Fprintf(b.log, "  direct   %5d flows %6d pps offered: sent %6.0f pps, loss %.3f%%%s\n",
+					f, rate, st.SentPPS, st.LossPct, waitText(st))
+			}
+			continue
+		}
+		if !overload {
+			b.relayCost(st, &runs[0], &runs[3])
+		}
+		if st.RelayDropped > 0 {
+			fmt.Fprintf(b.log, "  relayd dropped %d packets: %v\n", st.RelayDropped, st.RelayDrops)
+		}
+		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s\n",
+			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optNs(st.RelayBusyNsPerPkt),
+			progText(st.ProgNsPerRun), waitText(st))
+	}
+	return runs, ctx.Err()
+}
+
+// waitText tells how long the run's threads waited for a CPU, and how busy
+// the machine was outside them, when that was notable.
+func waitText(st *fwdStep) string {
+	var parts []string
+	for _, l := range []string{"sender", "sink", "relayd"} {
+		if w := st.LabelWaitMs[l]; w >= 10 {
+			parts = append(parts, fmt.Sprintf("%s %.0f ms", l, w))
+		}
+	}
+	out := ""
+	if len(parts) > 0 {
+		out = "; waited for a CPU: " + strings.Join(parts, ", ")
+	}
+	if st.BusyNsPerPkt > 0 && st.OutsideNsPerPkt/st.BusyNsPerPkt > 0.2 {
+		out += fmt.Sprintf("; other processes: %.0f%% of the machine's busy time", 100*st.OutsideNsPerPkt/st.BusyNsPerPkt)
+	}
+	return out
+}
+
+// relayCost sets st's relay cost: its figures minus the mean of the two
+// direct runs d0 and d1.
+func (b *fwdBench) relayCost(st, d0, d1 *fwdStep) {
+	st.Comparable = !st.SenderLimited && !d0.SenderLimited && !d1.SenderLimited
+	d := st.TaskNsPerPkt - (d0.TaskNsPerPkt+d1.TaskNsPerPkt)/2
+	db := st.BusyNsPerPkt - (d0.BusyNsPerPkt+d1.BusyNsPerPkt)/2
+	st.RelayTaskNsPerPkt, st.RelayBusyNsPerPkt = &d, &db
+	st.RelayLabelNsPkt = make(map[string]float64)
+	for l, v := range st.LabelNsPkt {
+		st.RelayLabelNsPkt[l] = v - (d0.LabelNsPkt[l]+d1.LabelNsPkt[l])/2
+	}
+}
+
+func optNs(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", *p)
 }
 
 func progText(p *float64) string {
@@ -180,12 +355,34 @@ func progText(p *float64) string {
 	return fmt.Sprintf(", program %.0f ns/run", *p)
 }
 
-// warm sends a little traffic on a path so that neighbours are resolved
-// and caches are warm before the first measured run.
-func (b *fwdBench) warm(ctx context.Context, mode string) error {
+// tag returns the run tag for the next run of mode m, direct or through
+// the relay. SRTP modes use two tags for direct runs and two others for
+// relay runs, alternating: a flow then has at most four SSRCs, so the SRTP
+// contexts at both ends keep little state (a real call keeps its SSRC),
+// and the relay sees an SSRC from its first packet on, as the sender's
+// context does (SDES carries no rollover counter: a relay that joined an
+// SSRC after a sequence number wrap would guess it wrong). The drain
+// between runs keeps the counts of consecutive runs apart.
+func (b *fwdBench) tag(m fwdMode, direct bool) uint8 {
 	b.run++
-	res := b.snd.run(ctx, b.snd.msgs[mode][:fwdWarmStreams], 300*time.Millisecond, b.run)
-	b.sink.drain(b.run, res.packets)
+	if m.Kind != "srtp" {
+		return b.run
+	}
+	k := 1
+	if direct {
+		k = 0
+	}
+	b.srtpRuns[k]++
+	return uint8(2*k) | b.srtpRuns[k]&1
+}
+
+// warm sends two packets per flow on a path so that neighbours are
+// resolved and caches are warm before the first measured run.
+func (b *fwdBench) warm(ctx context.Context, p fwdPath, m fwdMode, direct bool) error {
+	tag := b.tag(m, direct)
+	before := b.sink.runs[tag].Load()
+	res := b.snd.run(ctx, p, fwdWarm/2, fwdWarm, tag)
+	b.sink.drain(tag, before+res.packets)
 	return ctx.Err()
 }
 
@@ -205,40 +402,46 @@ func (b *fwdBench) targets() []measure.Target {
 	return t
 }
 
-// measure runs one step: streams streams on mode's path for the step time.
-func (b *fwdBench) measure(ctx context.Context, mode, phase string, streams, rate int) (fwdStep, error) {
-	st := fwdStep{Mode: mode, Phase: phase, Streams: streams, OfferedPPS: streams * fwdStreamPPS, Relayed: -1}
-	msgs := b.snd.msgs[mode][:streams]
-	countsBefore := b.sink.counts(streams)
-	b.run++
-	run := b.run
-	totalBefore := b.sink.runs[run].Load() // stragglers of the run 256 runs ago
-	var relayedBefore uint64
+// measure runs one step: f flows sharing rate pps on path p for the step
+// time. name is "direct" or m's name.
+func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate int, p fwdPath) (fwdStep, error) {
+	st := fwdStep{Mode: name, Phase: m.Name, Flows: f, Workers: m.Workers, OfferedPPS: rate,
+		PerFlowPPS: float64(rate) / float64(f), Relayed: -1, RelayDropped: -1}
+	viaRelay := name != "direct" && b.relay != nil
+	countsBefore := b.sink.counts(f)
+	tag := b.tag(m, name == "direct")
+	totalBefore := b.sink.runs[tag].Load() // earlier runs with this tag
+	var countersBefore relayCounters
 	var progBefore *ebpf.ProgramStats
-	if mode == "xdp" {
+	if viaRelay {
 		var err error
-		if relayedBefore, err = b.relayed(); err != nil {
+		if countersBefore, err = b.relayed(); err != nil {
 			return st, err
 		}
-		if progBefore, err = b.prog.Stats(); err != nil {
-			return st, fmt.Errorf("program stats: %w", err)
+		if b.prog != nil {
+			if progBefore, err = b.prog.Stats(); err != nil {
+				return st, fmt.Errorf("program stats: %w", err)
+			}
 		}
 	}
 	targets := b.targets()
+	// Collect this process's garbage now (the metrics just read, the
+	// last run's), not in the measured run.
+	runtime.GC()
 	s0, err := b.sampler.Snapshot(targets)
 	if err != nil {
 		return st, err
 	}
-	res := b.snd.run(ctx, msgs, b.cfg.step, run)
-	b.sink.drain(run, res.packets+totalBefore)
+	res := b.snd.run(ctx, p, period(f, rate), b.cfg.step, tag)
+	b.sink.drain(tag, res.packets+totalBefore)
 	s1, err := b.sampler.Snapshot(targets)
 	if err != nil {
 		return st, err
 	}
 	u := measure.Diff(s0, s1)
 
-	st.Sent, st.SendErrors = res.packets, res.errors
-	st.Received = b.sink.runs[run].Load() - totalBefore
+	st.Sent, st.SendErrors, st.EncryptErrors = res.packets, res.errors, res.encErrors
+	st.Received = b.sink.runs[tag].Load() - totalBefore
 	st.Lost = int64(st.Sent) - int64(st.Received)
 	st.ElapsedS = res.elapsed.Seconds()
 	if st.Sent > 0 {
@@ -249,52 +452,56 @@ func (b *fwdBench) measure(ctx context.Context, mode, phase string, streams, rat
 		st.AchievedPPS = float64(st.Received) / res.elapsed.Seconds()
 		st.SenderLimited = st.SentPPS < 0.97*float64(st.OfferedPPS)
 	}
-	countsAfter := b.sink.counts(streams)
-	for i := range streams {
+	countsAfter := b.sink.counts(f)
+	for i := range f {
 		if countsAfter[i]-countsBefore[i] < res.cycles {
 			st.StreamsShort++
 		}
 	}
 	st.TaskNsPerPkt = measure.NsPerPacket(u.Tasks, st.Sent)
 	st.BusyNsPerPkt = measure.NsPerPacket(u.Busy, st.Sent)
+	st.OutsideNsPerPkt = st.BusyNsPerPkt - st.TaskNsPerPkt
 	st.StealMs = float64(u.Steal) / 1e6
-	st.LabelNsPkt = make(map[string]float64)
+	st.LabelNsPkt, st.LabelWaitMs = make(map[string]float64), make(map[string]float64)
 	for _, lt := range u.ByLabel {
 		st.LabelNsPkt[lt.Label] = measure.NsPerPacket(lt.Time, st.Sent)
+		st.LabelWaitMs[lt.Label] = float64(lt.Wait) / 1e6
 	}
-	if mode == "xdp" {
-		after, err := b.relayed()
+	if viaRelay {
+		c, err := b.relayed()
 		if err != nil {
 			return st, err
 		}
-		st.Relayed = int64(after - relayedBefore)
-		ps, err := b.prog.Stats()
-		if err != nil {
-			return st, fmt.Errorf("program stats: %w", err)
-		}
-		st.ProgRuns = ps.RunCount - progBefore.RunCount
-		if st.ProgRuns > 0 {
-			v := float64(ps.Runtime-progBefore.Runtime) / float64(st.ProgRuns)
-			st.ProgNsPerRun = &v
+		fwd, dropped, reasons := c.since(countersBefore)
+		st.Relayed, st.RelayDropped, st.RelayDrops = int64(fwd), int64(dropped), reasons
+		if b.prog != nil {
+			ps, err := b.prog.Stats()
+			if err != nil {
+				return st, fmt.Errorf("program stats: %w", err)
+			}
+			st.ProgRuns = ps.RunCount - progBefore.RunCount
+			if st.ProgRuns > 0 {
+				v := float64(ps.Runtime-progBefore.Runtime) / float64(st.ProgRuns)
+				st.ProgNsPerRun = &v
+			}
 		}
 	}
 	return st, ctx.Err()
 }
 
-// relayed sums the packets counted by relayd's flows.
-func (b *fwdBench) relayed() (uint64, error) {
-	fl, err := b.relay.Flows()
+// relayed returns relayd's global counters (GET /metrics): packets
+// forwarded and dropped, over all flows and both data planes. The metrics
+// are small, unlike the flow list, whose encoding at 10,000 flows would
+// leave relayd garbage to collect in the next measured run.
+func (b *fwdBench) relayed() (relayCounters, error) {
+	text, err := b.relay.Metrics()
 	if err != nil {
-		return 0, fmt.Errorf("list flows: %w", err)
+		return relayCounters{}, fmt.Errorf("relayd metrics: %w", err)
 	}
-	var n uint64
-	for _, f := range fl {
-		n += f.Packets
-	}
-	return n, nil
+	return parseRelayCounters(text)
 }
 
-func (b *fwdBench) setup(streams int) error {
+func (b *fwdBench) setup(flows int) error {
 	l, err := lab.New(lab.Config{})
 	if err != nil {
 		return err
@@ -343,10 +550,10 @@ func (b *fwdBench) setup(streams int) error {
 	if b.softirqd, err = b.sampler.FindByComm("ksoftirqd/"); err != nil {
 		return err
 	}
-	if b.sink, err = newFwdSink(l.Callee, streams); err != nil {
+	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {
 		return err
 	}
-	b.snd, err = newFwdSender(l, streams)
+	b.snd, err = newFwdSender(l, flows)
 	return err
 }
 
@@ -366,7 +573,9 @@ func relaydBinary(p string) (string, error) {
 	return labrelay.Build()
 }
 
-func (b *fwdBench) startRelay(streams int) error {
+// startRelay starts relayd for mode m without flows. For an SRTP mode it
+// also makes a key per flow and the sender's encrypters.
+func (b *fwdBench) startRelay(m fwdMode) error {
 	bin, err := relaydBinary(b.cfg.relayd)
 	if err != nil {
 		return err
@@ -375,43 +584,51 @@ func (b *fwdBench) startRelay(streams int) error {
 		return err
 	}
 	// warn: relayd logs every idle flow at info level.
-	r, err := labrelay.New(b.l, labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn"})
+	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn"}
+	if m.Kind != "xdp" {
+		o.Mode, o.Workers = "userspace", m.Workers
+	}
+	r, err := labrelay.New(b.l, o)
 	if err != nil {
 		return err
 	}
 	if err := r.Start(); err != nil {
 		return errors.Join(err, r.Close())
 	}
-	b.relay = r
-	start := time.Now()
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	errs := make([]error, 8)
-	for w := range errs {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= streams || errs[w] != nil {
-					return
-				}
-				match := netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
-				_, errs[w] = r.AddFlow(admin.FlowRequest{
-					Match:        match.String(),
-					ExpectSource: netip.AddrPortFrom(b.l.CallerAddr4, uint16(fwdSenderPort)).String(),
-					SendFrom:     match.String(),
-					SendTo:       netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort)).String(),
-					Mode:         "xdp",
-				})
+	b.relay, b.installed = r, 0
+	switch m.Kind {
+	case "xdp":
+		if err := b.openProg(); err != nil {
+			return err
+		}
+		stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+		if err != nil {
+			return fmt.Errorf("enable BPF run-time statistics: %w", err)
+		}
+		b.bpfStats = stats
+	case "srtp":
+		start := time.Now()
+		n := b.cfg.maxFlows()
+		b.keys, b.enc = make([]string, n), make([]*srtpflow.Encrypter, n)
+		for i := range n {
+			c, err := sdes.Generate(1, m.Suite)
+			if err != nil {
+				return err
 			}
-		})
+			b.keys[i] = base64.StdEncoding.EncodeToString(append(c.Key, c.Salt...))
+			if b.enc[i], err = srtpflow.NewEncrypter(srtpflow.Config{Suite: m.Suite, Key: c.Key, Salt: c.Salt}); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(b.log, "  %d %s keys and sender contexts made in %v\n", n, m.Suite, time.Since(start).Round(time.Millisecond))
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("install flows: %w", err)
-	}
-	fmt.Fprintf(b.log, "  %d flows installed in %v\n", streams, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// openProg opens the XDP program relayd attached to the caller side.
+func (b *fwdBench) openProg() error {
 	var id uint32
-	err = b.l.Relay.Do(func() error {
+	err := b.l.Relay.Do(func() error {
 		link, err := netlink.LinkByName(lab.RelayCallerIfName)
 		if err != nil {
 			return err
@@ -433,22 +650,85 @@ func (b *fwdBench) startRelay(streams int) error {
 	return nil
 }
 
-func (b *fwdBench) close() error {
+// install adds flows b.installed..f-1 to relayd with parallel POSTs.
+func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
+	in := fwdInstall{Mode: m.Name, Flows: f, Added: f - b.installed}
+	mode := "xdp"
+	if m.Kind != "xdp" {
+		mode = "userspace"
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	next.Store(int64(b.installed))
+	errs := make([]error, fwdInstallers)
+	for w := range errs {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= f || errs[w] != nil {
+					return
+				}
+				match := netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
+				req := admin.FlowRequest{
+					Match:        match.String(),
+					ExpectSource: netip.AddrPortFrom(b.l.CallerAddr4, uint16(fwdSenderPort)).String(),
+					SendFrom:     match.String(),
+					SendTo:       netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort)).String(),
+					Mode:         mode,
+				}
+				if m.Kind == "srtp" {
+					req.Decrypt = &admin.Crypto{Suite: m.Suite.String(), Key: b.keys[i]}
+				}
+				_, errs[w] = b.relay.AddFlow(req)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return in, fmt.Errorf("install flows: %w", err)
+	}
+	d := time.Since(start)
+	in.Seconds = d.Seconds()
+	if d > 0 {
+		in.PerSec = float64(in.Added) / d.Seconds()
+	}
+	b.installed = f
+	fmt.Fprintf(b.log, "  %d flows installed in %v (%.0f/s, %d parallel POSTs), %d in all\n",
+		in.Added, d.Round(time.Millisecond), in.PerSec, fwdInstallers, f)
+	return in, nil
+}
+
+// stopRelay stops the current relayd and drops its mode's state.
+func (b *fwdBench) stopRelay() error {
 	var errs []error
+	if b.bpfStats != nil {
+		errs = append(errs, b.bpfStats.Close()) // the kernel turns the statistics off with the last holder
+		b.bpfStats = nil
+	}
 	if b.prog != nil {
 		errs = append(errs, b.prog.Close())
+		b.prog = nil
 	}
+	if b.relay != nil {
+		errs = append(errs, b.relay.Close())
+		b.relay = nil
+	}
+	if b.relayDir != "" {
+		os.RemoveAll(b.relayDir)
+		b.relayDir = ""
+	}
+	b.keys, b.enc = nil, nil
+	return errors.Join(errs...)
+}
+
+func (b *fwdBench) close() error {
+	errs := []error{b.stopRelay()}
 	if b.snd != nil {
 		errs = append(errs, b.snd.close())
 	}
 	if b.sink != nil {
 		b.sink.close()
-	}
-	if b.relay != nil {
-		errs = append(errs, b.relay.Close())
-	}
-	if b.relayDir != "" {
-		os.RemoveAll(b.relayDir)
 	}
 	if b.l != nil {
 		errs = append(errs, b.l.Close())
@@ -456,33 +736,42 @@ func (b *fwdBench) close() error {
 	return errors.Join(errs...)
 }
 
-// fwdSender sends the streams from one socket bound to 0.0.0.0:4000 in the
-// caller namespace, like voipgen send --shared-socket: stream i's packet
-// leaves in its 1 ms slot of the ptime, each slot in one sendmmsg. A
-// stream's SSRC is run<<16 | its index, for the sink. Only the RTP header changes
-// per packet (the G.711 payload is encoded once), to keep the sender's
-// cost low and constant. A single goroutine locked to one thread sends, so
-// its time on CPU is that thread's.
+// fwdSender sends the flows from one socket bound to 0.0.0.0:4000 in the
+// caller namespace: a run of f flows at rate pps sends one packet of each
+// flow per period f/rate, spread over the period in 1 ms slots, each slot
+// in one sendmmsg. A flow's SSRC is tag<<16 | its index, for the sink.
+// Only the RTP header changes per packet (the payload is written once);
+// for SRTP the packet is then encrypted into the flow's second buffer
+// (srtpflow.Encrypter, no allocation once the SSRC is known). A single
+// goroutine locked to one thread sends, so its time on CPU is that
+// thread's.
 type fwdSender struct {
 	conn    *net.UDPConn
 	w       *ipv4.PacketConn
-	streams []*stream
-	msgs    map[string][]ipv4.Message // by mode
+	streams []fwdStream
 	tid     int
 	jobs    chan fwdSendJob
 }
 
+// fwdStream is one flow's packet: RTP, and SRTP when encrypted.
+type fwdStream struct {
+	seq  uint16
+	ts   uint32
+	buf  [fwdRTPLen]byte
+	sbuf [fwdRTPLen + fwdSRTPRoom]byte
+}
+
 type fwdSendJob struct {
-	ctx  context.Context
-	msgs []ipv4.Message
-	dur  time.Duration
-	run  uint8
-	done chan fwdSendResult
+	ctx         context.Context
+	path        fwdPath
+	period, dur time.Duration
+	tag         uint8
+	done        chan fwdSendResult
 }
 
 type fwdSendResult struct {
-	packets, errors, cycles uint64
-	elapsed                 time.Duration
+	packets, errors, encErrors, cycles uint64
+	elapsed                            time.Duration
 }
 
 func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
@@ -495,29 +784,14 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
 		})
 	}
-	s := &fwdSender{conn: c, w: ipv4.NewPacketConn(c), msgs: make(map[string][]ipv4.Message), jobs: make(chan fwdSendJob)}
-	cd := codecs["pcmu"]
-	for i := range n {
-		st := newStream(cd, fwdPtime, i, uint32(i), uint16(i*7), uint32(i)*1000)
-		st.next()
-		s.streams = append(s.streams, st)
-	}
-	for _, mode := range []string{"direct", "kernel", "xdp"} {
-		ms := make([]ipv4.Message, n)
-		for i := range ms {
-			var to netip.AddrPort
-			switch mode {
-			case "direct":
-				to = netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort))
-			case "kernel":
-				to = netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort))
-			case "xdp":
-				to = netip.AddrPortFrom(l.RelayMedia4, uint16(fwdMatchPort+i))
-			}
-			ms[i].Buffers = [][]byte{s.streams[i].buf}
-			ms[i].Addr = net.UDPAddrFromAddrPort(to)
+	s := &fwdSender{conn: c, w: ipv4.NewPacketConn(c), streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
+	for i := range s.streams {
+		st := &s.streams[i]
+		st.seq, st.ts = uint16(i*7), uint32(i)*1000
+		st.buf[0] = 0x80 // version 2, PT 0 (PCMU)
+		for j := 12; j < fwdRTPLen; j++ {
+			st.buf[j] = byte(0xd5 ^ (i + j*13)) // any G.711 bytes
 		}
-		s.msgs[mode] = ms
 	}
 	tid := make(chan int)
 	go s.loop(tid)
@@ -525,48 +799,64 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 	return s, nil
 }
 
+// messages returns one message per flow 0..f-1 to dst(i), carrying the
+// flow's RTP buffer, or its SRTP buffer of srtpLen bytes if srtpLen > 0.
+func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) []ipv4.Message {
+	ms := make([]ipv4.Message, f)
+	for i := range ms {
+		if srtpLen > 0 {
+			ms[i].Buffers = [][]byte{s.streams[i].sbuf[:srtpLen]}
+		} else {
+			ms[i].Buffers = [][]byte{s.streams[i].buf[:]}
+		}
+		ms[i].Addr = net.UDPAddrFromAddrPort(dst(i))
+	}
+	return ms
+}
+
 func (s *fwdSender) loop(tid chan<- int) {
 	runtime.LockOSThread() // never unlocked: the thread is the sender's alone
 	tid <- unix.Gettid()
 	for j := range s.jobs {
-		j.done <- s.send(j.ctx, j.msgs, j.dur, j.run)
+		j.done <- s.send(j)
 	}
 }
 
-func (s *fwdSender) run(ctx context.Context, msgs []ipv4.Message, dur time.Duration, run uint8) fwdSendResult {
+// run sends p's flows, one packet per flow per period, for dur.
+func (s *fwdSender) run(ctx context.Context, p fwdPath, period, dur time.Duration, tag uint8) fwdSendResult {
 	done := make(chan fwdSendResult, 1)
-	s.jobs <- fwdSendJob{ctx, msgs, dur, run, done}
+	s.jobs <- fwdSendJob{ctx, p, period, dur, tag, done}
 	return <-done
 }
 
-// nextHeader advances the stream to its next packet, rewriting only the
-// RTP header in its buffer.
-func (st *stream) nextHeader() {
-	st.hdr.SequenceNumber++
-	st.hdr.Timestamp += st.tsStep
-	st.hdr.MarshalTo(st.buf)
-	st.sent++
-}
-
-func (s *fwdSender) send(ctx context.Context, msgs []ipv4.Message, dur time.Duration, run uint8) fwdSendResult {
+func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	var res fwdSendResult
+	msgs, enc := j.path.msgs, j.path.enc
 	n := len(msgs)
-	for i := range n {
-		s.streams[i].hdr.SSRC = uint32(run)<<16 | uint32(i)
-	}
-	slots := max(1, min(n, int(fwdPtime/slotWidth)))
-	cycles := int(dur / fwdPtime)
+	ssrcHigh := uint32(j.tag) << 16
+	slots := max(1, min(n, int(j.period/fwdSlot)))
+	cycles := max(1, int(j.dur/j.period))
 	start := time.Now().Add(time.Millisecond)
-	for cycle := 0; cycle < cycles && ctx.Err() == nil; cycle++ {
-		base := time.Duration(cycle) * fwdPtime
+	for cycle := 0; cycle < cycles && j.ctx.Err() == nil; cycle++ {
+		base := time.Duration(cycle) * j.period
 		for k := range slots {
-			deadline := start.Add(base + time.Duration(k)*fwdPtime/time.Duration(slots))
+			deadline := start.Add(base + time.Duration(k)*j.period/time.Duration(slots))
 			if d := time.Until(deadline); d > 0 {
 				time.Sleep(d)
 			}
 			lo, hi := k*n/slots, (k+1)*n/slots
 			for i := lo; i < hi; i++ {
-				s.streams[i].nextHeader()
+				st := &s.streams[i]
+				st.seq++
+				st.ts += uint32(fwdPtime / time.Millisecond * 8) // 8 kHz clock
+				binary.BigEndian.PutUint16(st.buf[2:], st.seq)
+				binary.BigEndian.PutUint32(st.buf[4:], st.ts)
+				binary.BigEndian.PutUint32(st.buf[8:], ssrcHigh|uint32(i))
+				if enc != nil {
+					if _, err := enc[i].EncryptRTP(st.sbuf[:0], st.buf[:]); err != nil {
+						res.encErrors++
+					}
+				}
 			}
 			ms := msgs[lo:hi]
 			for len(ms) > 0 {
@@ -686,9 +976,11 @@ func (k *fwdSink) counts(n int) []uint64 {
 	return c
 }
 
-// drain waits until run's count reaches want or no packet arrived for
-// 100 ms (at most 3 s): packets still queued in veth rings or the socket
-// are counted before the step ends.
+// drain waits until run's count reaches want, or until no packet arrived
+// for 250 ms while the sink's socket holds nothing (at most 3 s): packets
+// still queued in veth rings, relayd's socket or the sink's socket are
+// counted before the step ends, also when a thread is starved for a while
+// on a busy machine.
 func (k *fwdSink) drain(run uint8, want uint64) {
 	last, since := k.total.Load(), time.Now()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
@@ -698,7 +990,9 @@ func (k *fwdSink) drain(run uint8, want uint64) {
 		time.Sleep(10 * time.Millisecond)
 		if v := k.total.Load(); v != last {
 			last, since = v, time.Now()
-		} else if time.Since(since) >= 100*time.Millisecond {
+		} else if q, err := unix.IoctlGetInt(k.fd, unix.SIOCINQ); err == nil && q > 0 {
+			since = time.Now()
+		} else if time.Since(since) >= 250*time.Millisecond {
 			return
 		}
 	}

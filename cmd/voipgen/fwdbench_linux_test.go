@@ -9,11 +9,10 @@ import (
 	"github.com/relayd/relayd/lab/labrelay"
 )
 
-// TestFwdbenchSmall runs fwdbench at a tiny scale (100 streams, 5,000 pps,
-// one step of 1 s runs) and checks the bookkeeping, not any speed: every
-// packet the sink counted in the xdp runs went through relayd's flows, and
-// every CPU figure is positive.
-func TestFwdbenchSmall(t *testing.T) {
+// fwdbenchT runs fwdbench at a tiny scale (100 flows, 5,000 pps, one step
+// of 1 s runs) for modes, skipping without root or with -short.
+func fwdbenchT(t *testing.T, modes string) *fwdReport {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("fwdbench needs root: network namespaces, XDP, BPF statistics")
 	}
@@ -24,46 +23,95 @@ func TestFwdbenchSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fwdConfig{rates: []int{5000}, step: time.Second, modes: []string{"kernel", "xdp"}, relayd: bin, allSteps: true}
+	ms, err := parseModes(modes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fwdConfig{rates: []int{5000}, flows: []int{100}, step: time.Second, modes: ms, relayd: bin, allSteps: true}
 	rep, err := fwdbench(context.Background(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	modes := map[string]int{}
+	return rep
+}
+
+// checkSteps checks the bookkeeping of a tiny run, not any speed: every
+// run sent to all 100 flows and lost nothing, every packet the sink
+// counted through relayd went through relayd's flows, and every CPU
+// figure is positive.
+func checkSteps(t *testing.T, rep *fwdReport, modes ...string) {
+	t.Helper()
+	runs := map[string]int{}
 	for _, s := range rep.Steps {
-		modes[s.Mode]++
-		if s.Streams != 100 || s.Sent == 0 {
-			t.Errorf("%s: %d streams sent %d packets, want 100 streams and packets", s.Mode, s.Streams, s.Sent)
+		runs[s.Mode]++
+		if s.Flows != 100 || s.Sent == 0 || s.OfferedPPS != 5000 || s.PerFlowPPS != 50 {
+			t.Errorf("%s: %d flows at %d pps (%.0f per flow) sent %d packets, want 100 flows, 5000 pps and packets",
+				s.Mode, s.Flows, s.OfferedPPS, s.PerFlowPPS, s.Sent)
 		}
-		if s.Lost != 0 || s.StreamsShort != 0 {
-			t.Errorf("%s: lost %d packets, %d streams short", s.Mode, s.Lost, s.StreamsShort)
+		if s.Lost != 0 || s.StreamsShort != 0 || s.SendErrors != 0 || s.EncryptErrors != 0 {
+			t.Errorf("%s (%s): lost %d packets, %d flows short, %d send and %d encrypt errors",
+				s.Mode, s.Phase, s.Lost, s.StreamsShort, s.SendErrors, s.EncryptErrors)
 		}
 		if s.TaskNsPerPkt <= 0 || s.LabelNsPkt["sender"] <= 0 || s.LabelNsPkt["sink"] <= 0 {
 			t.Errorf("%s: CPU per packet %.0f ns (sender %.0f, sink %.0f), want positive",
 				s.Mode, s.TaskNsPerPkt, s.LabelNsPkt["sender"], s.LabelNsPkt["sink"])
 		}
 		switch s.Mode {
-		case "xdp":
-			if s.Relayed != int64(s.Received) {
-				t.Errorf("xdp: relayd's flows counted %d packets, the sink received %d", s.Relayed, s.Received)
-			}
-			if s.ProgNsPerRun == nil || *s.ProgNsPerRun <= 0 || s.ProgRuns < s.Received {
-				t.Errorf("xdp: program %d runs, %v ns per run, want at least %d runs and positive time", s.ProgRuns, s.ProgNsPerRun, s.Received)
-			}
-			if s.RelayTaskNsPerPkt == nil {
-				t.Error("xdp: no relay cost")
-			}
-		case "kernel", "direct":
+		case "direct", "kernel":
 			if s.Relayed != -1 || s.ProgNsPerRun != nil {
 				t.Errorf("%s: relayed %d, program figure %v, want none", s.Mode, s.Relayed, s.ProgNsPerRun)
 			}
+		default:
+			if s.Relayed != int64(s.Received) || s.RelayDropped != 0 {
+				t.Errorf("%s: relayd forwarded %d packets (dropped %d), the sink received %d", s.Mode, s.Relayed, s.RelayDropped, s.Received)
+			}
+			if s.RelayTaskNsPerPkt == nil || s.RelayLabelNsPkt == nil {
+				t.Errorf("%s: no relay cost", s.Mode)
+			}
 		}
 	}
-	if modes["direct"] != 4 || modes["kernel"] != 2 || modes["xdp"] != 2 {
-		t.Errorf("runs per mode %v, want direct 4, kernel 2, xdp 2", modes)
+	if runs["direct"] != 2*len(modes) {
+		t.Errorf("direct runs %d, want %d", runs["direct"], 2*len(modes))
 	}
-	if len(rep.Summary.Modes) != 2 {
+	for _, m := range modes {
+		if runs[m] != 2 {
+			t.Errorf("%s: %d runs, want 2", m, runs[m])
+		}
+	}
+	if len(rep.Summary.Modes) != len(modes) {
 		t.Errorf("summary: %+v", rep.Summary)
+	}
+}
+
+func TestFwdbenchSmall(t *testing.T) {
+	rep := fwdbenchT(t, "kernel,xdp")
+	checkSteps(t, rep, "kernel", "xdp")
+	for _, s := range rep.Steps {
+		if s.Mode == "xdp" && (s.ProgNsPerRun == nil || *s.ProgNsPerRun <= 0 || s.ProgRuns < s.Received) {
+			t.Errorf("xdp: program %d runs, %v ns per run, want at least %d runs and positive time", s.ProgRuns, s.ProgNsPerRun, s.Received)
+		}
+	}
+}
+
+// TestFwdbenchUserspace: plain RTP through relayd's userspace workers (1
+// and 2 workers) and SRTP decrypted by them (both suites); the direct runs
+// of the SRTP modes carry the same encrypted packets.
+func TestFwdbenchUserspace(t *testing.T) {
+	modes := []string{"user-w1", "user-w2", "aescm-w1", "gcm-w1"}
+	rep := fwdbenchT(t, "user-w1,user-w2,aescm-w1,gcm-w1")
+	checkSteps(t, rep, modes...)
+	for _, s := range rep.Steps {
+		if s.Mode != "direct" && s.ProgNsPerRun != nil {
+			t.Errorf("%s: program figure %v, want none", s.Mode, *s.ProgNsPerRun)
+		}
+	}
+	if len(rep.Installs) != len(modes) {
+		t.Errorf("installs: %+v", rep.Installs)
+	}
+	for _, in := range rep.Installs {
+		if in.Flows != 100 || in.Added != 100 {
+			t.Errorf("install: %+v", in)
+		}
 	}
 }
 

@@ -7,67 +7,198 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/relayd/relayd/sdes"
 )
+
+func modeNames(ms []fwdMode) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}
 
 func TestParseFwdbench(t *testing.T) {
 	var out bytes.Buffer
-	cfg, err := parseFwdbench([]string{"--quick"}, &out)
-	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || !cfg.has("xdp") || !cfg.has("kernel") {
-		t.Errorf("--quick: %+v %v", cfg, err)
-	}
-	cfg, err = parseFwdbench([]string{"--rates", "20k, 1000,150k", "--modes", "xdp", "--step", "500ms", "--json"}, &out)
+	cfg, err := parseFwdbench(nil, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cmp.Equal(cfg.rates, []int{20000, 1000, 150000}) || cfg.has("kernel") || cfg.step != 500*time.Millisecond || !cfg.json {
+	if d := cmp.Diff(modeNames(cfg.modes), []string{"kernel", "xdp", "user-w1", "user-w2", "aescm-w1", "gcm-w1"}); d != "" {
+		t.Errorf("default modes (-got +want):\n%s", d)
+	}
+	if !cmp.Equal(cfg.flows, []int{1000, 10000}) || cfg.step != defaultStep || cfg.overload != defaultOver || !cmp.Equal(cfg.rates, defaultRates) {
+		t.Errorf("defaults: %+v", cfg)
+	}
+	cfg, err = parseFwdbench([]string{"--quick"}, &out)
+	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver {
+		t.Errorf("--quick: %+v %v", cfg, err)
+	}
+	cfg, err = parseFwdbench([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1",
+		"--step", "500ms", "--overload", "0", "--json"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(cfg.rates, []int{20000, 1000, 150000}) || !cmp.Equal(cfg.flows, []int{10, 100}) || cfg.step != 500*time.Millisecond ||
+		!cfg.json || cfg.overload != 0 || cfg.maxFlows() != 100 {
 		t.Errorf("got %+v", cfg)
 	}
-	if cfg.maxStreams() != 3000 {
-		t.Errorf("maxStreams = %d, want 3000", cfg.maxStreams())
+	if d := cmp.Diff(modeNames(cfg.modes), []string{"xdp", "aescm-w1", "gcm-w1", "user-w3", "user-w1", "user-w2"}); d != "" {
+		t.Errorf("modes (-got +want):\n%s", d)
 	}
-	for _, bad := range [][]string{{"--rates", "10"}, {"--rates", "600k"}, {"--rates", "x"}, {"--modes", "dpdk"}, {"--step", "1ms"}, {"extra"}} {
+	if m := cfg.modes[2]; m.Kind != "srtp" || m.Workers != 1 || m.Suite != sdes.AEAD_AES_128_GCM {
+		t.Errorf("gcm-w1: %+v", m)
+	}
+	for _, bad := range [][]string{
+		{"--rates", "10"}, {"--rates", "2000k"}, {"--rates", "x"}, {"--flows", "20000"}, {"--flows", "0"},
+		{"--modes", "dpdk"}, {"--modes", "user-w0"}, {"--modes", "aes-w1"}, {"--step", "1ms"}, {"extra"},
+		// 10,000 flows at 5k pps: one packet per flow every 2 s.
+		{"--flows", "10000", "--rates", "5k"},
+	} {
 		if _, err := parseFwdbench(bad, &out); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
-	if streamsFor(100000) != 2000 || streamsFor(20) != 1 {
-		t.Error("streamsFor")
+	if period(1000, 100000) != 10*time.Millisecond {
+		t.Error("period")
 	}
 }
 
 func TestSummarize(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
-	steps := []fwdStep{
-		{Mode: "direct", OfferedPPS: 100000, Sent: 100, Received: 100, AchievedPPS: 100000},
-		{Mode: "kernel", OfferedPPS: 100000, Sent: 100, Received: 100, AchievedPPS: 100000, RelayTaskNsPerPkt: f(400), RelayBusyNsPerPkt: f(500)},
-		{Mode: "kernel", OfferedPPS: 100000, Sent: 100, Received: 100, AchievedPPS: 99000, RelayTaskNsPerPkt: f(600), RelayBusyNsPerPkt: f(700)},
-		{Mode: "kernel", OfferedPPS: 200000, Sent: 100, Received: 90, Lost: 10, AchievedPPS: 180000, RelayTaskNsPerPkt: f(9999), RelayBusyNsPerPkt: f(9999)},
-		{Mode: "xdp", OfferedPPS: 100000, Sent: 100, Received: 100, AchievedPPS: 100000, RelayTaskNsPerPkt: f(1000), RelayBusyNsPerPkt: f(1200), ProgNsPerRun: f(300)},
-		{Mode: "xdp", OfferedPPS: 100000, Sent: 100, Received: 100, AchievedPPS: 100000, RelayTaskNsPerPkt: f(1200), RelayBusyNsPerPkt: f(1200), ProgNsPerRun: f(300)},
-		{Mode: "xdp", OfferedPPS: 200000, Sent: 100, Received: 100, AchievedPPS: 150000, SenderLimited: true, RelayTaskNsPerPkt: f(1100), RelayBusyNsPerPkt: f(1200), ProgNsPerRun: f(300)},
+	ok := func(mode string, flows, rate int, task, busy float64) fwdStep {
+		return fwdStep{Mode: mode, Phase: mode, Flows: flows, OfferedPPS: rate, Sent: 100, Received: 100, SentPPS: float64(rate),
+			AchievedPPS: float64(rate), RelayTaskNsPerPkt: f(task), RelayBusyNsPerPkt: f(busy), Comparable: true}
 	}
-	s := summarize(steps, []string{"kernel", "xdp"})
-	k, x := s.Modes[0], s.Modes[1]
-	if k.MaxLosslessOfferedPPS != 100000 || k.MaxLosslessAchievedPPS != 100000 || k.RelayTaskNsPerPkt != 500 || k.At100kTaskNsPerPkt != 500 || k.Steps != 2 {
+	lossy := func(mode string, flows, rate int, ach float64, over bool) fwdStep {
+		return fwdStep{Mode: mode, Phase: mode, Flows: flows, OfferedPPS: rate, Sent: 100, Received: 80, Lost: 20, LossPct: 20,
+			SentPPS: float64(rate), AchievedPPS: ach, Overload: over}
+	}
+	x100 := ok("xdp", 1000, 100000, 1000, 1200)
+	x100.ProgNsPerRun = f(300)
+	lim := ok("xdp", 1000, 200000, 1100, 1200)
+	lim.SenderLimited, lim.AchievedPPS, lim.Comparable = true, 150000, false
+	steps := []fwdStep{
+		{Mode: "direct", Phase: "kernel", Flows: 1000, OfferedPPS: 100000, Sent: 100, Received: 100},
+		ok("kernel", 1000, 100000, 400, 500), ok("kernel", 1000, 100000, 600, 700),
+		lossy("kernel", 1000, 200000, 180000, false), lossy("kernel", 1000, 200000, 180000, false),
+		x100, x100, lim, lim,
+		ok("user-w1", 1000, 50000, 4000, 4000), ok("user-w1", 1000, 50000, 4000, 4000),
+		ok("user-w1", 1000, 100000, 3000, 3600), ok("user-w1", 1000, 100000, 3000, 3600),
+		lossy("user-w1", 1000, 150000, 120000, false), lossy("user-w1", 1000, 150000, 120000, false),
+		lossy("user-w1", 1000, 200000, 110000, true), lossy("user-w1", 1000, 200000, 110000, true),
+		ok("aescm-w1", 1000, 50000, 4400, 4400), ok("aescm-w1", 1000, 50000, 4400, 4400),
+		ok("aescm-w1", 1000, 100000, 3600, 3600), ok("aescm-w1", 1000, 100000, 3600, 3600),
+		lossy("user-w2", 1000, 50000, 20000, false), lossy("user-w2", 1000, 50000, 20000, false),
+	}
+	// A first attempt of a step whose runs disagreed: left out.
+	sup := lossy("user-w1", 1000, 50000, 10, false)
+	sup.Superseded = true
+	steps = append(steps, sup, sup)
+	installs := []fwdInstall{{Mode: "user-w1", Flows: 1000, Added: 1000, Seconds: 0.5}}
+	modes, err := parseModes("kernel,xdp,user-w1,aescm-w1,user-w2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := summarize(steps, installs, modes, []int{1000})
+	got := map[string]fwdModeSummary{}
+	for _, m := range s.Modes {
+		got[m.Mode] = m
+	}
+	if k := got["kernel"]; k.MaxLosslessOfferedPPS != 100000 || k.RelayTaskNsPerPkt != 500 || k.At100kTaskNsPerPkt != 500 || k.Steps != 1 || !k.Overloaded {
 		t.Errorf("kernel: %+v", k)
 	}
-	if x.MaxLosslessAchievedPPS != 150000 || !x.MaxLosslessSenderLimited || x.RelayTaskNsPerPkt != 1100 || x.At100kTaskNsPerPkt != 1100 || x.ProgNsPerRun != 300 {
+	if x := got["xdp"]; x.MaxLosslessAchievedPPS != 150000 || !x.MaxLosslessSenderLimited || x.RelayTaskNsPerPkt != 1000 ||
+		x.At100kTaskNsPerPkt != 1000 || x.ProgNsPerRun != 300 || x.Overloaded || x.RelayTaskMaxNs != 1000 {
 		t.Errorf("xdp: %+v", x)
 	}
-	if s.XDPOverKernelTasks != 2.2 || s.XDPOverKernelTasks100k != 2.2 {
-		t.Errorf("ratios: %+v", s)
+	u := got["user-w1"]
+	if u.MaxLosslessOfferedPPS != 100000 || u.PPSPerWorker != 100000 || u.PeakAchievedPPS != 120000 || u.Collapse || !u.Overloaded ||
+		len(u.Curve) != 4 || !u.Curve[3].Overload || u.InstallS != 0.5 || u.RelayTaskNsPerPkt != 3500 {
+		t.Errorf("user-w1: %+v", u)
 	}
-	r := fwdReport{Steps: steps, Summary: s}
+	if w2 := got["user-w2"]; w2.Steps != 0 || w2.PeakPPSPerWorker != 10000 || w2.Collapse {
+		t.Errorf("user-w2: %+v", w2)
+	}
+	r := map[string]fwdRatio{}
+	for _, q := range s.Ratios {
+		r[q.Name] = q
+	}
+	if q := r["xdp/kernel"]; q.Tasks != 2 || !cmp.Equal(q.Rates, []int{100000}) || q.Met != nil {
+		t.Errorf("xdp/kernel: %+v", q)
+	}
+	if q := r["xdp/user-w1"]; q.Tasks != 1.0/3 || q.Met == nil || !*q.Met {
+		t.Errorf("xdp/user-w1: %+v", q)
+	}
+	if q := r["aescm-w1/user-w1"]; q.Tasks != 4000.0/3500 || !cmp.Equal(q.Rates, []int{50000, 100000}) || !*q.Met {
+		t.Errorf("aescm-w1/user-w1: %+v", q)
+	}
+	if q := r["user-w1/c-relay(ref)"]; q.NumNs != 3500 || !*q.Met {
+		t.Errorf("user-w1/c-relay: %+v", q)
+	}
+	if !strings.Contains(strings.Join(s.Notes, "\n"), "1 step(s) were run again") {
+		t.Errorf("notes: %q", s.Notes)
+	}
+	if _, ok := r["user-w2/user-w1"]; ok {
+		t.Error("user-w2/user-w1 without a common lossless rate")
+	}
+	rep := fwdReport{Steps: steps, Summary: s}
 	var out bytes.Buffer
-	r.writeText(&out)
-	for _, want := range []string{"MODE", "xdp/kernel: 2.20", "sender-limited", "program share"} {
+	rep.writeText(&out)
+	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "goal <= 1.15: met", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
 	}
-	// No lossless step: zeros, not NaN, and a note.
-	s = summarize([]fwdStep{{Mode: "xdp", Sent: 10, Lost: 10}}, []string{"xdp"})
-	if s.Modes[0].RelayTaskNsPerPkt != 0 || len(s.Notes) != 1 {
+	// No lossless step: zeros, not NaN, and a note; a collapse is noted.
+	s = summarize([]fwdStep{
+		lossy("xdp", 10, 1000, 900, false), lossy("xdp", 10, 2000, 400, true),
+	}, nil, modes[1:2], []int{10})
+	if s.Modes[0].RelayTaskNsPerPkt != 0 || !s.Modes[0].Collapse || len(s.Notes) != 2 {
 		t.Errorf("no lossless step: %+v", s)
+	}
+}
+
+func TestParseRelayCounters(t *testing.T) {
+	text := `# HELP relayd_packets_total Packets by verdict.
+# TYPE relayd_packets_total counter
+relayd_packets_total{reason="redirect",verdict="forward"} 1.5e+06
+relayd_packets_total{reason="userspace_send",verdict="forward"} 20
+relayd_packets_total{reason="wrong_source",verdict="drop"} 3
+relayd_packets_total{reason="userspace_srtp_auth",verdict="drop"} 4
+relayd_packets_total{reason="no_flow",verdict="pass"} 7
+relayd_bytes_total{reason="redirect",verdict="forward"} 9e+09
+`
+	c, err := parseRelayCounters(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd, drop, reasons := c.since(relayCounters{drops: map[string]uint64{"wrong_source": 3}})
+	if fwd != 1500020 || drop != 4 || !cmp.Equal(reasons, map[string]uint64{"userspace_srtp_auth": 4}) {
+		t.Errorf("got %d forwarded, %d dropped %v; want 1500020, 4 srtp_auth", fwd, drop, reasons)
+	}
+	if _, err := parseRelayCounters("go_goroutines 5\n"); err == nil {
+		t.Error("no counters: no error")
+	}
+}
+
+func TestDisturbed(t *testing.T) {
+	ok := fwdStep{Mode: "user-w1", Sent: 10, Received: 10}
+	bad := fwdStep{Mode: "user-w1", Sent: 10, Received: 5, Lost: 5}
+	d := fwdStep{Mode: "direct", Sent: 10, Received: 10}
+	dbad := fwdStep{Mode: "direct", Sent: 10, Received: 9, Lost: 1}
+	for _, c := range []struct {
+		runs []fwdStep
+		want bool
+	}{
+		{[]fwdStep{d, ok, ok, d}, false},
+		{[]fwdStep{d, bad, bad, d}, false}, // both lost: the relay's limit
+		{[]fwdStep{d, ok, bad, d}, true},
+		{[]fwdStep{d, ok, ok, dbad}, true},
+	} {
+		if got := disturbed(c.runs); got != c.want {
+			t.Errorf("disturbed(%v) = %v, want %v", c.runs, got, c.want)
+		}
 	}
 }
