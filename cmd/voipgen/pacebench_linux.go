@@ -185,7 +185,7 @@ func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration)
 	cfg := genConfig{
 		dst: endpoints{lo: l.CalleeAddr4, n: 1, port: 40000}, src: endpoints{lo: l.CallerAddr4, n: 1, port: 20000},
 		streams: n, codec: codecs["pcmu"], ptime: 20 * time.Millisecond, duration: dur, threads: 1, transport: "raw",
-		slot: time.Millisecond, dscp: 46, pin: true,
+		slot: time.Millisecond, dscp: 46,
 	}
 	var g *generator
 	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,8 @@ type sipEndpoint struct {
 	// ns, when set, runs fn where the endpoint's sockets belong (a lab
 	// namespace's Do); sockets are created only through it.
 	ns func(fn func() error) error
+
+	seen *responseTimes // arrival of the first 18x and 2xx per Call-ID
 
 	ua  *sipgo.UserAgent
 	srv *sipgo.Server
@@ -106,7 +109,8 @@ func (e *sipEndpoint) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("SIP listen on %s: %w", e.listen, err)
 	}
-	go func() { _ = e.srv.ServeUDP(c) }()
+	e.seen = &responseTimes{first: map[string]*[2]time.Time{}}
+	go func() { _ = e.srv.ServeUDP(&sniffConn{PacketConn: c, rt: e.seen}) }()
 	go func() { <-ctx.Done(); c.Close() }()
 	// sipgo registers the listener for client transactions in its own
 	// goroutine: a request sent before that would open a second socket on
@@ -515,6 +519,12 @@ func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		return r
 	}
 	r.T200Ms = float64(time.Since(t0)) / 1e6
+	if t180, t200 := cfg.seen.get(r.CallID); !t200.IsZero() {
+		r.T200Ms = float64(t200.Sub(t0)) / 1e6
+		if !t180.IsZero() {
+			r.T180Ms = float64(t180.Sub(t0)) / 1e6
+		}
+	}
 	sd, err := parseSDP(sess.InviteResponse.Body())
 	if err != nil {
 		r.Error = "answer: " + err.Error()
@@ -795,4 +805,100 @@ func reasonPhrase(code int) string {
 		return p
 	}
 	return "Rejected"
+}
+
+// responseTimes records when the first 180/183 and the first 2xx of each
+// call arrived, as read from the socket. sipgo handles each datagram in
+// its own goroutine: a 180 and a 200 arriving back to back can reach the
+// transaction in the wrong order, which then drops the 180, so setup times
+// are taken here rather than from the transaction's responses.
+type responseTimes struct {
+	mu    sync.Mutex
+	first map[string]*[2]time.Time // Call-ID: [18x, 2xx]
+}
+
+func (rt *responseTimes) get(callID string) (t180, t200 time.Time) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if v := rt.first[callID]; v != nil {
+		delete(rt.first, callID)
+		return v[0], v[1]
+	}
+	return
+}
+
+// sniffConn is the SIP socket, noting response arrivals in rt.
+type sniffConn struct {
+	net.PacketConn
+	rt *responseTimes
+}
+
+func (c *sniffConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, a, err := c.PacketConn.ReadFrom(b)
+	if err == nil {
+		c.rt.note(b[:n], time.Now())
+	}
+	return n, a, err
+}
+
+var (
+	sipStatus18x = []byte("SIP/2.0 18")
+	sipStatus2xx = []byte("SIP/2.0 2")
+)
+
+func (rt *responseTimes) note(msg []byte, now time.Time) {
+	k := -1
+	switch {
+	case bytes.HasPrefix(msg, sipStatus18x) && len(msg) > 10 && (msg[10] == '0' || msg[10] == '3'):
+		k = 0
+	case bytes.HasPrefix(msg, sipStatus2xx):
+		k = 1
+	default:
+		return
+	}
+	id := sipCallID(msg)
+	if id == "" {
+		return
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	v := rt.first[id]
+	if v == nil {
+		if len(rt.first) > 100000 {
+			return // calls nobody asks about: do not grow without bound
+		}
+		v = new([2]time.Time)
+		rt.first[id] = v
+	}
+	if v[k].IsZero() {
+		v[k] = now
+	}
+}
+
+// sipCallID returns the Call-ID header value (or its compact form i:).
+func sipCallID(msg []byte) string {
+	for len(msg) > 0 {
+		i := bytes.IndexByte(msg, '\n')
+		if i < 0 {
+			return ""
+		}
+		msg = msg[i+1:]
+		line := msg
+		if j := bytes.IndexByte(line, '\n'); j >= 0 {
+			line = line[:j]
+		}
+		line = bytes.TrimRight(line, "\r")
+		if len(line) == 0 {
+			return "" // end of headers
+		}
+		name, val, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		if bytes.EqualFold(name, []byte("Call-ID")) || bytes.EqualFold(name, []byte("i")) {
+			return string(bytes.TrimSpace(val))
+		}
+	}
+	return ""
 }

@@ -112,7 +112,7 @@ func TestCallAnswerPersonalities(t *testing.T) {
 			}
 		}
 		for _, c := range calls {
-			if c.T180Ms <= 0 || c.T200Ms < c.T180Ms+90 || c.ByeFrom != "local" {
+			if c.T180Ms <= 0 || c.T200Ms < c.T180Ms || c.T200Ms < 90 || c.ByeFrom != "local" {
 				t.Errorf("setup times %+v", c)
 			}
 		}
@@ -283,4 +283,28 @@ func TestLabSIPp(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestResponseTimes(t *testing.T) {
+	rt := &responseTimes{first: map[string]*[2]time.Time{}}
+	t0 := time.Unix(100, 0)
+	msg := func(status, id string) []byte {
+		return []byte("SIP/2.0 " + status + "\r\nVia: SIP/2.0/UDP 1.2.3.4\r\ncall-id:  " + id + " \r\nCSeq: 1 INVITE\r\n\r\nbody\r\ni: nope\r\n")
+	}
+	rt.note(msg("100 Trying", "a"), t0)
+	rt.note(msg("200 OK", "a"), t0.Add(3*time.Millisecond))
+	rt.note(msg("180 Ringing", "a"), t0.Add(4*time.Millisecond)) // processed after the 200: still counted
+	rt.note(msg("183 Session Progress", "a"), t0.Add(5*time.Millisecond))
+	rt.note(msg("200 OK", "a"), t0.Add(9*time.Millisecond)) // retransmission
+	rt.note([]byte("INVITE sip:x SIP/2.0\r\nCall-ID: b\r\n\r\n"), t0)
+	t180, t200 := rt.get("a")
+	if t180 != t0.Add(4*time.Millisecond) || t200 != t0.Add(3*time.Millisecond) {
+		t.Fatalf("t180 %v t200 %v", t180, t200)
+	}
+	if a, b := rt.get("b"); !a.IsZero() || !b.IsZero() {
+		t.Fatal("a request was taken for a response")
+	}
+	if id := sipCallID([]byte("SIP/2.0 200 OK\r\ni: compact@x\r\n\r\n")); id != "compact@x" {
+		t.Fatalf("compact Call-ID %q", id)
+	}
 }
