@@ -95,7 +95,6 @@ type generator struct {
 	conns   []*net.UDPConn // udp/shared sockets and --bidir receive sockets
 	rtcpCon []*net.UDPConn
 	rawFds  []int
-	recv    *receiver // with --bidir
 
 	sent atomic.Uint64 // packets, updated per cycle, for progress
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -332,46 +331,4 @@ func (h *latencyHist) quantile(q float64) float64 {
 		}
 	}
 	return float64(h.max) / 1e3
-}
-
-// runSendBasic is voipgen send on systems without the generator of
-// gen_linux.go: one stream model, x/net batches.
-func runSendBasic(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := parseSend(args, out)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	s, err := newSender(cfg)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	l := cfg.load()
-	if !cfg.json {
-		last := netip.AddrPortFrom(cfg.dst.Addr(), cfg.dst.Port()+uint16(2*(cfg.streams-1)))
-		fmt.Fprintf(out, "sending %d %s/%v streams to %s..%s for %v (%d slots per ptime, %s)\n",
-			cfg.streams, cfg.codec.name, cfg.ptime, cfg.dst, last, cfg.duration, s.slots, sockMode(cfg))
-		fmt.Fprintf(out, "load: %.0f pps; packet RTP %d B, IP %d B, frame %d B, wire %d B; %.3f Mbit/s on the wire (%.1f kbit/s per stream), %.3f Mbit/s IP\n",
-			l.PPS, l.RTPBytes, l.IPBytes, l.FrameBytes, l.WireBytes, l.WireBitsPS/1e6, l.PerStreamBP/1e3, l.IPBitsPS/1e6)
-	}
-	res := s.run(ctx)
-	if cfg.json {
-		return json.NewEncoder(out).Encode(map[string]any{
-			"config": map[string]any{"dst": cfg.dst.String(), "streams": cfg.streams, "codec": cfg.codec.name,
-				"ptime_ms": cfg.ptime.Milliseconds(), "duration_s": cfg.duration.Seconds(), "shared_socket": cfg.sharedSocket},
-			"load": l, "result": res})
-	}
-	fmt.Fprintf(out, "sent %d packets (%d bytes, %d errors) in %.3f s: %.0f pps; lateness against schedule p50 %.0f us, p99 %.0f us, max %.0f us\n",
-		res.Packets, res.Bytes, res.Errors, res.Elapsed, res.PPS, res.LateP50us, res.LateP99us, res.LateMaxus)
-	return nil
-}
-
-func sockMode(cfg sendConfig) string {
-	if cfg.sharedSocket {
-		return "one shared socket"
-	}
-	return "one socket per stream"
 }
