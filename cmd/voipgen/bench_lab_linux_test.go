@@ -25,11 +25,14 @@ func TestLabSenderCapacity(t *testing.T) {
 		t.Skip("benchmark: set VOIPGEN_BENCH=1")
 	}
 	l := lab.NewT(t)
-	for _, tc := range []struct{ streams, threads int }{{2000, 1}, {4000, 1}, {8000, 1}, {8000, 2}} {
-		t.Run(fmt.Sprintf("%d streams %d threads", tc.streams, tc.threads), func(t *testing.T) {
+	for _, tc := range []struct {
+		streams, threads int
+		transport        string
+	}{{2000, 1, "raw"}, {4000, 1, "raw"}, {8000, 1, "raw"}, {8000, 2, "raw"}, {8000, 1, "xdp"}, {16000, 1, "xdp"}} {
+		t.Run(fmt.Sprintf("%s %d streams %d threads", tc.transport, tc.streams, tc.threads), func(t *testing.T) {
 			cfg := genCfg(t, "--dst", l.CalleeAddr4.String()+":10000", "--src", l.CallerAddr4.String()+":10000",
 				"--streams", strconv.Itoa(tc.streams), "--ptime", "10ms", "--duration", "3s", "--threads", strconv.Itoa(tc.threads),
-				"--transport", "raw", "--slot", "500us")
+				"--transport", tc.transport, "--slot", "500us")
 			var g *generator
 			if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
 				t.Fatal(err)
@@ -40,6 +43,24 @@ func TestLabSenderCapacity(t *testing.T) {
 				tc.streams*100, res.PPS, res.Errors, res.LateP50us, res.LateP99us, res.LateMaxus, res.CPUs, res.CPUPerPkUs)
 		})
 	}
+	// The sender's own cost: the relay's r0 down, so that the caller's veth
+	// drops every frame at once (no forwarding in the sender's softirq).
+	// AF_XDP only: the raw transport would stop at neighbour resolution.
+	t.Run("xdp 16000 streams, peer down", func(t *testing.T) {
+		cfg := genCfg(t, "--dst", l.CalleeAddr4.String()+":10000", "--src", l.CallerAddr4.String()+":10000",
+			"--streams", "16000", "--ptime", "10ms", "--duration", "3s", "--transport", "xdp", "--slot", "500us")
+		var g *generator
+		if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer g.close()
+		if err := l.Relay.SetLinkDown(lab.RelayCallerIfName); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Relay.SetLinkUp(lab.RelayCallerIfName)
+		res := g.run(context.Background())
+		t.Logf("offered 1600000 pps, sent %.0f pps (%d errors), sender CPU %.2f s = %.2f us per packet", res.PPS, res.Errors, res.CPUs, res.CPUPerPkUs)
+	})
 	// Receiver: one socket and goroutine per stream, recvmmsg batches,
 	// kernel timestamps, full analysis per packet.
 	for _, n := range []int{1000, 2000, 3000} {

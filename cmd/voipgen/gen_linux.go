@@ -67,6 +67,7 @@ type genThread struct {
 	batch   []mmsghdr
 	fds     []int // per batch entry (udp transport)
 	fd      int   // raw or shared socket
+	xsk     *xdpSock
 	enc     *srtpflow.Encrypter
 	rng     *rand.Rand
 
@@ -132,7 +133,7 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 			cfg.transport = "raw"
 		}
 	}
-	g := &generator{cfg: cfg, raw: cfg.transport == "raw", shared: cfg.transport == "shared"}
+	g := &generator{cfg: cfg, raw: cfg.transport == "raw" || cfg.transport == "xdp", shared: cfg.transport == "shared"}
 	defer func() {
 		if err != nil {
 			g.close()
@@ -298,6 +299,9 @@ func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
 		s, d := src.Addr().As4(), dst.Addr().As4()
 		copy(h[12:], s[:])
 		copy(h[16:], d[:])
+		// Raw sockets fill in the header checksum; AF_XDP frames need it.
+		binary.BigEndian.PutUint16(h[10:], 0)
+		binary.BigEndian.PutUint16(h[10:], fold(csum(0, h[:20])))
 		sum = csum(sum, h[12:20])
 		u = h[20:28]
 	} else {
@@ -356,7 +360,17 @@ func (g *generator) openSockets() error {
 	if !fam4 {
 		network = "udp6"
 	}
-	if g.raw {
+	if cfg.transport == "xdp" {
+		ifindex, eth, err := nextHop(cfg.dst.lo)
+		if err != nil {
+			return err
+		}
+		for _, th := range g.threads {
+			if th.xsk, err = openXDP(ifindex, th.id, eth); err != nil {
+				return fmt.Errorf("thread %d (one device queue per thread): %w", th.id, err)
+			}
+		}
+	} else if g.raw {
 		for _, th := range g.threads {
 			fd, err := openRaw(fam4)
 			if err != nil {
@@ -459,6 +473,12 @@ func (g *generator) close() error {
 	}
 	for _, fd := range g.rawFds {
 		errs = append(errs, unix.Close(fd))
+	}
+	for _, th := range g.threads {
+		if th.xsk != nil {
+			errs = append(errs, th.xsk.close())
+			th.xsk = nil
+		}
 	}
 	g.conns, g.rtcpCon, g.rawFds = nil, nil, nil
 	return errors.Join(errs...)
@@ -738,6 +758,13 @@ func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int) uint64 {
 			th.res.packets++
 			th.res.bytes += uint64(int(ms[i].n) - g.hdrLen)
 		}
+	}
+	if th.xsk != nil {
+		n, b := th.xsk.send(ms)
+		th.res.packets += uint64(n)
+		th.res.bytes += b - uint64(n*g.hdrLen)
+		th.res.errors += uint64(len(ms) - n)
+		return uint64(n)
 	}
 	if th.fd >= 0 {
 		for len(ms) > 0 {

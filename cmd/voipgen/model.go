@@ -157,7 +157,9 @@ deadline (clock_nanosleep TIMER_ABSTIME), so lateness never accumulates.
 stream. Transports: raw (default as root: one raw socket per thread builds
 IP and UDP headers, so one sendmmsg carries every 5-tuple of a slot), udp
 (one UDP socket per stream: one sendmmsg per packet), shared (one UDP socket
-per thread, every stream from the same source port).
+per thread, every stream from the same source port), xdp (AF_XDP: the raw
+transport's packets as Ethernet frames to the next hop, through an XDP
+socket's TX ring on device queue T for thread T; root, no XDP program).
 
 --bidir makes each source socket also receive the peer's stream (symmetric
 RTP, as phones do; run a second voipgen send --bidir on the other side with
@@ -191,7 +193,7 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	srtpSuite := fs.String("srtp-suite", "", "SRTP suite, e.g. AES_CM_128_HMAC_SHA1_80 or AEAD_AES_128_GCM (default: plain RTP)")
 	srtpKey := fs.String("srtp-key", "", "SRTP master key||salt, base64 (with --srtp-suite)")
 	fs.IntVar(&cfg.threads, "threads", 1, "sender threads")
-	fs.StringVar(&cfg.transport, "transport", "", "raw | udp | shared (default: raw as root, else udp)")
+	fs.StringVar(&cfg.transport, "transport", "", "raw | udp | shared | xdp (default: raw as root, else udp)")
 	shared := fs.Bool("shared-socket", false, "same as --transport shared")
 	fs.DurationVar(&cfg.slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
 	fs.IntVar(&cfg.dscp, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
@@ -283,8 +285,8 @@ func (c *genConfig) validate() error {
 		return errors.New("--transport shared sends all streams from one port per thread: drop the source port")
 	case c.transport == "shared" && c.bidir:
 		return errors.New("--bidir needs a socket per stream: not with --transport shared")
-	case c.transport != "" && c.transport != "raw" && c.transport != "udp" && c.transport != "shared":
-		return fmt.Errorf("--transport %q: want raw, udp or shared", c.transport)
+	case c.transport != "" && c.transport != "raw" && c.transport != "udp" && c.transport != "shared" && c.transport != "xdp":
+		return fmt.Errorf("--transport %q: want raw, udp, shared or xdp", c.transport)
 	case c.duration < c.ptime:
 		return fmt.Errorf("--duration %v shorter than --ptime %v", c.duration, c.ptime)
 	case c.callDur < 0 || c.callDur > 0 && c.callDur < c.ptime:

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/relayd/relayd/rtp"
@@ -98,29 +99,57 @@ var sine = func() (t [1024]int16) {
 
 // toneHz returns the tone frequency of stream i: 400 Hz to 3300 Hz in 100 Hz
 // steps, so neighbouring streams are distinguishable when listened to.
-func toneHz(i int) int { return 400 + 100*(i%30) }
+func toneHz(i int) int { return 400 + 100*(i%toneCount) }
+
+const toneCount = 30
+
+// toneTables holds one second (8000 samples) of each tone, G.711 encoded:
+// index 0 mu-law, 1 A-law. Built on first use; the per-packet path copies.
+var (
+	toneOnce   sync.Once
+	toneTables [2][toneCount][]byte
+)
+
+func toneTable(pt uint8, tone int) []byte {
+	toneOnce.Do(func() {
+		for k := range toneCount {
+			u, a := make([]byte, 8000), make([]byte, 8000)
+			inc := uint32(uint64(toneHz(k)) << 32 / 8000)
+			var ph uint32
+			for i := range u {
+				u[i], a[i] = g711.EncodeUlaw(sine[ph>>22]), g711.EncodeAlaw(sine[ph>>22])
+				ph += inc
+			}
+			toneTables[0][k], toneTables[1][k] = u, a
+		}
+	})
+	if pt == 8 {
+		return toneTables[1][tone]
+	}
+	return toneTables[0][tone]
+}
 
 // stream is the sending state of one RTP stream. Its packet buffer is
 // allocated once; next rewrites it in place.
 type stream struct {
-	codec    codec
-	hdr      rtp.Header
-	tsStep   uint32
-	phase    uint32 // DDS phase accumulator, top 10 bits index sine
-	phaseInc uint32
-	rng      uint64 // xorshift state for G.729 frames
-	buf      []byte // header + payload, constant length
-	sent     uint64
+	codec  codec
+	hdr    rtp.Header
+	tsStep uint32
+	rng    uint64 // xorshift state for G.729 frames
+	tone   int    // index of the stream's tone (toneHz)
+	pos    int    // next sample of the tone table
+	buf    []byte // header + payload, constant length
+	sent   uint64
 }
 
 func newStream(c codec, ptime time.Duration, i int, ssrc uint32, seq uint16, ts uint32) *stream {
 	s := &stream{
-		codec:    c,
-		hdr:      rtp.Header{PayloadType: c.payloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
-		tsStep:   c.samplesPer(ptime),
-		phaseInc: uint32(uint64(toneHz(i)) << 32 / uint64(c.clockRate)),
-		rng:      uint64(ssrc)<<32 | uint64(i) | 1,
-		buf:      make([]byte, rtp.HeaderSize+c.payloadSize(ptime)),
+		codec:  c,
+		hdr:    rtp.Header{PayloadType: c.payloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
+		tsStep: c.samplesPer(ptime),
+		rng:    uint64(ssrc)<<32 | uint64(i) | 1,
+		tone:   i % toneCount,
+		buf:    make([]byte, rtp.HeaderSize+c.payloadSize(ptime)),
 	}
 	return s
 }
@@ -131,15 +160,14 @@ func (s *stream) next() []byte {
 	n, _ := s.hdr.MarshalTo(s.buf) // fixed 12-byte header always fits
 	p := s.buf[n:]
 	switch s.codec.payloadType {
-	case 0:
-		for i := range p {
-			p[i] = g711.EncodeUlaw(sine[s.phase>>22])
-			s.phase += s.phaseInc
-		}
-	case 8:
-		for i := range p {
-			p[i] = g711.EncodeAlaw(sine[s.phase>>22])
-			s.phase += s.phaseInc
+	case 0, 8:
+		// One second of the stream's tone, encoded once: an integer
+		// number of periods, so it loops without a click.
+		t := toneTable(s.codec.payloadType, s.tone)
+		for off := 0; off < len(p); {
+			n := copy(p[off:], t[s.pos:])
+			off += n
+			s.pos = (s.pos + n) % len(t)
 		}
 	case 18:
 		for off := 0; off+10 <= len(p); off += 10 {
