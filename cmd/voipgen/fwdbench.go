@@ -68,6 +68,13 @@ runs where the sender kept up (in the run and its direct runs: the same
 load); ratios between modes are taken over the offered rates where both
 modes qualify, in this run.
 
+On a shared machine other processes take CPU from the measured threads
+(each run reports its threads' run-queue wait and the machine's busy time
+outside them): before each step fwdbench waits, up to 3 s (--quiet-wait
+in all), until the machine is nearly idle, and it runs a step again once when its
+runs disagree (one of two lost packets or fell short of the rate, or a
+direct run was disturbed).
+
 --json prints {"config":{...},"installs":[...],"steps":[...],"summary":{...}}.
 
 flags:
@@ -140,7 +147,9 @@ type fwdConfig struct {
 	relayd   string
 	json     bool
 	save     string // also write the JSON report here
-	allSteps bool   // run every rate (tests)
+	// quietWait bounds the time spent waiting for a quiet machine.
+	quietWait time.Duration
+	allSteps  bool // run every rate (tests)
 }
 
 const (
@@ -164,6 +173,8 @@ const (
 	quickStep     = 400 * time.Millisecond
 	defaultOver   = 2
 	quickOver     = 1
+	defaultQuiet  = 60 * time.Second
+	quickQuiet    = 10 * time.Second
 	refXDPns      = 1100 // DESIGN.md section 6
 	refKernelNs   = 400
 	refProgramNs  = 300
@@ -209,15 +220,17 @@ func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	js := fs.Bool("json", false, "print machine-readable JSON")
 	save := fs.String("save", "", "also write the JSON report to this file")
+	quietWait := fs.Duration("quiet-wait", defaultQuiet, "the most time to wait in all, before steps, for other processes to leave the CPUs (10s with --quick; 0: never wait)")
 	if err := fs.Parse(args); err != nil {
 		return fwdConfig{}, err
 	}
 	if fs.NArg() > 0 {
 		return fwdConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := fwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, json: *js, save: *save}
+	cfg := fwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, json: *js, save: *save,
+		quietWait: defaultQuiet}
 	if *quick {
-		cfg.rates, cfg.step, cfg.overload = quickRates, quickStep, quickOver
+		cfg.rates, cfg.step, cfg.overload, cfg.quietWait = quickRates, quickStep, quickOver, quickQuiet
 	}
 	var err error
 	if *rates != "" {
@@ -237,8 +250,11 @@ func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
 		return cfg, fmt.Errorf("--step %v: need at least 200ms", cfg.step)
 	}
 	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "overload" {
+		switch f.Name {
+		case "overload":
 			cfg.overload = *overload
+		case "quiet-wait":
+			cfg.quietWait = max(0, *quietWait)
 		}
 	})
 	if cfg.overload < 0 {
@@ -276,9 +292,12 @@ type fwdStep struct {
 	// Overload: a step past the mode's first lossy step (no direct runs,
 	// no relay cost).
 	Overload bool `json:"overload,omitempty"`
-	// Superseded: the step's runs disagreed about loss and the step was
-	// run again; this run is left out of the summary.
-	Superseded bool    `json:"superseded,omitempty"`
+	// Superseded: the step's runs disagreed (see disturbed) and the step
+	// was run again; this run is left out of the summary.
+	Superseded bool `json:"superseded,omitempty"`
+	// QuietWaitS is how long the step waited, before this run, for other
+	// processes to leave the CPUs.
+	QuietWaitS float64 `json:"quiet_wait_s,omitempty"`
 	OfferedPPS int     `json:"offered_pps"`
 	PerFlowPPS float64 `json:"per_flow_pps"`
 	SentPPS    float64 `json:"sent_pps"` // what the sender managed
@@ -336,19 +355,29 @@ func (s *fwdStep) lossless() bool {
 }
 
 // disturbed reports whether the runs of a step disagree: one mode run lost
-// packets and the other did not, or a direct run lost packets.
-func disturbed(runs []fwdStep) bool {
-	lossy := 0
+// packets and the other did not, or the sender fell short in one mode run
+// and not the other, or a direct run lost packets, or a direct run fell
+// short of a rate well below what the sender managed in direct runs
+// before (senderMax pps): something else took the CPU.
+func disturbed(runs []fwdStep, senderMax float64) bool {
+	lossy, limited, mode := 0, 0, 0
 	for i := range runs {
-		switch {
-		case runs[i].lossless():
-		case runs[i].Mode == "direct":
-			return true
-		default:
+		r := &runs[i]
+		if r.Mode == "direct" {
+			if !r.lossless() || r.SenderLimited && float64(r.OfferedPPS) < 0.9*senderMax {
+				return true
+			}
+			continue
+		}
+		mode++
+		if !r.lossless() {
 			lossy++
 		}
+		if r.SenderLimited {
+			limited++
+		}
 	}
-	return lossy == 1
+	return mode == 2 && (lossy == 1 || limited == 1)
 }
 
 // fwdInstall is the installation of a phase's flows into relayd.
@@ -621,8 +650,15 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 			superseded++
 		}
 	}
+	var waited float64
+	for _, s := range steps {
+		waited += s.QuietWaitS
+	}
+	if waited >= 1 {
+		sum.Notes = append(sum.Notes, fmt.Sprintf("waited %.0f s in all before steps for other processes to leave the CPUs", waited))
+	}
 	if superseded > 0 {
-		sum.Notes = append(sum.Notes, fmt.Sprintf("%d step(s) were run again because their runs disagreed about loss; the first attempts are in the JSON report (superseded)", superseded/2))
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%d step(s) were run again because their runs disagreed (loss or a sender short of the rate in one of two runs, or a direct run disturbed); the first attempts are in the JSON report (superseded)", superseded/2))
 	}
 	if o := median(outside); o > 0.2 {
 		sum.Notes = append(sum.Notes, fmt.Sprintf("the machine was busy outside the measured tasks for %.0f%% of its busy time (median over runs): other processes ran; the idle cross-check is polluted by them, the tasks figures much less", 100*o))

@@ -53,6 +53,12 @@ const (
 	fwdRTPLen   = 172 // 12-byte RTP header, 160 bytes of G.711
 	fwdSRTPRoom = 16  // what SRTP adds at most: the GCM tag
 	fwdWarm     = 200 * time.Millisecond
+	// Before each step fwdbench waits, up to fwdQuietStep and
+	// cfg.quietWait in all, until the machine (idle but for others) is
+	// busy less than fwdQuietBusy CPUs over fwdQuietSample.
+	fwdQuietBusy   = 0.3
+	fwdQuietSample = 150 * time.Millisecond
+	fwdQuietStep   = 3 * time.Second
 )
 
 func addrAt(p netip.Prefix, i int) netip.Addr {
@@ -74,6 +80,10 @@ type fwdBench struct {
 	softirqd []int
 	run      uint8    // id of the last run; its tag goes in the SSRC's bits 16-23
 	srtpRuns [2]uint8 // SRTP modes: direct and relay runs so far (see tag)
+	// senderMax is the most pps the sender managed in a direct run.
+	senderMax float64
+	// quietLeft is what is left of the time to wait for a quiet machine.
+	quietLeft time.Duration
 
 	// The current mode's relayd, nil for kernel forwarding.
 	relay     *labrelay.Relay
@@ -91,7 +101,7 @@ func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport
 	if os.Geteuid() != 0 {
 		return nil, errors.New("must run as root (network namespaces, XDP)")
 	}
-	b := &fwdBench{cfg: cfg, log: log}
+	b := &fwdBench{cfg: cfg, log: log, quietLeft: cfg.quietWait}
 	n := cfg.maxFlows()
 	irq, irqKnown := measure.IRQTimeAccounting()
 	var uts unix.Utsname
@@ -219,12 +229,12 @@ func (b *fwdBench) phase(ctx context.Context, rep *fwdReport, m fwdMode, f int) 
 		// or a direct run lost some: on a shared machine that is mostly
 		// another process taking the CPU for a while. Run the step again
 		// once; the first attempt stays in the report, superseded.
-		if over < 0 && !b.cfg.allSteps && disturbed(runs) {
+		if over < 0 && !b.cfg.allSteps && disturbed(runs, b.senderMax) {
 			for i := range runs {
 				runs[i].Superseded = true
 			}
 			rep.Steps = append(rep.Steps, runs...)
-			fmt.Fprintf(b.log, "  %s %d pps: the two runs disagree about loss: running the step again\n", m.Name, rate)
+			fmt.Fprintf(b.log, "  %s %d pps: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, rate)
 			if runs, err = b.step(ctx, m, f, rate, direct, mode, false); err != nil {
 				return err
 			}
@@ -274,6 +284,13 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 	if overload {
 		order = order[1:3]
 	}
+	waited, busy, err := b.quiet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if waited >= 500*time.Millisecond {
+		fmt.Fprintf(b.log, "  waited %.1f s for other processes to leave the CPUs (busy %.2f CPUs before the step)\n", waited.Seconds(), busy)
+	}
 	var runs []fwdStep
 	for _, name := range order {
 		p := mode
@@ -285,6 +302,12 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 			return nil, err
 		}
 		st.Overload = overload
+		if len(runs) == 0 {
+			st.QuietWaitS = waited.Seconds()
+		}
+		if name == "direct" {
+			b.senderMax = max(b.senderMax, st.SentPPS)
+		}
 		runs = append(runs, st)
 	}
 	for i := range runs {
@@ -307,6 +330,42 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 			progText(st.ProgNsPerRun), waitText(st))
 	}
 	return runs, ctx.Err()
+}
+
+// quiet waits until the machine is nearly idle (fwdQuietBusy CPUs over
+// fwdQuietSample, when nothing of the benchmark runs), at most
+// fwdQuietStep and what is left of cfg.quietWait: a shared machine's other
+// processes take CPU from the measured threads and run-queue waits turn
+// into loss. It returns the time waited beyond the first sample and the
+// last busy figure.
+func (b *fwdBench) quiet(ctx context.Context) (time.Duration, float64, error) {
+	if b.quietLeft <= 0 {
+		return 0, 0, nil
+	}
+	start := time.Now()
+	var busy float64
+	for {
+		s0, err := b.sampler.Snapshot(nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		case <-time.After(fwdQuietSample):
+		}
+		s1, err := b.sampler.Snapshot(nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		u := measure.Diff(s0, s1)
+		busy = float64(u.Busy) / float64(u.Elapsed)
+		waited := max(0, time.Since(start)-fwdQuietSample)
+		if busy < fwdQuietBusy || waited >= fwdQuietStep || waited >= b.quietLeft {
+			b.quietLeft -= waited
+			return waited, busy, nil
+		}
+	}
 }
 
 // waitText tells how long the run's threads waited for a CPU, and how busy

@@ -32,16 +32,16 @@ func TestParseFwdbench(t *testing.T) {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	cfg, err = parseFwdbench([]string{"--quick"}, &out)
-	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver {
+	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver || cfg.quietWait != quickQuiet {
 		t.Errorf("--quick: %+v %v", cfg, err)
 	}
 	cfg, err = parseFwdbench([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1",
-		"--step", "500ms", "--overload", "0", "--json"}, &out)
+		"--step", "500ms", "--overload", "0", "--json", "--quiet-wait", "0"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cmp.Equal(cfg.rates, []int{20000, 1000, 150000}) || !cmp.Equal(cfg.flows, []int{10, 100}) || cfg.step != 500*time.Millisecond ||
-		!cfg.json || cfg.overload != 0 || cfg.maxFlows() != 100 {
+		!cfg.json || cfg.overload != 0 || cfg.maxFlows() != 100 || cfg.quietWait != 0 {
 		t.Errorf("got %+v", cfg)
 	}
 	if d := cmp.Diff(modeNames(cfg.modes), []string{"xdp", "aescm-w1", "gcm-w1", "user-w3", "user-w1", "user-w2"}); d != "" {
@@ -186,19 +186,29 @@ relayd_bytes_total{reason="redirect",verdict="forward"} 9e+09
 func TestDisturbed(t *testing.T) {
 	ok := fwdStep{Mode: "user-w1", Sent: 10, Received: 10}
 	bad := fwdStep{Mode: "user-w1", Sent: 10, Received: 5, Lost: 5}
-	d := fwdStep{Mode: "direct", Sent: 10, Received: 10}
+	d := fwdStep{Mode: "direct", Sent: 10, Received: 10, OfferedPPS: 100000}
 	dbad := fwdStep{Mode: "direct", Sent: 10, Received: 9, Lost: 1}
+	dshort := d
+	dshort.SenderLimited = true
+	short := ok
+	short.SenderLimited = true
 	for _, c := range []struct {
-		runs []fwdStep
-		want bool
+		runs      []fwdStep
+		senderMax float64
+		want      bool
 	}{
-		{[]fwdStep{d, ok, ok, d}, false},
-		{[]fwdStep{d, bad, bad, d}, false}, // both lost: the relay's limit
-		{[]fwdStep{d, ok, bad, d}, true},
-		{[]fwdStep{d, ok, ok, dbad}, true},
+		{[]fwdStep{d, ok, ok, d}, 0, false},
+		{[]fwdStep{d, bad, bad, d}, 0, false}, // both lost: the relay's limit
+		{[]fwdStep{d, ok, bad, d}, 0, true},
+		{[]fwdStep{d, ok, ok, dbad}, 0, true},
+		{[]fwdStep{dshort, ok, ok, d}, 200000, true},  // the sender did 200k before
+		{[]fwdStep{dshort, ok, ok, d}, 105000, false}, // near the sender's limit
+		{[]fwdStep{d, ok, short, d}, 0, true},
+		{[]fwdStep{d, short, short, d}, 0, false},
+		{[]fwdStep{ok, short}, 0, true}, // overload steps are never rerun, but the rule holds
 	} {
-		if got := disturbed(c.runs); got != c.want {
-			t.Errorf("disturbed(%v) = %v, want %v", c.runs, got, c.want)
+		if got := disturbed(c.runs, c.senderMax); got != c.want {
+			t.Errorf("disturbed(%v, %.0f) = %v, want %v", c.runs, c.senderMax, got, c.want)
 		}
 	}
 }
