@@ -65,7 +65,8 @@ type genThread struct {
 	streams []*genStream
 	slots   []genSlot
 	batch   []mmsghdr
-	fds     []int // per batch entry (udp transport)
+	fds     []int  // per batch entry (udp transport)
+	isRTCP  []bool // per batch entry
 	fd      int   // raw or shared socket
 	xsk     *xdpSock
 	enc     *srtpflow.Encrypter
@@ -249,6 +250,7 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 		}
 		th.batch = make([]mmsghdr, n)
 		th.fds = make([]int, n)
+		th.isRTCP = make([]bool, n)
 		g.threads = append(g.threads, th)
 	}
 
@@ -612,10 +614,10 @@ func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl 
 		if !g.buildRTP(th, gs) {
 			continue
 		}
-		th.batch[n], th.fds[n] = gs.msg, gs.fd
+		th.batch[n], th.fds[n], th.isRTCP[n] = gs.msg, gs.fd, false
 		n++
 		if gs.rtcpFrame != nil && g.rtcpDue(gs) && g.buildRTCP(th, gs) {
-			th.batch[n], th.fds[n] = gs.rtcpMsg, gs.rfd
+			th.batch[n], th.fds[n], th.isRTCP[n] = gs.rtcpMsg, gs.rfd, true
 			n++
 		}
 	}
@@ -623,7 +625,7 @@ func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl 
 	if n == 0 {
 		return 0
 	}
-	return g.flush(th, th.batch[:n], th.fds[:n])
+	return g.flush(th, th.batch[:n], th.fds[:n], th.isRTCP[:n])
 }
 
 // advanceCall starts and ends the calls of gs's channel at time t and
@@ -736,7 +738,6 @@ func (g *generator) buildRTCP(th *genThread, gs *genStream) bool {
 	if g.raw {
 		setUDPChecksum(gs.rtcpFrame, off, n, gs.rsum0)
 	}
-	th.res.rtcp++
 	return true
 }
 
@@ -748,41 +749,45 @@ func ntpTime(t time.Time) uint64 {
 	return s<<32 | f
 }
 
-// flush sends a slot's batch: one sendmmsg on the raw or shared socket,
-// else one per message on each stream's socket. A message that fails is
-// counted and skipped.
-func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int) uint64 {
+// flush sends a slot's batch: one sendmmsg on the raw or shared socket (or
+// the AF_XDP ring), else one per message on each stream's socket. A
+// message that fails is counted and skipped. It returns the RTP packets
+// sent.
+func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) uint64 {
 	var rtpSent uint64
-	count := func(ms []mmsghdr) {
-		for i := range ms {
-			th.res.packets++
-			th.res.bytes += uint64(int(ms[i].n) - g.hdrLen)
+	count := func(i int, n uint32) {
+		if rtcp[i] {
+			th.res.rtcp++
+			return
 		}
+		th.res.packets++
+		th.res.bytes += uint64(int(n) - g.hdrLen)
+		rtpSent++
 	}
-	if th.xsk != nil {
-		n, b := th.xsk.send(ms)
-		th.res.packets += uint64(n)
-		th.res.bytes += b - uint64(n*g.hdrLen)
+	switch {
+	case th.xsk != nil:
+		n, _ := th.xsk.send(ms)
+		for i := range n {
+			count(i, uint32(ms[i].hdr.Iov.Len))
+		}
 		th.res.errors += uint64(len(ms) - n)
-		return uint64(n)
-	}
-	if th.fd >= 0 {
-		for len(ms) > 0 {
-			n, err := sendmmsg(th.fd, ms)
-			count(ms[:n])
-			rtpSent += uint64(n)
-			ms = ms[n:]
-			if err != nil && len(ms) > 0 {
+	case th.fd >= 0:
+		for off := 0; off < len(ms); {
+			n, err := sendmmsg(th.fd, ms[off:])
+			for i := off; i < off+n; i++ {
+				count(i, ms[i].n)
+			}
+			off += n
+			if err != nil && off < len(ms) {
 				th.res.errors++
-				ms = ms[1:]
+				off++
 			}
 		}
-	} else {
+	default:
 		for i := range ms {
 			n, _ := sendmmsg(fds[i], ms[i:i+1])
 			if n == 1 {
-				count(ms[i : i+1])
-				rtpSent++
+				count(i, ms[i].n)
 			} else {
 				th.res.errors++
 			}

@@ -150,7 +150,11 @@ func TestLabTshark(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond)
 			const n = 10
-			res, rep := labStreams(t, l, n, 2*time.Second, append([]string{"--codec", tc.codec}, tc.args...), nil)
+			dur := 2 * time.Second
+			if tc.codec == "pcma" {
+				dur = 3 * time.Second // the first RTCP SR leaves after 2.5 s
+			}
+			res, rep := labStreams(t, l, n, dur, append([]string{"--codec", tc.codec}, tc.args...), nil)
 			if rep.Totals.Lost != 0 {
 				t.Fatalf("lost %d", rep.Totals.Lost)
 			}
@@ -178,6 +182,33 @@ func TestLabTshark(t *testing.T) {
 				t.Errorf("tshark counts %d RTP packets, voipgen sent %d (%d per stream)", total, res.Packets, wantPkts)
 			}
 			t.Logf("tshark: %d streams, %d packets, payload %s", len(streams), total, tc.payload)
+			if res.RTCP > 0 {
+				// Every SR decodes as RTCP (decode-as for the odd ports),
+				// with the SSRC of an RTP stream and its SDES CNAME.
+				args := []string{"-r", capFile, "-Y", "rtcp.pt == 200", "-T", "fields", "-e", "rtcp.senderssrc", "-e", "rtcp.sdes.text"}
+				for i := 0; i < n; i++ {
+					args = append(args, "-d", fmt.Sprintf("udp.port==%d,rtcp", 40001+2*i))
+				}
+				out, err := exec.Command("tshark", args...).Output() // stderr warns about running as root
+				if err != nil {
+					t.Fatalf("tshark: %v\n%s", err, out)
+				}
+				lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+				ssrcs := map[string]bool{}
+				for _, s := range streams {
+					ssrcs[strings.ToLower(s.ssrc)] = true
+				}
+				if len(lines) != int(res.RTCP) {
+					t.Fatalf("tshark decodes %d sender reports, voipgen sent %d:\n%s", len(lines), res.RTCP, out)
+				}
+				for _, ln := range lines {
+					f := strings.Fields(ln)
+					if len(f) < 2 || !ssrcs[strings.ToLower(f[0])] || !strings.HasPrefix(f[1], "voipgen-") {
+						t.Errorf("sender report %q: want an RTP stream's SSRC and a voipgen CNAME", ln)
+					}
+				}
+				t.Logf("tshark: %d RTCP sender reports with SDES CNAME", len(lines))
+			}
 		})
 	}
 }
