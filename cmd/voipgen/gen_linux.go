@@ -67,7 +67,7 @@ type genThread struct {
 	batch   []mmsghdr
 	fds     []int  // per batch entry (udp transport)
 	isRTCP  []bool // per batch entry
-	fd      int   // raw or shared socket
+	fd      int    // raw or shared socket
 	xsk     *xdpSock
 	enc     *srtpflow.Encrypter
 	rng     *rand.Rand
