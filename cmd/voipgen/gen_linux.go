@@ -84,6 +84,7 @@ type genSlot struct {
 type genThreadResult struct {
 	packets, bytes, errors, rtcp, calls, srtpErrors uint64
 	cpu                                             time.Duration
+	rtErr                                           error // --rt-priority refused
 }
 
 // generator sends the streams of a genConfig.
@@ -519,6 +520,7 @@ type genResult struct {
 	LateMaxus  float64 `json:"late_max_us"`
 	CPUs       float64 `json:"sender_cpu_s"` // CPU time of the sender threads
 	CPUPerPkUs float64 `json:"sender_cpu_per_packet_us"`
+	RTError    string  `json:"rt_priority_error,omitempty"`
 	Transport  string  `json:"transport"`
 	Threads    int     `json:"threads"`
 }
@@ -544,6 +546,9 @@ func (g *generator) run(ctx context.Context) genResult {
 		res.Calls += r.calls
 		cpu += r.cpu
 		late.merge(&th.late)
+		if r.rtErr != nil {
+			res.RTError = r.rtErr.Error()
+		}
 	}
 	if res.Elapsed > 0 {
 		res.PPS = float64(res.Packets) / res.Elapsed
@@ -574,7 +579,16 @@ func threadCPU() time.Duration {
 
 func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
 	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if p := g.cfg.rtPriority; p > 0 {
+		// A real-time thread keeps its schedule on a busy machine. It is
+		// never unlocked: the runtime ends it with this goroutine rather
+		// than hand its priority to other goroutines.
+		if err := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: uint32(p)}, 0); err != nil {
+			th.res.rtErr = err
+		}
+	} else {
+		defer runtime.UnlockOSThread()
+	}
 	if g.cfg.pin && runtime.NumCPU() > 1 {
 		var set unix.CPUSet
 		set.Set(th.id % runtime.NumCPU())
@@ -779,6 +793,13 @@ func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) u
 			}
 			off += n
 			if err != nil && off < len(ms) {
+				// No route (a link is down): the rest of the slot would
+				// fail the same way, one syscall each, and make the
+				// sender late for the next slots. Count them all.
+				if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETDOWN) {
+					th.res.errors += uint64(len(ms) - off)
+					break
+				}
 				th.res.errors++
 				off++
 			}

@@ -134,6 +134,7 @@ type genConfig struct {
 	slot       time.Duration // width of a sending time slot
 	dscp       int
 	pin        bool // pin sender threads to CPUs
+	rtPriority int  // SCHED_FIFO priority of the sender threads; 0: normal
 	json       bool
 	progress   bool // live one-line progress on stderr
 	grace      time.Duration
@@ -198,6 +199,7 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	fs.DurationVar(&cfg.slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
 	fs.IntVar(&cfg.dscp, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
 	fs.BoolVar(&cfg.pin, "pin", false, "pin each sender thread to a CPU (default: when --threads > 1)")
+	fs.IntVar(&cfg.rtPriority, "rt-priority", 0, "run sender threads SCHED_FIFO at this priority (1-99; root): pacing on a busy machine")
 	fs.BoolVar(&cfg.json, "json", false, "print machine-readable JSON")
 	fs.DurationVar(&cfg.grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
 	fs.Float64Var(&cfg.emodel.delayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
@@ -297,6 +299,8 @@ func (c *genConfig) validate() error {
 		return fmt.Errorf("--threads %d: want 1 to 256", c.threads)
 	case c.slot < time.Microsecond || c.slot > c.ptime:
 		return fmt.Errorf("--slot %v: want 1us up to the ptime", c.slot)
+	case c.rtPriority < 0 || c.rtPriority > 99:
+		return fmt.Errorf("--rt-priority %d: want 0 to 99", c.rtPriority)
 	case c.dscp < 0 || c.dscp > 63:
 		return fmt.Errorf("--dscp %d: want 0 to 63", c.dscp)
 	}
