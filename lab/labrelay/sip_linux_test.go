@@ -458,3 +458,108 @@ fsync_interval = "100ms"
 		t.Errorf("attempts answered metric %v, %v", v, err)
 	}
 }
+
+// uasByeScenario answers, and hangs up itself after 2.5 s.
+const uasByeScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="uas that hangs up">
+  <recv request="INVITE" crlf="true">
+    <action>
+      <ereg regexp=".*" search_in="hdr" header="From:" check_it="true" assign_to="remote_from"/>
+      <ereg regexp="sip:[^>;]*" search_in="hdr" header="Contact:" check_it="true" assign_to="remote_contact"/>
+    </action>
+  </recv>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:callee@[local_ip]:[local_port]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+]]></send>
+  <recv request="ACK" crlf="true"/>
+  <pause milliseconds="2500"/>
+  <send retrans="500"><![CDATA[
+BYE [$remote_contact] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: <sip:callee@[local_ip]:[local_port]>;tag=[pid]SIPpTag01[call_number]
+To: [$remote_from]
+Call-ID: [call_id]
+CSeq: 2 BYE
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200" crlf="true"/>
+  <Reference variables="remote_from,remote_contact"/>
+</scenario>
+`
+
+// TestSIPByeFromCallee: the callee hangs up; the caller gets the BYE.
+func TestSIPByeFromCallee(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	_, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5060")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	uasDone := make(chan map[string]string, 1)
+	go func() {
+		scen := writeScenario(t, "uasbye.xml", uasByeScenario)
+		st, out := runSIPp(t, ctx, l.Callee, "-sf", scen, "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+		if st == nil || st["SuccessfulCall(C)"] != "1" {
+			t.Errorf("sipp uas: %v\n%s", st, out)
+		}
+		uasDone <- st
+	}()
+	time.Sleep(500 * time.Millisecond)
+	// The caller streams, then waits for the BYE instead of sending one.
+	uac := strings.Replace(fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)), `  <pause milliseconds="2500"/>
+  <send retrans="500"><![CDATA[
+BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 2 BYE
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200" crlf="true"/>`, `  <recv request="BYE"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>`, 1)
+	if !strings.Contains(uac, `<recv request="BYE"/>`) {
+		t.Fatal("scenario not rewritten")
+	}
+	scen := writeScenario(t, "uacwait.xml", uac)
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	if st == nil || st["SuccessfulCall(C)"] != "1" {
+		t.Fatalf("sipp uac: %v\n%s", st, out)
+	}
+	<-uasDone
+	cdrs := readCDRs(t, cdrPath, 1)
+	if len(cdrs) != 1 || cdrs[0].Reason != "callee hung up" || cdrs[0].Media[callpkg.A].Packets < 80 {
+		t.Errorf("CDRs %+v", cdrs)
+	}
+}
