@@ -68,8 +68,8 @@ func TestParseSIP(t *testing.T) {
 func TestParseSIPErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, key string
-		line          int
-		msg           string
+		line           int
+		msg            string
 	}{
 		{"listen", "[sip]\nlisten = [\"sctp:1.2.3.4:5060\"]\n", "sip.listen", 2, "want udp:ADDR:PORT"},
 		{"route regexp", "[[route]]\nname = \"a\"\nmatch = \"(\"\ndestinations = [\"sip:198.18.2.2\"]\n", "route[0].match", 3, "not a regular expression"},

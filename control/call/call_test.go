@@ -245,7 +245,9 @@ func TestMediaSRTPUserspace(t *testing.T) {
 	}
 	// Same keys again: no update.
 	updates := us.Calls("Update")
-	c.Media.Edit(0, func(st *Stream) { st.Ends[A].Recv = &sdes.Crypto{Tag: 1, Suite: callerKey.Suite, Key: callerKey.Key, Salt: callerKey.Salt} })
+	c.Media.Edit(0, func(st *Stream) {
+		st.Ends[A].Recv = &sdes.Crypto{Tag: 1, Suite: callerKey.Suite, Key: callerKey.Key, Salt: callerKey.Salt}
+	})
 	if err := c.Media.Sync(); err != nil || us.Calls("Update") != updates {
 		t.Errorf("equal keys re-synced: %v, %d updates", err, us.Calls("Update")-updates)
 	}

@@ -42,7 +42,9 @@ type Rejected struct {
 	Reason string
 }
 
-func (r *Rejected) Error() string { return fmt.Sprintf("rejected by route server: %d %s", r.Code, r.Reason) }
+func (r *Rejected) Error() string {
+	return fmt.Sprintf("rejected by route server: %d %s", r.Code, r.Reason)
+}
 
 // Policy is the SRTP policy toward a destination.
 type Policy string

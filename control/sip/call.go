@@ -30,7 +30,6 @@ const (
 
 var (
 	errCallerCanceled = errors.New("caller canceled")
-	errTerminated     = errors.New("call terminated by relayd")
 )
 
 // b2bCall is one call through the B2BUA.
@@ -42,7 +41,7 @@ type b2bCall struct {
 	a     *sipgo.DialogServerSession // leg A, relayd is UAS
 	aUA   *sipgo.DialogUA
 	aTx   sip.ServerTransaction // the INVITE's
-	relay [2]netip.Addr // relay media address per leg
+	relay [2]netip.Addr         // relay media address per leg
 
 	// aID and bID are the dialog IDs; written under s.mu.
 	aID, bID string
@@ -67,6 +66,7 @@ type b2bCall struct {
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.byCall[bc.c.ID] = bc
 	if side == call.A {
 		bc.aID = id
 	} else {
@@ -283,10 +283,7 @@ func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
 		return
 	}
 	s := bc.s
-	s.mu.Lock()
-	aID, bID := bc.aID, bc.bID
-	s.mu.Unlock()
-	s.unregister(aID, bID)
+	s.unregister(bc)
 	s.cfg.Calls.Remove(bc.c)
 	s.metrics.callEnded(d, answered)
 	info := bc.c.Info()
@@ -334,7 +331,6 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		if err != nil {
 			res := refusal(err)
 			bc.log.Info("call refused", zap.Int("code", res.code), zap.Error(err))
-			s.metrics.attempt(0)
 			return res
 		}
 	}

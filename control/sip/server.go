@@ -102,8 +102,9 @@ type Server struct {
 
 	wg sync.WaitGroup // call goroutines
 
-	mu       sync.Mutex // guards the following
-	byDialog map[string]*b2bCall
+	mu       sync.Mutex          // guards the following
+	byDialog map[string]*b2bCall // by leg A's and leg B's dialog IDs
+	byCall   map[string]*b2bCall // by call ID
 	closing  bool
 }
 
@@ -144,6 +145,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		peers:    peers,
 		loops:    newBranchSet(),
 		byDialog: make(map[string]*b2bCall),
+		byCall:   make(map[string]*b2bCall),
 	}
 	s.metrics.active = cfg.Calls.Len
 	if cfg.RateLimit > 0 {
@@ -317,12 +319,12 @@ func (s *Server) sweep(ctx context.Context) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	calls := make(map[*b2bCall]bool)
-	for _, bc := range s.byDialog {
-		calls[bc] = true
+	calls := make([]*b2bCall, 0, len(s.byCall))
+	for _, bc := range s.byCall {
+		calls = append(calls, bc)
 	}
 	s.mu.Unlock()
-	for bc := range calls {
+	for _, bc := range calls {
 		go bc.terminate(call.Shutdown, 0, "relayd stopping")
 	}
 	done := make(chan struct{})
@@ -342,20 +344,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) register(id string, bc *b2bCall) {
+func (s *Server) unregister(bc *b2bCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byDialog[id] = bc
-}
-
-func (s *Server) unregister(ids ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range ids {
-		if id != "" {
+	for _, id := range []string{bc.aID, bc.bID} {
+		if id != "" && s.byDialog[id] == bc {
 			delete(s.byDialog, id)
 		}
 	}
+	delete(s.byCall, bc.c.ID)
 }
 
 // lookup finds the call and leg an in-dialog request belongs to.
@@ -378,12 +375,7 @@ func (s *Server) lookup(req *sip.Request) (*b2bCall, call.Side) {
 func (s *Server) lookupCall(id string) *b2bCall {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, bc := range s.byDialog {
-		if bc.c.ID == id {
-			return bc
-		}
-	}
-	return nil
+	return s.byCall[id]
 }
 
 func respond(tx sip.ServerTransaction, req *sip.Request, code int, reason string, headers ...sip.Header) {
@@ -471,7 +463,7 @@ func (s *Server) checkInvite(req *sip.Request, tx sip.ServerTransaction, src net
 		respond(tx, req, 416, "Unsupported URI Scheme")
 		return false
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() <= 1 {
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
 		respond(tx, req, sip.StatusTooManyHops, "Too Many Hops")
 		return false
 	}

@@ -67,7 +67,6 @@ type callee struct {
 	mu       sync.Mutex
 	invites  []*sip.Request
 	byes     int
-	canceled int
 	behave   func(d *sipgo.DialogServerSession, req *sip.Request) // nil: answer at once
 	reinvite func(req *sip.Request, tx sip.ServerTransaction)
 	acked    chan []byte // ACK bodies, when set
@@ -136,6 +135,7 @@ func newCallee(t *testing.T) *callee {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
+	//lint:ignore SA1029 sipgo's own key type
 	go srv.ListenAndServe(context.WithValue(ctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "udp", ce.addr)
 	<-ready
 	t.Cleanup(func() { cancel(); ua.Close() })
@@ -263,6 +263,7 @@ func newHarness(t *testing.T, o opts) *harness {
 	})
 	cctx, ccancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
+	//lint:ignore SA1029 sipgo's own key type
 	go srv.ListenAndServe(context.WithValue(cctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "udp", fmt.Sprintf("127.0.0.1:%d", h.cport))
 	<-ready
 	t.Cleanup(func() { ccancel(); ua.Close() })
