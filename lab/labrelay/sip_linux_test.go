@@ -563,3 +563,134 @@ Content-Length: 0
 		t.Errorf("CDRs %+v", cdrs)
 	}
 }
+
+// uacCancelScenario rings and cancels.
+const uacCancelScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="uac that cancels">
+  <send retrans="500"><![CDATA[
+INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+]]></send>
+  <recv response="100" optional="true"/>
+  <recv response="180"/>
+  <pause milliseconds="300"/>
+  <send retrans="500"><![CDATA[
+CANCEL sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+[last_Via:]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 CANCEL
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <recv response="200"/>
+  <recv response="487"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+[last_Via:]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+[last_To:]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+</scenario>
+`
+
+// uasRingScenario rings until the INVITE is canceled.
+const uasRingScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="uas that rings">
+  <recv request="INVITE">
+    <action>
+      <ereg regexp="[0-9]+" search_in="hdr" header="CSeq:" check_it="true" assign_to="icseq"/>
+    </action>
+  </recv>
+  <send><![CDATA[
+SIP/2.0 180 Ringing
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:callee@[local_ip]:[local_port]>
+Content-Length: 0
+
+]]></send>
+  <recv request="CANCEL"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <send><![CDATA[
+SIP/2.0 487 Request Terminated
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]SIPpTag01[call_number]
+[last_Call-ID:]
+CSeq: [$icseq] INVITE
+Content-Length: 0
+
+]]></send>
+  <recv request="ACK"/>
+  <Reference variables="icseq"/>
+</scenario>
+`
+
+// TestSIPCancel: the caller cancels while the callee rings; the CANCEL
+// reaches the callee and the CDR says canceled.
+func TestSIPCancel(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	r, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5060")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	uasDone := make(chan struct{})
+	go func() {
+		defer close(uasDone)
+		st, out := runSIPp(t, ctx, l.Callee, "-sf", writeScenario(t, "ring.xml", uasRingScenario), "-i", uas, "-p", "5060", "-m", "1")
+		if st == nil || st["SuccessfulCall(C)"] != "1" {
+			t.Errorf("sipp uas (rings, gets CANCEL): %v\n%s", st, out)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", writeScenario(t, "cancel.xml", uacCancelScenario), "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	if st == nil || st["SuccessfulCall(C)"] != "1" {
+		t.Fatalf("sipp uac (cancels): %v\n%s", st, out)
+	}
+	<-uasDone
+	cdrs := readCDRs(t, cdrPath, 1)
+	if len(cdrs) != 1 || cdrs[0].Disposition != callpkg.Canceled || cdrs[0].Code != 487 {
+		t.Errorf("CDRs %+v", cdrs)
+	}
+	if v, err := r.Metric("relayd_calls_active"); err != nil || v != 0 {
+		t.Errorf("calls active %v, %v", v, err)
+	}
+}
