@@ -694,3 +694,132 @@ func TestSIPCancel(t *testing.T) {
 		t.Errorf("calls active %v, %v", v, err)
 	}
 }
+
+// reinvite is a re-INVITE from the SIPp caller with direction dir and
+// CSeq n, answered and ACKed.
+func reinvite(n int, dir string) string {
+	return fmt.Sprintf(`  <send retrans="500"><![CDATA[
+INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: %[1]d INVITE
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=user1 53655765 %[1]d IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+a=%[2]s
+]]></send>
+  <recv response="100" optional="true"/>
+  <recv response="200"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: %[1]d ACK
+Contact: sip:sipp@[local_ip]:[local_port]
+Max-Forwards: 70
+Content-Length: 0
+
+]]></send>
+  <pause milliseconds="500"/>
+`, n, dir)
+}
+
+// uasAnswer is the callee's 200 with SDP of direction dir to the last
+// request.
+func uasAnswer(dir, totag string) string {
+	return fmt.Sprintf(`  <send retrans="500"><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]%s
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:callee@[local_ip]:[local_port]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+a=%s
+]]></send>
+`, totag, dir)
+}
+
+// TestSIPHoldResume: the caller holds (sendonly) and resumes (sendrecv)
+// by re-INVITE; each reaches the callee rewritten, the call goes on.
+func TestSIPHoldResume(t *testing.T) {
+	needSIPp(t)
+	l := lab.NewT(t)
+	uas := l.CalleeAddr4.String()
+	_, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5060")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	uasScen := `<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="uas with hold and resume">
+  <recv request="INVITE" crlf="true"/>
+` + uasAnswer("sendrecv", ";tag=[pid]SIPpTag01[call_number]") + `  <recv request="ACK"/>
+  <recv request="INVITE">
+    <action><ereg regexp="a=sendonly" search_in="body" check_it="true" assign_to="hold"/></action>
+  </recv>
+` + uasAnswer("recvonly", "") + `  <recv request="ACK"/>
+  <recv request="INVITE">
+    <action><ereg regexp="a=sendrecv" search_in="body" check_it="true" assign_to="resume"/></action>
+  </recv>
+` + uasAnswer("sendrecv", "") + `  <recv request="ACK"/>
+  <recv request="BYE"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>
+  <Reference variables="hold,resume"/>
+</scenario>
+`
+	uasDone := make(chan struct{})
+	go func() {
+		defer close(uasDone)
+		st, out := runSIPp(t, ctx, l.Callee, "-sf", writeScenario(t, "uashold.xml", uasScen), "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+		if st == nil || st["SuccessfulCall(C)"] != "1" {
+			t.Errorf("sipp uas: %v\n%s", st, out)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+	uac := strings.Replace(fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)), `  <pause milliseconds="2500"/>
+`, `  <pause milliseconds="500"/>
+`+reinvite(2, "sendonly")+reinvite(3, "sendrecv")+`  <pause milliseconds="1500"/>
+`, 1)
+	uac = strings.Replace(uac, "CSeq: 2 BYE", "CSeq: 4 BYE", 1)
+	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", writeScenario(t, "uachold.xml", uac), "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	if st == nil || st["SuccessfulCall(C)"] != "1" {
+		t.Fatalf("sipp uac: %v\n%s", st, out)
+	}
+	<-uasDone
+	cdrs := readCDRs(t, cdrPath, 1)
+	if len(cdrs) != 1 || cdrs[0].Disposition != callpkg.Answered || cdrs[0].Media[callpkg.A].Packets < 80 || cdrs[0].Media[callpkg.B].Packets < 80 {
+		t.Errorf("CDRs %+v", cdrs)
+	}
+}
