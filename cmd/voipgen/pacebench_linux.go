@@ -41,6 +41,7 @@ type pacebenchConfig struct {
 	duration time.Duration
 	rate     float64
 	json     bool
+	rt       int // SCHED_FIFO priority for both senders (voipgen threads, SIPp via chrt); 0: normal
 }
 
 func parsePacebench(args []string, out io.Writer) (pacebenchConfig, error) {
@@ -52,6 +53,7 @@ func parsePacebench(args []string, out io.Writer) (pacebenchConfig, error) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "media time per call")
 	fs.Float64Var(&c.rate, "rate", 500, "SIPp call rate (calls per second) while setting up")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
+	fs.IntVar(&c.rt, "rt-priority", 0, "run both senders SCHED_FIFO at this priority (voipgen --rt-priority, SIPp under chrt -f)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -61,6 +63,9 @@ func parsePacebench(args []string, out io.Writer) (pacebenchConfig, error) {
 			return c, fmt.Errorf("--calls %q: want numbers 1 to 10000", *calls)
 		}
 		c.calls = append(c.calls, n)
+	}
+	if c.rt < 0 || c.rt > 99 {
+		return c, errors.New("--rt-priority: want 0 to 99")
 	}
 	if c.duration < time.Second || c.rate <= 0 {
 		return c, errors.New("--duration must be at least 1s and --rate positive")
@@ -141,7 +146,7 @@ func pacebench(ctx context.Context, cfg pacebenchConfig, progress io.Writer) ([]
 			break
 		}
 		fmt.Fprintf(progress, "pacebench: %d calls with voipgen send\n", n)
-		r, err := pacebenchVoipgen(ctx, l, n, cfg.duration)
+		r, err := pacebenchVoipgen(ctx, l, n, cfg.duration, cfg.rt)
 		if err != nil {
 			return rows, err
 		}
@@ -173,7 +178,7 @@ func rowOf(sender string, n int, rep recvReport) pacebenchRow {
 		MaxGapMs: t.MaxGapDist, JitterMs: t.JitterDist}
 }
 
-func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration) (pacebenchRow, error) {
+func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration, rt int) (pacebenchRow, error) {
 	eps := make([]netip.AddrPort, n)
 	for i := range eps {
 		eps[i] = netip.AddrPortFrom(l.CalleeAddr4, uint16(40000+2*i))
@@ -185,7 +190,7 @@ func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration)
 	cfg := genConfig{
 		dst: endpoints{lo: l.CalleeAddr4, n: 1, port: 40000}, src: endpoints{lo: l.CallerAddr4, n: 1, port: 20000},
 		streams: n, codec: codecs["pcmu"], ptime: 20 * time.Millisecond, duration: dur, threads: 1, transport: "raw",
-		slot: time.Millisecond, dscp: 46,
+		slot: time.Millisecond, dscp: 46, rtPriority: rt,
 	}
 	var g *generator
 	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
@@ -226,9 +231,13 @@ func pacebenchSIPp(ctx context.Context, l *lab.Lab, dir string, n int, cfg paceb
 	}
 	defer func() { _ = uas.Process.Kill(); _ = uas.Wait() }()
 	time.Sleep(500 * time.Millisecond)
-	uac := l.Caller.CommandContext(sctx, "sipp", "-sf", filepath.Join(dir, "uac_rtp.xml"), l.CalleeAddr4.String()+":5060",
+	uacArgs := []string{"sipp", "-sf", filepath.Join(dir, "uac_rtp.xml"), l.CalleeAddr4.String() + ":5060",
 		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
-		"-r", strconv.Itoa(int(math.Ceil(cfg.rate))), "-nostdin", "-max_socket", strconv.Itoa(4*n+100))
+		"-r", strconv.Itoa(int(math.Ceil(cfg.rate))), "-nostdin", "-max_socket", strconv.Itoa(4*n + 100)}
+	if cfg.rt > 0 {
+		uacArgs = append([]string{"chrt", "-f", strconv.Itoa(cfg.rt)}, uacArgs...)
+	}
+	uac := l.Caller.CommandContext(sctx, uacArgs[0], uacArgs[1:]...)
 	uac.Stdout, uac.Stderr = uacOut, uacOut
 	uacErr := uac.Run()
 	time.Sleep(300 * time.Millisecond)
