@@ -4,6 +4,7 @@
 //	voipgen recv --listen ADDR:PORT-PORT --duration 12s [--json]
 //	voipgen call --sip ADDR:PORT --target sip:USER@HOST:PORT --calls N --rate R
 //	voipgen answer --sip ADDR:PORT --personality answer|ring|reject:CODE|silent
+//	voipgen bench [--calls 250,500,...] [--with-rtpengine] [--out DIR] [--json]
 //
 // Subcommands use the standard flag package, one FlagSet each: it accepts
 // --flag as well as -flag, needs no dependency, and the few flags here do not
@@ -27,6 +28,7 @@ commands:
   answer answer SIP calls (or ring, reject, stay silent) with RTP both ways
   pacebench  lab benchmark: pacing of voipgen send vs SIPp rtp_stream at 1,000 and 2,000 calls (root)
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
+  bench  lab comparison: relayd XDP vs userspace vs SRTP (and rtpengine) over concurrent calls: CPU, loss, table and plots (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
 
 Run "voipgen <command> -h" for the flags of a command.
@@ -53,6 +55,8 @@ func main() {
 		err = runPacebench(ctx, os.Args[2:], os.Stdout)
 	case "fwdbench":
 		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
+	case "bench":
+		err = runBench(ctx, os.Args[2:], os.Stdout)
 	case "demo":
 		err = runDemo(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":

@@ -1,0 +1,496 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const benchHelp = `usage: voipgen bench [flags]   (as root)
+
+The comparison: relayd's XDP data plane against its userspace workers (and
+SRTP terminated on one leg), optionally against Debian's rtpengine, on the
+same calls in one run. It builds a lab of network namespaces (caller, relay,
+callee), and for each relay in turn:
+
+ 1. SIP calls with media (--sip-calls; 0 skips): voipgen call in the caller
+    namespace -> relayd's B2BUA (dataplane xdp or userspace) -> voipgen
+    answer in the callee namespace, one G.711 20 ms stream both ways per
+    call: call setup, loss, jitter and the largest gap of real calls.
+    (srtp and rtpengine: no SIP phase; see below.)
+ 2. The CPU sweep over concurrent calls (--calls): each call's media is two
+    flows of G.711 20 ms (50 pps each, 100 pps per call, 172-byte RTP),
+    installed as static flows through relayd's admin API (rtpengine: set up
+    over its ng protocol, offer and answer, one ng call per flow), sent from
+    the caller namespace through the relay to the callee namespace by
+    fwdbench's paced sender and counted by its sink. Both flows of a call
+    cross the relay from caller to callee. A relay stops at its first step
+    with loss, or when the sender cannot offer more.
+
+Why static flows for the sweep: the CPU figures need a baseline run of the
+same packets without the relay (direct over an extra veth pair), which SIP
+calls through a B2BUA cannot have, and voipgen call runs one socket and
+goroutine per call, whose own cost would swamp the relay's at thousands of
+calls on 2 CPUs. Every row of the table says which it is ("media").
+
+CPU methods (each figure says which one it is): "tasks" is the run time of
+every thread involved (voipgen's sender, sink and runtime, relayd or
+rtpengine, ksoftirqd/N) from /proc/PID/task/TID/schedstat; on veth, XDP and
+socket delivery run in the sending thread's softirq, so they are in it.
+"idle" is whole-machine busy time from per-CPU idle in /proc/stat. Both are
+taken minus the mean of two direct runs of the same load around the relay's
+two runs (direct, relay, relay, direct), per packet sent. CPU % is that cost
+times the packet rate over all CPUs of the machine. Calls per GHz: a call is
+100 pps, a GHz is the CPU clock from /proc/cpuinfo. Cost per port: the
+server price over the calls the whole machine would carry at 100% CPU
+(projected from the ns per packet), and over the highest zero-loss call
+count measured here.
+
+Modes (--modes): xdp, userspace (workers = one per CPU), srtp (userspace,
+AES_CM_128_HMAC_SHA1_80 decrypted on the caller leg: the sender encrypts,
+relayd decrypts and sends plain RTP); --with-rtpengine adds rtpengine
+(userspace, --table=-1, one thread per CPU).
+
+Writes bench.json, cpu.png/.svg (CPU % vs concurrent calls per relay) and
+nsperpkt.png/.svg (CPU ns per relayed packet) to --out.
+
+flags:
+`
+
+// benchConfig configures voipgen bench.
+type benchConfig struct {
+	calls       []int
+	modes       []string // xdp | userspace | srtp
+	rtpengine   bool
+	sipCalls    int
+	sipDuration time.Duration
+	step        time.Duration
+	quietWait   time.Duration
+	price       float64
+	out         string
+	relayd      string
+	json        bool
+	progress    io.Writer
+}
+
+const (
+	benchPPSPerCall  = 100 // two flows of 50 pps
+	benchMaxCalls    = fwdMaxFlows / 2
+	defaultBenchCall = "250,500,1000,2000,4000,5000"
+)
+
+func parseBench(args []string, out io.Writer) (benchConfig, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
+	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
+	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp")
+	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
+	sipCalls := fs.Int("sip-calls", 200, "SIP calls with media per relayd mode (0: none)")
+	sipDur := fs.Duration("sip-duration", 4*time.Second, "duration of each SIP call")
+	step := fs.Duration("step", time.Second, "duration of each measured run (4 runs per step)")
+	quiet := fs.Duration("quiet-wait", 30*time.Second, "the most time to wait in all for other processes to leave the CPUs (0: never)")
+	price := fs.Float64("server-price", 2000, "server price in USD, for the cost per port")
+	outDir := fs.String("out", "bench-out", "directory for bench.json and the plots")
+	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
+	js := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return benchConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return benchConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c := benchConfig{rtpengine: *rtpe, sipCalls: *sipCalls, sipDuration: *sipDur, step: *step, quietWait: max(0, *quiet),
+		price: *price, out: *outDir, relayd: *relayd, json: *js}
+	var err error
+	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
+		return c, err
+	}
+	slices.Sort(c.calls)
+	c.calls = slices.Compact(c.calls)
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(strings.ToLower(m))
+		switch m {
+		case "xdp", "userspace", "srtp":
+			if !slices.Contains(c.modes, m) {
+				c.modes = append(c.modes, m)
+			}
+		default:
+			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp)", m)
+		}
+	}
+	switch {
+	case c.step < 200*time.Millisecond:
+		return c, fmt.Errorf("--step %v: need at least 200ms", c.step)
+	case c.sipCalls < 0 || c.sipCalls > 5000:
+		return c, fmt.Errorf("--sip-calls %d: want 0-5000", c.sipCalls)
+	case c.sipDuration < time.Second:
+		return c, fmt.Errorf("--sip-duration %v: need at least 1s", c.sipDuration)
+	case c.price <= 0:
+		return c, errors.New("--server-price must be positive")
+	case c.out == "":
+		return c, errors.New("--out must name a directory")
+	}
+	return c, nil
+}
+
+// benchRow is one step of the sweep for one relay: the two relay runs of
+// the step (direct, relay, relay, direct) together.
+type benchRow struct {
+	Relay string `json:"relay"` // xdp | userspace | srtp | rtpengine
+	Calls int    `json:"calls"`
+	// Media is "static flows (admin API)" or "ng calls (offer/answer)":
+	// how the sweep's media was set up (see the help).
+	Media      string  `json:"media"`
+	Flows      int     `json:"flows"`
+	OfferedPPS int     `json:"offered_pps"`
+	SentPPS    float64 `json:"sent_pps"`
+	Sent       uint64  `json:"sent"`
+	Received   uint64  `json:"received"`
+	// Relayed is relayd's counter of packets forwarded in the two runs;
+	// -1 for rtpengine (no such counter read).
+	Relayed int64   `json:"relayed"`
+	Lost    int64   `json:"lost"`
+	LossPct float64 `json:"loss_pct"`
+	// SenderLimited: the sender fell short of the offered rate.
+	SenderLimited bool `json:"sender_limited"`
+	// Comparable: the relay runs and their direct runs carried the same
+	// load, so the CPU figures below mean something.
+	Comparable bool `json:"comparable"`
+	// Relay CPU per packet sent, minus the direct baseline, mean of the
+	// two relay runs: tasks (schedstat) and idle (/proc/stat).
+	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
+	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
+	// CPU %: of all the machine's CPUs, at the step's sent rate.
+	TaskCPUPct float64 `json:"task_cpu_pct"`
+	IdleCPUPct float64 `json:"idle_cpu_pct"`
+	// ProgNsPerRun: XDP program run time per packet (BPF stats), xdp only.
+	ProgNsPerRun float64 `json:"prog_ns_per_run,omitempty"`
+	// Rerun: the step's runs disagreed and it was run again (this row is
+	// the second attempt).
+	Rerun bool `json:"rerun,omitempty"`
+}
+
+func (r benchRow) lossless() bool { return r.Sent > 0 && r.Lost <= 0 }
+
+// benchSIP is the SIP phase of one relayd mode.
+type benchSIP struct {
+	Relay     string  `json:"relay"`
+	Media     string  `json:"media"` // "SIP calls via relayd's B2BUA"
+	Calls     int     `json:"calls"`
+	Succeeded int     `json:"succeeded"`
+	Failed    int     `json:"failed"`
+	DurationS float64 `json:"call_duration_s"`
+	T200P50Ms float64 `json:"t200_p50_ms"`
+	T200MaxMs float64 `json:"t200_max_ms"`
+	// Media both ways, over the two ends' reports.
+	WithMedia   int     `json:"calls_with_media_both_ways"`
+	SentPackets uint64  `json:"sent_packets"`
+	RecvPackets uint64  `json:"received_packets"`
+	Lost        int64   `json:"lost"`
+	JitterP50Ms float64 `json:"jitter_p50_ms"`
+	JitterMaxMs float64 `json:"jitter_max_ms"`
+	MaxGapMs    float64 `json:"max_gap_ms"`
+	// Relayed is relayd's packets forwarded over the phase.
+	Relayed int64  `json:"relayed"`
+	Error   string `json:"error,omitempty"`
+}
+
+// benchSummary is one relay's figures over the sweep.
+type benchSummary struct {
+	Relay string `json:"relay"`
+	// MaxZeroLossCalls is the highest step without loss (0: none).
+	MaxZeroLossCalls int `json:"max_zero_loss_calls"`
+	// FirstLossCalls is the first step with loss (0: none).
+	FirstLossCalls int `json:"first_loss_calls,omitempty"`
+	// Median over the comparable lossless steps, per method.
+	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
+	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
+	Steps        int     `json:"comparable_steps"`
+	// CallsPerGHz from the tasks figure (100 pps per call).
+	CallsPerGHz float64 `json:"calls_per_ghz_tasks"`
+	// ProjectedCalls: the whole machine at 100% (tasks figure).
+	ProjectedCalls float64 `json:"projected_calls_tasks"`
+	// Cost per port: price / projected calls, price / measured max.
+	CostPerPortProjected float64 `json:"cost_per_port_projected_usd"`
+	CostPerPortMeasured  float64 `json:"cost_per_port_measured_usd,omitempty"`
+	ProgNsPerRun         float64 `json:"prog_ns_per_run,omitempty"`
+}
+
+// benchRatio compares two relays' CPU per packet, same run.
+type benchRatio struct {
+	What string  `json:"what"`
+	Task float64 `json:"tasks"`
+	Idle float64 `json:"idle"`
+}
+
+type benchReport struct {
+	Config    map[string]any `json:"config"`
+	SIP       []benchSIP     `json:"sip"`
+	Rows      []benchRow     `json:"rows"`
+	Summaries []benchSummary `json:"summaries"`
+	Ratios    []benchRatio   `json:"ratios"`
+	Notes     []string       `json:"notes,omitempty"`
+	Plots     []string       `json:"plots,omitempty"`
+	// Runs are every measured run of the sweep (fwdbench's records).
+	Runs []fwdStep `json:"runs,omitempty"`
+}
+
+// cpuGHz reads the mean CPU clock from /proc/cpuinfo ("cpu MHz").
+func cpuGHz(r io.Reader) float64 {
+	sc := bufio.NewScanner(r)
+	var sum float64
+	n := 0
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(k) != "cpu MHz" {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+			sum += f
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n) / 1000
+}
+
+// summarizeBench fills the per-relay summaries and the ratios.
+func summarizeBench(rep *benchReport, relays []string, ghz float64, cpus int, price float64) {
+	rep.Summaries, rep.Ratios = nil, nil
+	byRelay := map[string]benchSummary{}
+	for _, name := range relays {
+		s := benchSummary{Relay: name}
+		var task, idle, prog []float64
+		for _, r := range rep.Rows {
+			if r.Relay != name {
+				continue
+			}
+			if r.lossless() && s.FirstLossCalls == 0 {
+				s.MaxZeroLossCalls = max(s.MaxZeroLossCalls, r.Calls)
+			}
+			if !r.lossless() && s.FirstLossCalls == 0 {
+				s.FirstLossCalls = r.Calls
+			}
+			if r.lossless() && r.Comparable {
+				task, idle = append(task, r.TaskNsPerPkt), append(idle, r.IdleNsPerPkt)
+				if r.ProgNsPerRun > 0 {
+					prog = append(prog, r.ProgNsPerRun)
+				}
+			}
+		}
+		s.Steps = len(task)
+		s.TaskNsPerPkt, s.IdleNsPerPkt, s.ProgNsPerRun = finite(median(task)), finite(median(idle)), finite(median(prog))
+		if s.TaskNsPerPkt > 0 && ghz > 0 {
+			s.CallsPerGHz = 1e9 / (s.TaskNsPerPkt * benchPPSPerCall) / ghz
+			s.ProjectedCalls = s.CallsPerGHz * ghz * float64(cpus)
+			s.CostPerPortProjected = price / s.ProjectedCalls
+		}
+		if s.MaxZeroLossCalls > 0 {
+			s.CostPerPortMeasured = price / float64(s.MaxZeroLossCalls)
+		}
+		rep.Summaries = append(rep.Summaries, s)
+		byRelay[name] = s
+	}
+	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"}} {
+		a, okA := byRelay[p[0]]
+		b, okB := byRelay[p[1]]
+		if !okA || !okB || a.TaskNsPerPkt <= 0 || b.TaskNsPerPkt <= 0 {
+			continue
+		}
+		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: a.TaskNsPerPkt / b.TaskNsPerPkt}
+		if a.IdleNsPerPkt > 0 && b.IdleNsPerPkt > 0 {
+			r.Idle = a.IdleNsPerPkt / b.IdleNsPerPkt
+		}
+		rep.Ratios = append(rep.Ratios, r)
+	}
+}
+
+// benchRowFromRuns folds a step's runs (direct, relay, relay, direct) into
+// a row.
+func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
+	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
+	var task, idle, pps, prog []float64
+	relayed := int64(0)
+	for i := range runs {
+		r := &runs[i]
+		if r.Mode == "direct" {
+			continue
+		}
+		row.Sent += r.Sent
+		row.Received += r.Received
+		row.Lost += r.Lost
+		pps = append(pps, r.SentPPS)
+		row.SenderLimited = row.SenderLimited || r.SenderLimited
+		row.Comparable = row.Comparable && r.Comparable
+		if r.Relayed < 0 {
+			relayed = -1
+		} else if relayed >= 0 {
+			relayed += r.Relayed
+		}
+		if r.RelayTaskNsPerPkt != nil {
+			task = append(task, *r.RelayTaskNsPerPkt)
+		}
+		if r.RelayBusyNsPerPkt != nil {
+			idle = append(idle, *r.RelayBusyNsPerPkt)
+		}
+		if r.ProgNsPerRun != nil {
+			prog = append(prog, *r.ProgNsPerRun)
+		}
+	}
+	row.Relayed = relayed
+	row.SentPPS = mean(pps)
+	if row.Sent > 0 {
+		row.LossPct = 100 * float64(row.Lost) / float64(row.Sent)
+	}
+	row.TaskNsPerPkt, row.IdleNsPerPkt, row.ProgNsPerRun = mean(task), mean(idle), mean(prog)
+	if len(task) == 0 {
+		row.Comparable = false
+	}
+	if cpus > 0 {
+		row.TaskCPUPct = 100 * row.TaskNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
+		row.IdleCPUPct = 100 * row.IdleNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
+	}
+	return row
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func (rep *benchReport) writeText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(rep.SIP) > 0 {
+		fmt.Fprintln(w, "SIP calls with media through relayd's B2BUA (caller -> relayd -> answerer), G.711 20 ms both ways:")
+		fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/max ms\tmax gap ms\trelayd relayed\t")
+		for _, s := range rep.SIP {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t%d\t%.2f/%.2f\t%.1f\t%d\t\n", s.Relay, s.Calls, s.Succeeded, s.Failed,
+				s.T200P50Ms, s.SentPackets, s.RecvPackets, s.Lost, s.JitterP50Ms, s.JitterMaxMs, s.MaxGapMs, s.Relayed)
+		}
+		tw.Flush()
+		for _, s := range rep.SIP {
+			if s.Error != "" {
+				fmt.Fprintf(w, "  %s: %s\n", s.Relay, s.Error)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
+	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\t")
+	for _, r := range rep.Rows {
+		rel := "-"
+		if r.Relayed >= 0 {
+			rel = strconv.FormatInt(r.Relayed, 10)
+		}
+		note := ""
+		if !r.Comparable {
+			note = " (not comparable)"
+		}
+		if r.SenderLimited {
+			note += " (sender short)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f%s\t\n", r.Relay, r.Calls, r.Media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, note)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Per relay (medians over comparable zero-loss steps; %v GHz, %v CPUs; server price %v USD):\n",
+		rep.Config["cpu_ghz"], rep.Config["cpus"], rep.Config["server_price_usd"])
+	fmt.Fprintln(tw, "relay\tns/pkt tasks\tns/pkt idle\tcalls/GHz (tasks)\tprojected calls at 100%\tmax zero-loss calls\tUSD/port projected\tUSD/port measured\tXDP program ns\t")
+	for _, s := range rep.Summaries {
+		prog := "-"
+		if s.ProgNsPerRun > 0 {
+			prog = fmt.Sprintf("%.0f", s.ProgNsPerRun)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.3f\t%s\t\n", s.Relay, s.TaskNsPerPkt, s.IdleNsPerPkt, s.CallsPerGHz, s.ProjectedCalls,
+			s.MaxZeroLossCalls, s.CostPerPortProjected, s.CostPerPortMeasured, prog)
+	}
+	tw.Flush()
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w, "\nRatios, same run:")
+		for _, r := range rep.Ratios {
+			idle := "-"
+			if r.Idle > 0 {
+				idle = fmt.Sprintf("%.2f", r.Idle)
+			}
+			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, idle)
+		}
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(rep.Plots) > 0 {
+		fmt.Fprintf(w, "\nplots: %s\n", strings.Join(rep.Plots, ", "))
+	}
+}
+
+// writeOutputs writes bench.json and the plots to cfg.out.
+func (rep *benchReport) writeOutputs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	plots, err := benchPlots(rep, dir)
+	rep.Plots = plots
+	b, jerr := json.MarshalIndent(rep, "", "  ")
+	if jerr != nil {
+		return errors.Join(err, jerr)
+	}
+	return errors.Join(err, os.WriteFile(filepath.Join(dir, "bench.json"), append(b, '\n'), 0o644))
+}
+
+var benchRun func(ctx context.Context, cfg benchConfig) (*benchReport, error)
+
+func runBench(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := parseBench(args, out)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg.progress = os.Stderr
+	if benchRun == nil {
+		return errors.New("bench needs Linux (network namespaces, XDP)")
+	}
+	rep, err := benchRun(ctx, cfg)
+	if rep == nil {
+		return err
+	}
+	err = errors.Join(err, rep.writeOutputs(cfg.out))
+	if cfg.json {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return errors.Join(err, enc.Encode(rep))
+	}
+	rep.writeText(out)
+	return err
+}
+
+// finite returns v, or 0 when it is NaN or infinite (JSON has neither).
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/lab/labrelay"
+	"github.com/relayd/relayd/lab/measure"
+	"github.com/relayd/relayd/lab/rtpengine"
+	"github.com/relayd/relayd/sdes"
+)
+
+func init() { benchRun = runBenchLab }
+
+const (
+	benchMediaStatic = "static flows (admin API)"
+	benchMediaNG     = "ng calls (offer/answer), one per flow"
+	benchSIPPort     = 5060
+	benchCallerSIP   = 5070
+	benchRTPPort     = 20000
+)
+
+// runBenchLab runs voipgen bench: the lab and the traffic ends are
+// fwdbench's (fwdBench.setup), each relay is measured with fwdbench's
+// step (direct, relay, relay, direct) at each call count.
+func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("must run as root (network namespaces, XDP)")
+	}
+	if cfg.rtpengine {
+		if err := rtpengine.Available(""); err != nil {
+			return nil, err
+		}
+	}
+	cpus := runtime.NumCPU()
+	ghz := 0.0
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		ghz = cpuGHz(f)
+		f.Close()
+	}
+	maxCalls := slices.Max(cfg.calls)
+	rates := make([]int, len(cfg.calls))
+	for i, c := range cfg.calls {
+		rates[i] = benchPPSPerCall * c
+	}
+	fc := fwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait}
+	b := &fwdBench{cfg: fc, log: cfg.progress, quietLeft: cfg.quietWait}
+	relays := slices.Clone(cfg.modes)
+	if cfg.rtpengine {
+		relays = append(relays, "rtpengine")
+	}
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	irq, irqKnown := measure.IRQTimeAccounting()
+	rep = &benchReport{Config: map[string]any{
+		"calls": cfg.calls, "relays": relays, "codec": "pcmu", "ptime_ms": 20, "pps_per_call": benchPPSPerCall,
+		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
+		"cpus": cpus, "cpu_ghz": fmt.Sprintf("%.2f", ghz), "kernel": unix.ByteSliceToString(uts.Release[:]), "server_price_usd": cfg.price,
+		"relay_setup": map[string]string{
+			"xdp":       "relayd dataplane.mode = xdp, flows mode xdp",
+			"userspace": fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), flows mode userspace", cpus),
+			"srtp":      "as userspace, caller leg SRTP: flows decrypt AES_CM_128_HMAC_SHA1_80 (a key per flow), plain RTP to the callee; the sender encrypts, in the direct runs too",
+			"rtpengine": "Debian's rtpengine, userspace (--table=-1), one thread per CPU, ng offer/answer per flow, deleted at the end",
+		},
+		"cpu_methods": map[string]string{
+			"tasks":   "schedstat run time of voipgen (sender, sink, runtime), the relay process (relayd or rtpengine) and ksoftirqd/N, per packet sent, relay runs minus the mean of the two direct runs",
+			"idle":    "whole machine: CPUs x elapsed - idle - iowait - steal from /proc/stat (10 ms ticks), per packet sent, relay runs minus direct runs",
+			"cpu_pct": "ns per packet x sent packets per second / (CPUs x 1e9)",
+		},
+		"irq_time_accounting": map[bool]string{true: "on", false: "off"}[irq] + map[bool]string{true: "", false: " (unknown)"}[irqKnown],
+	}}
+	if irqKnown && irq {
+		rep.Notes = append(rep.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the idle figures")
+	}
+	rep.Notes = append(rep.Notes, "sweep media: both flows of a call go caller -> relay -> callee (the relay does the same work per packet in either direction); jitter and max gap come from the SIP phase")
+	defer func() {
+		summarizeBench(rep, relays, ghz, cpus, cfg.price)
+		err = errors.Join(err, b.close())
+	}()
+	fmt.Fprintf(cfg.progress, "bench: building the lab (%d flows for %d calls), relays %v\n", 2*maxCalls, maxCalls, relays)
+	if err := b.setup(2 * maxCalls); err != nil {
+		return rep, err
+	}
+	for i, name := range relays {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		fmt.Fprintf(cfg.progress, "bench: [%d/%d] %s\n", i+1, len(relays), name)
+		if name == "rtpengine" {
+			if err := b.benchRtpengine(ctx, cfg, rep); err != nil {
+				return rep, fmt.Errorf("rtpengine: %w", err)
+			}
+			continue
+		}
+		if cfg.sipCalls > 0 && name != "srtp" {
+			s := b.benchSIPCalls(ctx, cfg, name)
+			rep.SIP = append(rep.SIP, s)
+			fmt.Fprintf(cfg.progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, max gap %.1f ms %s\n",
+				s.Succeeded, s.Calls, s.SentPackets, s.RecvPackets, s.Lost, s.MaxGapMs, s.Error)
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+		}
+		if err := b.benchRelayd(ctx, cfg, rep, name); err != nil {
+			return rep, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if cfg.sipCalls > 0 && slices.Contains(cfg.modes, "srtp") {
+		rep.Notes = append(rep.Notes, "srtp: no SIP phase (voipgen call does not offer SDES keys); its sweep uses static flows with keys")
+	}
+	return rep, nil
+}
+
+func benchMode(name string) fwdMode {
+	w := runtime.NumCPU()
+	switch name {
+	case "xdp":
+		return fwdMode{Name: "xdp", Kind: "xdp"}
+	case "srtp":
+		return fwdMode{Name: "srtp", Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80}
+	case "rtpengine":
+		return fwdMode{Name: "rtpengine", Kind: "rtpengine"}
+	}
+	return fwdMode{Name: "userspace", Kind: "user", Workers: w}
+}
+
+// benchRelayd runs the sweep through relayd in mode name, with static
+// flows installed through the admin API.
+func (b *fwdBench) benchRelayd(ctx context.Context, cfg benchConfig, rep *benchReport, name string) (err error) {
+	m := benchMode(name)
+	if err := b.startRelay(m); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.stopRelay()) }()
+	return b.benchSweep(ctx, cfg, rep, m, benchMediaStatic, func(f int) (fwdPath, fwdPath, error) {
+		if _, err := b.install(m, f); err != nil {
+			return fwdPath{}, fwdPath{}, err
+		}
+		d, p := b.paths(m, f)
+		return d, p, nil
+	})
+}
+
+// benchSweep steps through cfg.calls for relay m until the first step with
+// loss or one where the sender could not offer the load; prepare readies
+// the relay for f flows and returns the direct and relay paths.
+func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchReport, m fwdMode, media string,
+	prepare func(f int) (direct, relay fwdPath, err error)) error {
+	for i, c := range cfg.calls {
+		f := 2 * c
+		fmt.Fprintf(cfg.progress, "  %s step %d/%d: %d calls (%d flows, %d pps offered)\n", m.Name, i+1, len(cfg.calls), c, f, benchPPSPerCall*c)
+		direct, relay, err := prepare(f)
+		if err != nil {
+			return err
+		}
+		if err := b.warm(ctx, direct, m, true); err != nil {
+			return err
+		}
+		if err := b.warm(ctx, relay, m, false); err != nil {
+			return err
+		}
+		runs, err := b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false)
+		if err != nil {
+			return err
+		}
+		rerun := false
+		if disturbed(runs, b.senderMax) {
+			for j := range runs {
+				runs[j].Superseded = true
+			}
+			rep.Runs = append(rep.Runs, runs...)
+			fmt.Fprintf(cfg.progress, "  %s %d calls: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, c)
+			if runs, err = b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false); err != nil {
+				return err
+			}
+			rerun = true
+		}
+		rep.Runs = append(rep.Runs, runs...)
+		row := benchRowFromRuns(m.Name, media, c, runs, runtime.NumCPU())
+		row.Rerun = rerun
+		rep.Rows = append(rep.Rows, row)
+		fmt.Fprintf(cfg.progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %.1f%% (idle), %.0f ns/pkt (tasks)\n",
+			m.Name, c, row.LossPct, row.TaskCPUPct, row.IdleCPUPct, row.TaskNsPerPkt)
+		switch {
+		case !row.lossless():
+			fmt.Fprintf(cfg.progress, "  %s: loss at %d calls: stopping\n", m.Name, c)
+			return nil
+		case row.SenderLimited:
+			fmt.Fprintf(cfg.progress, "  %s: the sender fell short of %d pps: stopping\n", m.Name, benchPPSPerCall*c)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the sender could not offer %d calls (%d pps); the sweep stopped there without loss", m.Name, c, benchPPSPerCall*c))
+			return nil
+		}
+	}
+	return nil
+}
+
+// benchRtpengine runs the sweep through rtpengine: one ng call (offer,
+// answer) per flow, caller 198.18.0.2:4000 (the sender) to the flow's
+// address at the callee, deleted at the end.
+func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *benchReport) (err error) {
+	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, e.Close()) }()
+	// The engine's threads are measured with the other tasks (under the
+	// ksoftirqd label: fwdBench.targets knows only relayd).
+	softirqd := b.softirqd
+	b.softirqd = append(slices.Clone(softirqd), e.Pid())
+	defer func() { b.softirqd = softirqd }()
+	var calls []*rtpengine.Call
+	defer func() {
+		if len(calls) == 0 {
+			return
+		}
+		start := time.Now()
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var failed atomic.Int64
+		parallel(len(calls), 8, func(i int) {
+			if e.DeleteCall(dctx, calls[i]) != nil {
+				failed.Add(1)
+			}
+		})
+		fmt.Fprintf(cfg.progress, "  rtpengine: %d calls deleted in %v (%d failed)\n", len(calls), time.Since(start).Round(time.Millisecond), failed.Load())
+	}()
+	m := benchMode("rtpengine")
+	return b.benchSweep(ctx, cfg, rep, m, benchMediaNG, func(f int) (fwdPath, fwdPath, error) {
+		start, n := time.Now(), len(calls)
+		more := make([]*rtpengine.Call, f-n)
+		errs := make([]error, len(more))
+		parallel(len(more), 8, func(i int) {
+			more[i], errs[i] = e.SetupCall(ctx, rtpengine.CallSpec{
+				Caller: netip.AddrPortFrom(b.l.CallerAddr4, uint16(fwdSenderPort)),
+				Callee: netip.AddrPortFrom(addrAt(farPrefix, n+i), uint16(fwdSinkPort)),
+			})
+		})
+		for _, c := range more {
+			if c != nil {
+				calls = append(calls, c)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fwdPath{}, fwdPath{}, err
+		}
+		fmt.Fprintf(cfg.progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
+		direct, _ := b.paths(benchMode("xdp"), f)
+		relay := fwdPath{msgs: b.snd.messages(f, 0, func(i int) netip.AddrPort { return calls[i].CallerToCallee })}
+		return direct, relay, nil
+	})
+}
+
+// parallel runs fn(0..n-1) on at most k goroutines.
+func parallel(n, k int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, k) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// benchSIPCalls places cfg.sipCalls SIP calls with media through relayd
+// in mode name (its B2BUA on the relay's media address, one route to the
+// answerer in the callee namespace) and reports both ends' view.
+func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name string) benchSIP {
+	n := cfg.sipCalls
+	s := benchSIP{Relay: name, Media: "SIP calls via relayd's B2BUA", Calls: n, DurationS: cfg.sipDuration.Seconds(), Relayed: -1}
+	fail := func(err error) benchSIP { s.Error = err.Error(); s.Failed = n - s.Succeeded; return s }
+	bin, err := relaydBinary(cfg.relayd)
+	if err != nil {
+		return fail(err)
+	}
+	dir, err := os.MkdirTemp("", "bench-sip-relayd-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	l := b.l
+	callee := netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort)
+	extra := fmt.Sprintf(`[sip]
+listen = ["udp:%s:%d"]
+[[route]]
+name = "bench"
+match = "."
+attempt_timeout = "5s"
+destinations = ["sip:answer@%s"]
+[cdr]
+path = %q
+fsync_interval = "1s"
+`, l.RelayMedia4, benchSIPPort, callee, filepath.Join(dir, "cdr.jsonl"))
+	o := labrelay.Options{Bin: bin, Dir: dir, LogLevel: "warn", ExtraMedia: extra}
+	if m := benchMode(name); m.Kind != "xdp" {
+		o.Mode, o.Workers = "userspace", m.Workers
+	}
+	r, err := labrelay.New(l, o)
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close()
+	if err := r.Start(); err != nil {
+		return fail(err)
+	}
+	before, err := readRelayCounters(r)
+	if err != nil {
+		return fail(err)
+	}
+	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	if err != nil {
+		return fail(err)
+	}
+	acfg := answerConfig{sipEndpoint: sipEndpoint{listen: callee, media: l.CalleeAddr4, rtpPort: benchRTPPort, codec: c,
+		ptime: 20 * time.Millisecond, duration: cfg.sipDuration + time.Duration(n)*10*time.Millisecond + time.Minute, ns: l.Callee.Do},
+		personality: "answer", maxCalls: n, maxCallDur: time.Hour}
+	actx, acancel := context.WithCancel(ctx)
+	defer acancel()
+	ready := make(chan struct{})
+	type answered struct {
+		calls []callReport
+		err   error
+	}
+	ansDone := make(chan answered, 1)
+	go func() {
+		calls, err := answerCalls(actx, acfg, ready)
+		ansDone <- answered{calls, err}
+	}()
+	select {
+	case <-ready:
+	case a := <-ansDone:
+		return fail(fmt.Errorf("answerer: %v", a.err))
+	}
+	ccfg := callConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CallerAddr4, benchCallerSIP), media: l.CallerAddr4,
+		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: cfg.sipDuration, ns: l.Caller.Do},
+		calls: n, concurrent: n, rate: 100, timeout: 10 * time.Second}
+	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.target); err != nil {
+		return fail(err)
+	}
+	calls, err := placeCalls(ctx, ccfg)
+	if err != nil {
+		acancel()
+		<-ansDone
+		return fail(err)
+	}
+	var a answered
+	select {
+	case a = <-ansDone:
+	case <-time.After(5 * time.Second):
+		acancel()
+		a = <-ansDone
+	}
+	cs, as := summarizeCalls(calls), summarizeCalls(a.calls)
+	s.Succeeded, s.Failed = cs.Succeeded, cs.Failed
+	s.T200P50Ms, s.T200MaxMs = cs.T200Ms.P50, cs.T200Ms.Max
+	s.WithMedia = cs.WithMedia
+	s.SentPackets, s.RecvPackets, s.Lost = cs.SentPackets+as.SentPackets, cs.RecvPackets+as.RecvPackets, cs.Lost+as.Lost
+	s.JitterP50Ms = max(cs.JitterMs.P50, as.JitterMs.P50)
+	s.JitterMaxMs = max(cs.JitterMs.Max, as.JitterMs.Max)
+	s.MaxGapMs = max(cs.MaxGapMs.Max, as.MaxGapMs.Max)
+	if after, err := readRelayCounters(r); err == nil {
+		fwd, _, _ := after.since(before)
+		s.Relayed = int64(fwd)
+	}
+	var errs []string
+	for _, c := range calls {
+		if c.Error != "" && len(errs) < 3 {
+			errs = append(errs, c.Error)
+		}
+	}
+	if len(errs) > 0 {
+		s.Error = fmt.Sprintf("first errors: %q", errs)
+	}
+	return s
+}
+
+func readRelayCounters(r *labrelay.Relay) (relayCounters, error) {
+	text, err := r.Metrics()
+	if err != nil {
+		return relayCounters{}, fmt.Errorf("relayd metrics: %w", err)
+	}
+	return parseRelayCounters(text)
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// benchPlots draws the sweep: CPU % (tasks) against concurrent calls per
+// relay, the picture of the TransNexus Asterisk graphs, and CPU ns per
+// relayed packet per relay; each as PNG and SVG in dir. It returns the
+// files written.
+func benchPlots(rep *benchReport, dir string) ([]string, error) {
+	var relays []string
+	for _, r := range rep.Rows {
+		if !slices.Contains(relays, r.Relay) {
+			relays = append(relays, r.Relay)
+		}
+	}
+	type fig struct {
+		name, title, y string
+		value          func(benchRow) float64
+	}
+	var files []string
+	for _, f := range []fig{
+		{"cpu", "Relay CPU vs concurrent calls (G.711 20 ms, schedstat minus direct baseline)", "CPU % of the machine",
+			func(r benchRow) float64 { return r.TaskCPUPct }},
+		{"nsperpkt", "Relay CPU per relayed packet (schedstat minus direct baseline)", "ns per packet",
+			func(r benchRow) float64 { return r.TaskNsPerPkt }},
+	} {
+		p := plot.New()
+		p.Title.Text = f.title
+		p.X.Label.Text = "concurrent calls"
+		p.Y.Label.Text = f.y
+		p.Y.Min = 0
+		p.Add(plotter.NewGrid())
+		var lines []any
+		for _, relay := range relays {
+			var xy plotter.XYs
+			for _, r := range rep.Rows {
+				if r.Relay == relay && r.Comparable && r.lossless() {
+					xy = append(xy, plotter.XY{X: float64(r.Calls), Y: f.value(r)})
+				}
+			}
+			if len(xy) > 0 {
+				lines = append(lines, relay, xy)
+			}
+		}
+		if len(lines) > 0 {
+			if err := plotutil.AddLinePoints(p, lines...); err != nil {
+				return files, fmt.Errorf("plot %s: %w", f.name, err)
+			}
+		}
+		p.Legend.Top, p.Legend.Left = true, true
+		for _, ext := range []string{"png", "svg"} {
+			path := filepath.Join(dir, f.name+"."+ext)
+			if err := p.Save(20*vg.Centimeter, 12*vg.Centimeter, path); err != nil {
+				return files, fmt.Errorf("plot %s: %w", path, err)
+			}
+			files = append(files, path)
+		}
+	}
+	return files, nil
+}
