@@ -67,15 +67,22 @@ fuzz:
 		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
 	done
 
-# The main job: calls through the relay in the lab, with the report.
+# The main job: calls through the relay in the lab, with the report; then
+# the short comparison (XDP against userspace, SIP calls and two steps of
+# concurrent calls): the table, and plots in $(BENCH_OUT).
+BENCH_OUT ?= /tmp/relayd-bench
 demo: need
 	$(GO) run ./cmd/voipgen demo
+	$(GO) run ./cmd/voipgen bench --modes xdp,userspace --calls 250,1000 --sip-calls 50 --sip-duration 3s --quiet-wait 10s --out $(BENCH_OUT)
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
-# hot paths, then the forwarding limit and CPU per packet in the lab.
+# hot paths, then the forwarding limit and CPU per packet in the lab, then
+# the full comparison over concurrent calls (xdp, userspace, srtp and
+# rtpengine; table, bench.json and plots in $(BENCH_OUT)).
 bench: need
 	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./cmd/voipgen/
 	$(GO) run ./cmd/voipgen fwdbench
+	$(GO) run ./cmd/voipgen bench --with-rtpengine --out $(BENCH_OUT)
 
 install: build
 	install -D -m 0755 $(BIN)/relayd $(DESTDIR)$(PREFIX)/bin/relayd

@@ -85,6 +85,12 @@ type benchConfig struct {
 	progress    io.Writer
 }
 
+// How the sweep's media is set up, per row.
+const (
+	benchMediaStatic = "static flows (admin API)"
+	benchMediaNG     = "ng calls (offer/answer), one per flow"
+)
+
 const (
 	benchPPSPerCall  = 100 // two flows of 50 pps
 	benchMaxCalls    = fwdMaxFlows / 2

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/lab/labrelay"
+)
+
+// TestBenchLab runs voipgen bench at a tiny scale (one step of 20 calls,
+// 10 SIP calls, xdp and userspace) and checks its bookkeeping, never its
+// speed: the SIP calls came up with media both ways and nothing lost,
+// every packet sent through relayd was received and counted by relayd,
+// and the report, JSON and plots are written.
+func TestBenchLab(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("bench needs root: network namespaces, XDP, BPF statistics")
+	}
+	if testing.Short() {
+		t.Skip("builds relayd and a lab: skipped with -short")
+	}
+	bin, err := labrelay.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, err := parseBench([]string{"--calls", "20", "--modes", "xdp,userspace", "--step", "1s", "--sip-calls", "10",
+		"--sip-duration", "2s", "--quiet-wait", "5s", "--relayd", bin, "--out", dir}, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := runBenchLab(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.writeOutputs(dir); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.SIP) != 2 {
+		t.Fatalf("%d SIP phases, want 2", len(rep.SIP))
+	}
+	for _, s := range rep.SIP {
+		if s.Succeeded != 10 || s.Failed != 0 || s.WithMedia != 10 || s.Lost != 0 || s.RecvPackets == 0 || s.Relayed < int64(s.RecvPackets) {
+			t.Errorf("SIP phase %+v", s)
+		}
+	}
+	if len(rep.Rows) != 2 || rep.Rows[0].Relay != "xdp" || rep.Rows[1].Relay != "userspace" {
+		t.Fatalf("rows %+v", rep.Rows)
+	}
+	for _, r := range rep.Rows {
+		if r.Calls != 20 || r.Flows != 40 || r.Media != benchMediaStatic || r.Sent == 0 || r.Lost != 0 ||
+			r.Received != r.Sent || r.Relayed != int64(r.Received) {
+			t.Errorf("row %+v", r)
+		}
+	}
+	if len(rep.Summaries) != 2 || rep.Summaries[0].MaxZeroLossCalls != 20 || rep.Summaries[1].MaxZeroLossCalls != 20 {
+		t.Errorf("summaries %+v", rep.Summaries)
+	}
+	// Each step is direct, relay, relay, direct (and maybe once more).
+	if n := len(rep.Runs); n != 8 && n != 12 && n != 16 {
+		t.Errorf("%d runs", n)
+	}
+	checkBenchOutputs(t, dir, rep)
+	if _, err := os.Stat(filepath.Join(dir, "bench.json")); err != nil {
+		t.Error(err)
+	}
+}

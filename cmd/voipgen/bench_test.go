@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseBench(t *testing.T) {
+	c, err := parseBench(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.calls; len(got) != 6 || got[0] != 250 || got[5] != 5000 {
+		t.Errorf("default calls %v", got)
+	}
+	if strings.Join(c.modes, ",") != "xdp,userspace,srtp" || c.rtpengine {
+		t.Errorf("modes %v rtpengine %v", c.modes, c.rtpengine)
+	}
+	c, err = parseBench([]string{"--calls", "1k,20,20", "--modes", "userspace,xdp", "--with-rtpengine", "--server-price", "5000"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.calls) != 2 || c.calls[0] != 20 || c.calls[1] != 1000 || strings.Join(c.modes, ",") != "userspace,xdp" || !c.rtpengine || c.price != 5000 {
+		t.Errorf("%+v", c)
+	}
+	for _, bad := range [][]string{{"--calls", "6000"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"},
+		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--out", ""}, {"extra"}} {
+		if _, err := parseBench(bad, io.Discard); err == nil {
+			t.Errorf("parseBench(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestCPUGHz(t *testing.T) {
+	in := "processor\t: 0\ncpu MHz\t\t: 2000.000\nprocessor\t: 1\ncpu MHz\t\t: 2200.500\n"
+	if got := cpuGHz(strings.NewReader(in)); got < 2.1 || got > 2.1003 {
+		t.Errorf("cpuGHz = %v, want 2.10025", got)
+	}
+	if got := cpuGHz(strings.NewReader("model name: x\n")); got != 0 {
+		t.Errorf("cpuGHz without MHz = %v", got)
+	}
+}
+
+func f64(v float64) *float64 { return &v }
+
+// benchRuns makes a step's four runs: direct, relay, relay, direct.
+func benchRuns(mode string, sent uint64, lost int64, relayNs float64) []fwdStep {
+	relay := func() fwdStep {
+		return fwdStep{Mode: mode, Sent: sent, Received: uint64(int64(sent) - lost), Lost: lost, Relayed: int64(sent) - lost,
+			SentPPS: float64(sent), Comparable: true, RelayTaskNsPerPkt: f64(relayNs), RelayBusyNsPerPkt: f64(relayNs * 1.1)}
+	}
+	d := fwdStep{Mode: "direct", Sent: sent, Received: sent, SentPPS: float64(sent)}
+	return []fwdStep{d, relay(), relay(), d}
+}
+
+func testBenchReport() *benchReport {
+	rep := &benchReport{Config: map[string]any{"cpus": 2, "cpu_ghz": "2.00", "server_price_usd": 2000}}
+	for _, s := range []struct {
+		relay string
+		calls int
+		lost  int64
+		ns    float64
+	}{{"xdp", 1000, 0, 1000}, {"xdp", 2000, 0, 1200}, {"userspace", 1000, 0, 4000}, {"userspace", 2000, 10, 5000}, {"rtpengine", 1000, 0, 9000}} {
+		rep.Rows = append(rep.Rows, benchRowFromRuns(s.relay, benchMediaStatic, s.calls, benchRuns(s.relay, uint64(100*s.calls), s.lost, s.ns), 2))
+	}
+	summarizeBench(rep, []string{"xdp", "userspace", "rtpengine"}, 2, 2, 2000)
+	return rep
+}
+
+func TestBenchSummary(t *testing.T) {
+	rep := testBenchReport()
+	r := rep.Rows[0]
+	if r.Sent != 200000 || r.Received != 200000 || r.Relayed != 200000 || r.Lost != 0 || !r.Comparable || r.TaskNsPerPkt != 1000 {
+		t.Errorf("row %+v", r)
+	}
+	// 1000 ns x 100,000 pps = 0.1 CPU of 2: 5%.
+	if r.TaskCPUPct < 4.99 || r.TaskCPUPct > 5.01 {
+		t.Errorf("CPU %% %v, want 5", r.TaskCPUPct)
+	}
+	byRelay := map[string]benchSummary{}
+	for _, s := range rep.Summaries {
+		byRelay[s.Relay] = s
+	}
+	x, u, e := byRelay["xdp"], byRelay["userspace"], byRelay["rtpengine"]
+	if x.MaxZeroLossCalls != 2000 || u.MaxZeroLossCalls != 1000 || u.FirstLossCalls != 2000 || e.MaxZeroLossCalls != 1000 {
+		t.Errorf("zero-loss calls: xdp %+v userspace %+v rtpengine %+v", x, u, e)
+	}
+	if x.TaskNsPerPkt != 1100 || u.TaskNsPerPkt != 4000 || u.Steps != 1 {
+		t.Errorf("ns/pkt: xdp %v userspace %v (%d steps)", x.TaskNsPerPkt, u.TaskNsPerPkt, u.Steps)
+	}
+	// 1e9 / (1100 ns x 100 pps) / 2 GHz = 4545 calls per GHz; 4 GHz in all.
+	if x.CallsPerGHz < 4545 || x.CallsPerGHz > 4546 || x.ProjectedCalls < 18181 || x.ProjectedCalls > 18182 {
+		t.Errorf("xdp calls/GHz %v projected %v", x.CallsPerGHz, x.ProjectedCalls)
+	}
+	if x.CostPerPortMeasured != 1 || x.CostPerPortProjected < 0.11 || x.CostPerPortProjected > 0.111 {
+		t.Errorf("cost per port %v %v", x.CostPerPortMeasured, x.CostPerPortProjected)
+	}
+	if len(rep.Ratios) != 3 || rep.Ratios[0].What != "xdp / userspace (CPU per packet)" || rep.Ratios[0].Task != 1100.0/4000 {
+		t.Errorf("ratios %+v", rep.Ratios)
+	}
+}
+
+func TestBenchOutputs(t *testing.T) {
+	rep := testBenchReport()
+	dir := t.TempDir()
+	if err := rep.writeOutputs(dir); err != nil {
+		t.Fatal(err)
+	}
+	checkBenchOutputs(t, dir, rep)
+	var buf bytes.Buffer
+	rep.writeText(&buf)
+	for _, want := range []string{"CPU sweep", "xdp / userspace", "plots: "} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, buf.String())
+		}
+	}
+}
+
+// checkBenchOutputs checks that bench.json parses and the four plots are
+// there and not empty.
+func checkBenchOutputs(t *testing.T, dir string, rep *benchReport) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got benchReport
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("bench.json: %v", err)
+	}
+	if len(got.Rows) != len(rep.Rows) || len(got.Summaries) != len(rep.Summaries) {
+		t.Errorf("bench.json: %d rows %d summaries, want %d %d", len(got.Rows), len(got.Summaries), len(rep.Rows), len(rep.Summaries))
+	}
+	for _, name := range []string{"cpu.png", "cpu.svg", "nsperpkt.png", "nsperpkt.svg"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Size() < 1000 {
+			t.Errorf("plot %s: %v (%v)", name, fi, err)
+		}
+	}
+	if len(got.Plots) != 4 {
+		t.Errorf("plots %v", got.Plots)
+	}
+}
