@@ -28,6 +28,7 @@ import (
 	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/lab/labrelay"
 	"github.com/relayd/relayd/lab/measure"
+	"github.com/relayd/relayd/lab/minfwd"
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
@@ -156,7 +157,25 @@ func mergeNotes(s fwdSummary, notes []string) fwdSummary {
 // one, runs for all of them and gets the flows each count adds.
 func (b *fwdBench) runMode(ctx context.Context, rep *fwdReport, m fwdMode) (err error) {
 	if !m.relayd() {
-		fmt.Fprintln(b.log, "mode kernel: no relayd, kernel IPv4 forwarding in the relay namespace")
+		if m.Kind == "xdpmin" {
+			fmt.Fprintln(b.log, "mode xdpmin: no relayd, the minimal XDP forwarder (lab/minfwd) on r0 and r1")
+			fwd, aerr := minfwd.Attach(b.l.Relay.Path(), lab.RelayCallerIfName, lab.RelayCalleeIfName)
+			if aerr != nil {
+				return aerr
+			}
+			stats, serr := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+			if serr != nil {
+				fwd.Close()
+				return fmt.Errorf("enable BPF run-time statistics: %w", serr)
+			}
+			b.prog = fwd.Program()
+			defer func() {
+				b.prog = nil
+				err = errors.Join(err, stats.Close(), fwd.Close())
+			}()
+		} else {
+			fmt.Fprintln(b.log, "mode kernel: no relayd, kernel IPv4 forwarding in the relay namespace")
+		}
 		for _, f := range b.cfg.flows {
 			if err := b.phase(ctx, rep, m, f); err != nil {
 				return err
@@ -200,7 +219,7 @@ func (b *fwdBench) paths(m fwdMode, f int) (direct, mode fwdPath) {
 		return netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort))
 	})
 	mode.msgs = b.snd.messages(f, srtpLen, func(i int) netip.AddrPort {
-		if m.Kind == "kernel" {
+		if m.Kind == "kernel" || m.Kind == "xdpmin" {
 			return netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort))
 		}
 		return netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
@@ -477,10 +496,11 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		if countersBefore, err = b.relayed(); err != nil {
 			return st, err
 		}
-		if b.prog != nil {
-			if progBefore, err = b.prog.Stats(); err != nil {
-				return st, fmt.Errorf("program stats: %w", err)
-			}
+	}
+	if name != "direct" && b.prog != nil {
+		var err error
+		if progBefore, err = b.prog.Stats(); err != nil {
+			return st, fmt.Errorf("program stats: %w", err)
 		}
 	}
 	targets := b.targets()
@@ -533,16 +553,16 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		}
 		fwd, dropped, reasons := c.since(countersBefore)
 		st.Relayed, st.RelayDropped, st.RelayDrops = int64(fwd), int64(dropped), reasons
-		if b.prog != nil {
-			ps, err := b.prog.Stats()
-			if err != nil {
-				return st, fmt.Errorf("program stats: %w", err)
-			}
-			st.ProgRuns = ps.RunCount - progBefore.RunCount
-			if st.ProgRuns > 0 {
-				v := float64(ps.Runtime-progBefore.Runtime) / float64(st.ProgRuns)
-				st.ProgNsPerRun = &v
-			}
+	}
+	if progBefore != nil {
+		ps, err := b.prog.Stats()
+		if err != nil {
+			return st, fmt.Errorf("program stats: %w", err)
+		}
+		st.ProgRuns = ps.RunCount - progBefore.RunCount
+		if st.ProgRuns > 0 {
+			v := float64(ps.Runtime-progBefore.Runtime) / float64(st.ProgRuns)
+			st.ProgNsPerRun = &v
 		}
 	}
 	return st, ctx.Err()

@@ -56,7 +56,8 @@ func Attach(nsPath string, ifnames ...string) (*Forwarder, error) {
 }
 
 // Program returns the loaded program, e.g. for its run-time statistics.
-func (f *Forwarder) ProgramFD() int { return f.objs.MinFwd.FD() }
+// It stays owned by the Forwarder.
+func (f *Forwarder) Program() *ebpf.Program { return f.objs.MinFwd }
 
 // Close detaches and unloads.
 func (f *Forwarder) Close() error {
