@@ -449,6 +449,7 @@ func (bc *b2bCall) offerlessReinvite(from call.Side, req *sip.Request, tx sip.Se
 	select {
 	case ackSDP = <-bc.ackBody:
 	case <-time.After(64 * sip.T1):
+	case <-bc.c.Context().Done():
 	}
 	d, err := sdp.Parse(ackSDP)
 	if err != nil {

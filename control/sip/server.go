@@ -100,12 +100,14 @@ type Server struct {
 	loops   *branchSet
 	peers   *peerSet // where relayd may open TCP connections
 
-	wg sync.WaitGroup // call goroutines
+	wg       sync.WaitGroup // call setups
+	inflight sync.WaitGroup // request handlers; Add only under mu while !drained
 
 	mu       sync.Mutex          // guards the following
 	byDialog map[string]*b2bCall // by leg A's and leg B's dialog IDs
 	byCall   map[string]*b2bCall // by call ID
 	closing  bool
+	drained  bool // Shutdown waits for inflight: no new handlers
 }
 
 // New returns a B2BUA; it does not listen yet.
@@ -214,6 +216,17 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // daemon down: it is logged and answered 500.
 func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	return func(req *sip.Request, tx sip.ServerTransaction) {
+		s.mu.Lock()
+		if s.drained {
+			s.mu.Unlock()
+			if !req.IsAck() {
+				respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down")
+			}
+			return
+		}
+		s.inflight.Add(1)
+		s.mu.Unlock()
+		defer s.inflight.Done()
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("SIP handler panic", zap.Any("panic", v), zap.String("method", string(req.Method)), zap.Stack("stack"))
@@ -330,6 +343,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
+		s.mu.Lock()
+		s.drained = true
+		s.mu.Unlock()
+		s.inflight.Wait()
 		close(done)
 	}()
 	var err error
