@@ -82,7 +82,7 @@ demo: need
 bench: need
 	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./cmd/voipgen/
 	$(GO) run ./cmd/voipgen fwdbench
-	$(GO) run ./cmd/voipgen bench --with-rtpengine --out $(BENCH_OUT)
+	$(GO) run ./cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
 
 install: build
 	install -D -m 0755 $(BIN)/relayd $(DESTDIR)$(PREFIX)/bin/relayd

@@ -77,6 +77,7 @@ type benchConfig struct {
 	sipCalls    int
 	sipDuration time.Duration
 	step        time.Duration
+	repeat      int // steps (direct, relay, relay, direct) per call count
 	quietWait   time.Duration
 	price       float64
 	out         string
@@ -107,6 +108,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	sipCalls := fs.Int("sip-calls", 200, "SIP calls with media per relayd mode (0: none)")
 	sipDur := fs.Duration("sip-duration", 4*time.Second, "duration of each SIP call")
 	step := fs.Duration("step", time.Second, "duration of each measured run (4 runs per step)")
+	repeat := fs.Int("repeat", 1, "steps per call count; the row takes the median relay cost of their runs (a shared machine's noise)")
 	quiet := fs.Duration("quiet-wait", 30*time.Second, "the most time to wait in all for other processes to leave the CPUs (0: never)")
 	price := fs.Float64("server-price", 2000, "server price in USD, for the cost per port")
 	outDir := fs.String("out", "bench-out", "directory for bench.json and the plots")
@@ -118,7 +120,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	if fs.NArg() > 0 {
 		return benchConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := benchConfig{rtpengine: *rtpe, sipCalls: *sipCalls, sipDuration: *sipDur, step: *step, quietWait: max(0, *quiet),
+	c := benchConfig{rtpengine: *rtpe, sipCalls: *sipCalls, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
 		price: *price, out: *outDir, relayd: *relayd, json: *js}
 	var err error
 	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
@@ -140,6 +142,8 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	switch {
 	case c.step < 200*time.Millisecond:
 		return c, fmt.Errorf("--step %v: need at least 200ms", c.step)
+	case c.repeat < 1 || c.repeat > 20:
+		return c, fmt.Errorf("--repeat %d: want 1-20", c.repeat)
 	case c.sipCalls < 0 || c.sipCalls > 5000:
 		return c, fmt.Errorf("--sip-calls %d: want 0-5000", c.sipCalls)
 	case c.sipDuration < time.Second:
@@ -152,8 +156,8 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	return c, nil
 }
 
-// benchRow is one step of the sweep for one relay: the two relay runs of
-// the step (direct, relay, relay, direct) together.
+// benchRow is one call count of the sweep for one relay: the relay runs of
+// its steps (each direct, relay, relay, direct; --repeat steps) together.
 type benchRow struct {
 	Relay string `json:"relay"` // xdp | userspace | srtp | rtpengine
 	Calls int    `json:"calls"`
@@ -175,8 +179,8 @@ type benchRow struct {
 	// Comparable: the relay runs and their direct runs carried the same
 	// load, so the CPU figures below mean something.
 	Comparable bool `json:"comparable"`
-	// Relay CPU per packet sent, minus the direct baseline, mean of the
-	// two relay runs: tasks (schedstat) and idle (/proc/stat).
+	// Relay CPU per packet sent, minus the direct baseline, median over
+	// the relay runs: tasks (schedstat) and idle (/proc/stat).
 	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
 	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
 	// CPU %: of all the machine's CPUs, at the step's sent rate.
@@ -326,8 +330,9 @@ func summarizeBench(rep *benchReport, relays []string, ghz float64, cpus int, pr
 	}
 }
 
-// benchRowFromRuns folds a step's runs (direct, relay, relay, direct) into
-// a row.
+// benchRowFromRuns folds a call count's runs (one or more steps of direct,
+// relay, relay, direct) into a row: packets summed, relay costs the median
+// over the relay runs.
 func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
 	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
 	var task, idle, pps, prog []float64
@@ -363,7 +368,7 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 	if row.Sent > 0 {
 		row.LossPct = 100 * float64(row.Lost) / float64(row.Sent)
 	}
-	row.TaskNsPerPkt, row.IdleNsPerPkt, row.ProgNsPerRun = mean(task), mean(idle), mean(prog)
+	row.TaskNsPerPkt, row.IdleNsPerPkt, row.ProgNsPerRun = finite(median(task)), finite(median(idle)), finite(median(prog))
 	if len(task) == 0 {
 		row.Comparable = false
 	}

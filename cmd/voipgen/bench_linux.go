@@ -64,7 +64,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 	irq, irqKnown := measure.IRQTimeAccounting()
 	rep = &benchReport{Config: map[string]any{
 		"calls": cfg.calls, "relays": relays, "codec": "pcmu", "ptime_ms": 20, "pps_per_call": benchPPSPerCall,
-		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
+		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
 		"cpus": cpus, "cpu_ghz": fmt.Sprintf("%.2f", ghz), "kernel": unix.ByteSliceToString(uts.Release[:]), "server_price_usd": cfg.price,
 		"relay_setup": map[string]string{
 			"xdp":       "relayd dataplane.mode = xdp, flows mode xdp",
@@ -171,24 +171,28 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchRe
 		if err := b.warm(ctx, relay, m, false); err != nil {
 			return err
 		}
-		runs, err := b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false)
-		if err != nil {
-			return err
-		}
+		var all []fwdStep
 		rerun := false
-		if disturbed(runs, b.senderMax) {
-			for j := range runs {
-				runs[j].Superseded = true
-			}
-			rep.Runs = append(rep.Runs, runs...)
-			fmt.Fprintf(cfg.progress, "  %s %d calls: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, c)
-			if runs, err = b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false); err != nil {
+		for range cfg.repeat {
+			runs, err := b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false)
+			if err != nil {
 				return err
 			}
-			rerun = true
+			if disturbed(runs, b.senderMax) && !rerun {
+				for j := range runs {
+					runs[j].Superseded = true
+				}
+				rep.Runs = append(rep.Runs, runs...)
+				fmt.Fprintf(cfg.progress, "  %s %d calls: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, c)
+				if runs, err = b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false); err != nil {
+					return err
+				}
+				rerun = true
+			}
+			rep.Runs = append(rep.Runs, runs...)
+			all = append(all, runs...)
 		}
-		rep.Runs = append(rep.Runs, runs...)
-		row := benchRowFromRuns(m.Name, media, c, runs, runtime.NumCPU())
+		row := benchRowFromRuns(m.Name, media, c, all, runtime.NumCPU())
 		row.Rerun = rerun
 		rep.Rows = append(rep.Rows, row)
 		fmt.Fprintf(cfg.progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %.1f%% (idle), %.0f ns/pkt (tasks)\n",
