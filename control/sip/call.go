@@ -175,6 +175,9 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	dec, err := s.cfg.Router.Lookup(ctx, facts)
 	var rej *route.Rejected
 	switch {
+	case err != nil && context.Cause(ctx) != nil:
+		bc.setupEnded(context.Cause(ctx)) // canceled while the route server thought
+		return
 	case errors.As(err, &rej):
 		bc.fail(call.Rejected, rej.Code, rej.Reason)
 		return
