@@ -40,11 +40,17 @@ func benchPlots(rep *benchReport, dir string) ([]string, error) {
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
 		var lines []any
+		var ticks []plot.Tick
+		maxY := 0.0
 		for _, relay := range relays {
 			var xy plotter.XYs
 			for _, r := range rep.Rows {
 				if r.Relay == relay && r.Comparable && r.lossless() {
 					xy = append(xy, plotter.XY{X: float64(r.Calls), Y: f.value(r)})
+					maxY = max(maxY, f.value(r))
+					if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == float64(r.Calls) }) {
+						ticks = append(ticks, plot.Tick{Value: float64(r.Calls), Label: fmt.Sprint(r.Calls)})
+					}
 				}
 			}
 			if len(xy) > 0 {
@@ -56,6 +62,11 @@ func benchPlots(rep *benchReport, dir string) ([]string, error) {
 				return files, fmt.Errorf("plot %s: %w", f.name, err)
 			}
 		}
+		// Room above the lines for the legend.
+		if maxY > 0 {
+			p.Y.Max = maxY * 1.4
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
 		p.Legend.Top, p.Legend.Left = true, true
 		for _, ext := range []string{"png", "svg"} {
 			path := filepath.Join(dir, f.name+"."+ext)
