@@ -60,6 +60,11 @@ func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) 
 		n := neg{offerProto: st.Proto}
 		sp := sdp.StreamPlan{RTCPMux: st.RTCPMux, Proto: st.Proto}
 		switch {
+		case to == call.A && !keys && terminatedA(m, i):
+			// A re-offer from the plain callee to a caller whose SRTP
+			// relayd terminates: the caller keeps relayd's key.
+			n.keyed, n.require = true, true
+			sp.Proto = savp(st.Proto)
 		case to == call.A:
 			n.pass = true
 			sp.KeepCrypto = keys
@@ -104,7 +109,11 @@ func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) 
 				te.Recv, te.Send = nil, nil
 			case n.keyed:
 				fe.Recv, fe.Send = nil, nil
-				te.Send, err = keyFor(te.Send, sdes.AES_CM_128_HMAC_SHA1_80, 1)
+				suite, tag := sdes.AES_CM_128_HMAC_SHA1_80, 1
+				if te.Send != nil {
+					suite, tag = te.Send.Suite, te.Send.Tag
+				}
+				te.Send, err = keyFor(te.Send, suite, tag)
 				relayKey = te.Send
 			default:
 				fe.Recv, fe.Send, te.Recv, te.Send = nil, nil, nil, nil
@@ -134,6 +143,17 @@ func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) 
 		}
 	}
 	return body, nil
+}
+
+// terminatedA reports whether relayd terminates SRTP on the caller's end
+// of stream i.
+func terminatedA(m *call.Media, i int) bool {
+	for _, st := range m.Streams() {
+		if st.Index == i {
+			return st.Ends[call.A].Send != nil
+		}
+	}
+	return false
 }
 
 // keyFor keeps a leg's relayd key across re-offers when the suite stays,

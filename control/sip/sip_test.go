@@ -174,6 +174,10 @@ type harness struct {
 	caller *sipgo.DialogClientCache
 	client *sipgo.Client
 	cport  int
+
+	mu        sync.Mutex
+	reinvites []string // bodies of re-INVITEs the caller got
+	callerSDP []byte   // what the caller answers them with
 }
 
 type opts struct {
@@ -256,6 +260,18 @@ func newHarness(t *testing.T, o opts) *harness {
 	srv, _ := sipgo.NewServer(ua)
 	h.client, _ = sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(h.cport))
 	h.caller = sipgo.NewDialogClientCache(h.client, sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.1", Port: h.cport}})
+	srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
+		// Re-INVITEs from relayd: answered with the caller's own SDP.
+		h.mu.Lock()
+		h.reinvites = append(h.reinvites, string(req.Body()))
+		body := h.callerSDP
+		h.mu.Unlock()
+		res := sip.NewResponseFromRequest(req, 200, "OK", body)
+		res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		res.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.1", Port: h.cport}})
+		tx.Respond(res)
+	})
+	srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) {})
 	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
 		if err := h.caller.ReadBye(req, tx); err != nil {
 			tx.Respond(sip.NewResponseFromRequest(req, 481, "No Dialog", nil))
@@ -845,6 +861,57 @@ func TestSRTPPassThrough(t *testing.T) {
 	waitFor(t, "XDP flows", func() bool { return h.xdp.Len() == 4 })
 	if h.us.Len() != 0 {
 		t.Errorf("%d userspace flows for end-to-end SRTP", h.us.Len())
+	}
+	d.Bye(ctx)
+	h.cdr()
+}
+
+func TestSRTPKeptOnReofferFromCallee(t *testing.T) {
+	ce := newCallee(t)
+	var calleeDialog *sipgo.DialogServerSession
+	got := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		calleeDialog = d
+		answerSDP(d, req, 6000)
+		close(got)
+		<-d.Context().Done()
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}, userspace: true})
+	h.mu.Lock()
+	h.callerSDP = savpOffer(4000)
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, savpOffer(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	<-got
+	relayKey := string(d.InviteResponse.Body())
+	relayKey = relayKey[strings.Index(relayKey, "a=crypto:"):]
+	relayKey = relayKey[:strings.Index(relayKey, "\r\n")]
+	// The plain callee holds: the caller still gets relayd's key.
+	hold := sip.NewRequest(sip.INVITE, calleeDialog.InviteRequest.Contact().Address)
+	hold.SetBody([]byte(strings.ReplaceAll(string(offerSDP(6000)), "a=sendrecv", "a=sendonly")))
+	hold.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	res, err := calleeDialog.Do(ctx, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || strings.Contains(string(res.Body()), "crypto") {
+		t.Fatalf("re-INVITE answer to the plain callee %s:\n%s", res.StartLine(), res.Body())
+	}
+	calleeDialog.WriteRequest(sip.NewRequest(sip.ACK, calleeDialog.InviteRequest.Contact().Address))
+	h.mu.Lock()
+	reinvites := h.reinvites
+	h.mu.Unlock()
+	if len(reinvites) != 1 || !strings.Contains(reinvites[0], "RTP/SAVP") || !strings.Contains(reinvites[0], relayKey) ||
+		!strings.Contains(reinvites[0], "a=sendonly") {
+		t.Errorf("re-INVITE to the SRTP caller must keep relayd's key %q:\n%v", relayKey, reinvites)
+	}
+	if h.us.Len() != 4 {
+		t.Errorf("%d userspace flows after the re-offer, want 4", h.us.Len())
 	}
 	d.Bye(ctx)
 	h.cdr()
