@@ -3,9 +3,11 @@ package sip
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +113,31 @@ func TestRateLimit(t *testing.T) {
 	}
 	if limited < 7 {
 		t.Errorf("%d of 10 flooding INVITEs limited, want at least 7", limited)
+	}
+	// Another source is not limited.
+	other, err := net.ListenPacket("udp4", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2: %v", err)
+	}
+	defer other.Close()
+	oaddr := other.LocalAddr().String()
+	inv := "INVITE sip:1@" + h.addr + " SIP/2.0\r\nVia: SIP/2.0/UDP " + oaddr + ";branch=z9hG4bK-other1\r\n" +
+		"From: <sip:o@127.0.0.2>;tag=o1\r\nTo: <sip:1@127.0.0.1>\r\nCall-ID: other-1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\n" +
+		"Contact: <sip:o@" + oaddr + ">\r\nContent-Type: application/sdp\r\nContent-Length: " + strconv.Itoa(len(flood)) + "\r\n\r\n" + string(flood)
+	raddr, _ := net.ResolveUDPAddr("udp4", h.addr)
+	other.WriteTo([]byte(inv), raddr)
+	buf := make([]byte, 4096)
+	final := 0
+	for final < 200 {
+		other.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := other.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("no answer to the other source: %v", err)
+		}
+		fmt.Sscanf(string(buf[:n]), "SIP/2.0 %d", &final)
+	}
+	if final == 503 {
+		t.Error("another source was rate limited too")
 	}
 	if d.LoadState() != sip.DialogStateConfirmed || h.xdp.Len() < 4 {
 		t.Errorf("established call disturbed: state %v, %d flows", d.LoadState(), h.xdp.Len())
