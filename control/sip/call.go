@@ -608,6 +608,10 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 			bc.log.Warn("ACK to callee", zap.Error(err))
 		}
 	}
+	// The negotiation is over: keep no parsed SDP for the call's lifetime.
+	bc.mu.Lock()
+	bc.pending, bc.earlySDP, bc.negs = nil, nil, nil
+	bc.mu.Unlock()
 	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {
 		bc.terminate(call.Shutdown, 0, "relayd stopping")

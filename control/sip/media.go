@@ -364,6 +364,9 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
 		return
 	}
+	bc.mu.Lock()
+	bc.pending, bc.negs = nil, nil
+	bc.mu.Unlock()
 	bc.respond2xx(from, req, tx, answer)
 }
 
