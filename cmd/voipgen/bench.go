@@ -221,7 +221,8 @@ type benchSIP struct {
 // benchSummary is one relay's figures over the sweep.
 type benchSummary struct {
 	Relay string `json:"relay"`
-	// MaxZeroLossCalls is the highest step without loss (0: none).
+	// MaxZeroLossCalls is the highest step without loss whose load the
+	// sender offered in full (0: none).
 	MaxZeroLossCalls int `json:"max_zero_loss_calls"`
 	// FirstLossCalls is the first step with loss (0: none).
 	FirstLossCalls int `json:"first_loss_calls,omitempty"`
@@ -294,7 +295,8 @@ func summarizeBench(rep *benchReport, relays []string, ghz float64, cpus int, pr
 			if r.Relay != name {
 				continue
 			}
-			if r.lossless() && s.FirstLossCalls == 0 {
+			// A step whose sender fell short did not offer its calls.
+			if r.lossless() && !r.SenderLimited && s.FirstLossCalls == 0 {
 				s.MaxZeroLossCalls = max(s.MaxZeroLossCalls, r.Calls)
 			}
 			if !r.lossless() && s.FirstLossCalls == 0 {
