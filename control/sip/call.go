@@ -55,6 +55,9 @@ type b2bCall struct {
 	b        *sipgo.DialogClientSession
 	dec      route.Decision
 	answered bool
+	// negotiated: the initial offer/answer is complete (both ACKs done).
+	// Re-offers before it get 491 (RFC 3261 14.1).
+	negotiated bool
 	origin   [2]sdp.Origin    // relayd's o= line toward each leg
 	lastSent [2][]byte        // last SDP sent to each leg
 	pending  *sdp.Description // the offer being negotiated
@@ -611,6 +614,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	// The negotiation is over: keep no parsed SDP for the call's lifetime.
 	bc.mu.Lock()
 	bc.pending, bc.earlySDP, bc.negs = nil, nil, nil
+	bc.negotiated = true
 	bc.mu.Unlock()
 	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {

@@ -277,9 +277,11 @@ func matchKey(keys []*sdes.Crypto, offered *sdes.Crypto) *sdes.Crypto {
 // accepts; if it refuses, the old media stays.
 func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTransaction) {
 	bc.mu.Lock()
-	answered, b := bc.answered, bc.b
+	negotiated, b := bc.negotiated, bc.b
 	bc.mu.Unlock()
-	if !answered || b == nil {
+	// Until the initial offer/answer is complete (the caller's ACK seen),
+	// a new offer would race it: 491, and the peer retries (RFC 3261 14.1).
+	if !negotiated || b == nil {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
 	}

@@ -891,13 +891,25 @@ func TestSRTPKeptOnReofferFromCallee(t *testing.T) {
 	relayKey := string(d.InviteResponse.Body())
 	relayKey = relayKey[strings.Index(relayKey, "a=crypto:"):]
 	relayKey = relayKey[:strings.Index(relayKey, "\r\n")]
+	// No new INVITE transaction before the first one ends with the ACK
+	// (RFC 3261 14.1): wait for the callee's dialog to be confirmed.
+	waitFor(t, "callee dialog confirmed", func() bool { return calleeDialog.LoadState() == sip.DialogStateConfirmed })
 	// The plain callee holds: the caller still gets relayd's key.
 	hold := sip.NewRequest(sip.INVITE, calleeDialog.InviteRequest.Contact().Address)
 	hold.SetBody([]byte(strings.ReplaceAll(string(offerSDP(6000)), "a=sendrecv", "a=sendonly")))
 	hold.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
-	res, err := calleeDialog.Do(ctx, hold)
-	if err != nil {
-		t.Fatal(err)
+	var res *sip.Response
+	for try := 0; ; try++ {
+		var err error
+		if res, err = calleeDialog.Do(ctx, hold.Clone()); err != nil {
+			t.Fatal(err)
+		}
+		// 491 while relayd completes the first offer/answer: retry, as
+		// RFC 3261 14.1 has the peer do.
+		if res.StatusCode != sip.StatusRequestPending || try == 20 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if res.StatusCode != 200 || strings.Contains(string(res.Body()), "crypto") {
 		t.Fatalf("re-INVITE answer to the plain callee %s:\n%s", res.StartLine(), res.Body())
