@@ -417,21 +417,28 @@ func (rep *benchReport) writeText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
-	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\t")
+	fmt.Fprintln(w, "media: static = static flows through relayd's admin API; ng = one rtpengine ng call (offer/answer) per flow")
+	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"
 		if r.Relayed >= 0 {
 			rel = strconv.FormatInt(r.Relayed, 10)
 		}
-		note := ""
-		if !r.Comparable {
-			note = " (not comparable)"
-		}
+		var notes []string
 		if r.SenderLimited {
-			note += " (sender short)"
+			notes = append(notes, "sender short")
+		} else if !r.Comparable {
+			notes = append(notes, "not comparable")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f%s\t\n", r.Relay, r.Calls, r.Media, r.SentPPS, r.Sent, r.Received, rel,
-			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, note)
+		if r.Rerun {
+			notes = append(notes, "rerun")
+		}
+		media := "static"
+		if r.Media == benchMediaNG {
+			media = "ng"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, strings.Join(notes, ", "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
