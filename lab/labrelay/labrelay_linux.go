@@ -37,6 +37,7 @@ type Options struct {
 	LogLevel   string // default info
 	ExtraMedia string // extra TOML appended to [media]
 	Ports      string // media.ports; default 30000-39999
+	Timeout    string // media.timeout; default 60s
 	Workers    int    // dataplane.workers; 0 (default): one per online CPU
 }
 
@@ -111,6 +112,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	if o.Ports == "" {
 		o.Ports = "30000-39999"
 	}
+	if o.Timeout == "" {
+		o.Timeout = "60s"
+	}
 	if o.Bin == "" {
 		bin, err := Build()
 		if err != nil {
@@ -159,10 +163,10 @@ workers = %d
 address = %q
 address6 = %q
 ports = %q
-timeout = "60s"
+timeout = %q
 %s
 `, o.LogLevel, r.Socket, o.Mode, o.XDPMode, lab.RelayCallerIfName, lab.RelayCalleeIfName,
-		r.PinPath, o.Workers, l.RelayMedia4, l.RelayMedia6, o.Ports, o.ExtraMedia)
+		r.PinPath, o.Workers, l.RelayMedia4, l.RelayMedia6, o.Ports, o.Timeout, o.ExtraMedia)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

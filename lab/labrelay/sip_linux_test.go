@@ -184,6 +184,12 @@ func tail(b []byte) string { return string(b[max(0, len(b)-3000):]) }
 // every call to destinations, CDRs in its directory.
 func startSIPRelay(t *testing.T, l *lab.Lab, ports string, destinations ...string) (*Relay, string) {
 	t.Helper()
+	return startSIPRelayWith(t, l, Options{Ports: ports}, destinations...)
+}
+
+// startSIPRelayWith is startSIPRelay with more relay options.
+func startSIPRelayWith(t *testing.T, l *lab.Lab, o Options, destinations ...string) (*Relay, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cdrPath := filepath.Join(dir, "cdr.jsonl")
 	var dests []string
@@ -201,7 +207,8 @@ destinations = [%[2]s]
 path = %[3]q
 fsync_interval = "100ms"
 `, l.RelayMedia4, strings.Join(dests, ", "), cdrPath)
-	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: ports, LogLevel: "debug"})
+	o.Dir, o.ExtraMedia, o.LogLevel = dir, extra, "debug"
+	r, err := New(l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
