@@ -47,6 +47,12 @@ type ManagerConfig struct {
 	Addr, Addr6 netip.Addr
 	// PortMin and PortMax bound the relay's media ports (inclusive).
 	PortMin, PortMax uint16
+	// CallFlowIDBase, when not zero, is where the B2BUA's flow ids start.
+	// Flows at or above it found in the data planes at start belong to
+	// calls of a previous run, whose state is gone: they keep carrying
+	// media and are removed once idle (SweepIdle), instead of being
+	// adopted as static flows.
+	CallFlowIDBase uint64
 }
 
 func (c *ManagerConfig) validate() error {
@@ -107,6 +113,7 @@ type Manager struct {
 	nextID  uint64
 	flows   map[uint64]*entry
 	byMatch map[netip.AddrPort]uint64
+	orphans map[netip.AddrPort]*entry // call flows of a previous run
 }
 
 type entry struct {
@@ -133,6 +140,7 @@ func NewManager(cfg ManagerConfig, log *zap.Logger, planes ...dataplane.DataPlan
 		nextID:  1,
 		flows:   make(map[uint64]*entry),
 		byMatch: make(map[netip.AddrPort]uint64),
+		orphans: make(map[netip.AddrPort]*entry),
 	}
 	for _, p := range planes {
 		if p == nil {
@@ -167,6 +175,10 @@ func (m *Manager) adopt() error {
 			return fmt.Errorf("adopt %s flows: %w", path, err)
 		}
 		for _, fs := range list {
+			if b := m.cfg.CallFlowIDBase; b != 0 && fs.Flow.ID >= b {
+				m.orphans[fs.Flow.Match] = &entry{flow: fs.Flow, plane: p, created: m.now()}
+				continue
+			}
 			all = append(all, found{fs, p})
 			m.nextID = max(m.nextID, fs.Flow.ID+1)
 		}
@@ -202,7 +214,43 @@ func (m *Manager) adopt() error {
 	if len(m.flows) > 0 {
 		m.log.Info("adopted flows from data planes", zap.Int("flows", len(m.flows)), zap.Uint64("next_id", m.nextID))
 	}
+	if len(m.orphans) > 0 {
+		m.log.Info("flows of calls from before the restart keep their media until idle",
+			zap.Int("flows", len(m.orphans)))
+	}
 	return nil
+}
+
+// sweepOrphans removes the call flows of a previous run that carried no
+// packet for idle (since adoption if they never did).
+func (m *Manager) sweepOrphans(idle time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cutoff := m.now().Add(-idle)
+	for match, e := range m.orphans {
+		st, err := e.plane.Stats(match)
+		if errors.Is(err, dataplane.ErrNotFound) {
+			delete(m.orphans, match)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		last := st.LastSeen
+		if last.IsZero() || last.Before(e.created) {
+			last = e.created
+		}
+		if last.After(cutoff) {
+			continue
+		}
+		if _, err := e.plane.Remove(match); err != nil && !errors.Is(err, dataplane.ErrNotFound) {
+			m.log.Warn("remove idle flow of a previous run", zap.Stringer("match", match), zap.Error(err))
+			continue
+		}
+		delete(m.orphans, match)
+		m.log.Info("removed idle flow of a call from before the restart", zap.Stringer("match", match),
+			zap.Uint64("id", e.flow.ID), zap.Uint64("packets", st.Packets))
+	}
 }
 
 // isRelay reports whether ap is a relay media address with a port in range.
@@ -454,6 +502,7 @@ func (m *Manager) Idle(idle time.Duration) ([]FlowState, error) {
 // than idle since the last call, and at debug level each that became
 // active again. It returns the flows idle now.
 func (m *Manager) SweepIdle(idle time.Duration) ([]FlowState, error) {
+	m.sweepOrphans(idle)
 	flows, err := m.Idle(idle)
 	now := m.now()
 	isIdle := make(map[uint64]bool, len(flows))

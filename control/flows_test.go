@@ -441,3 +441,33 @@ func TestManagerLatched(t *testing.T) {
 	}
 	m.Latched(ap("198.18.1.1:39000"), real, true) // unknown flow: ignored
 }
+
+// TestManagerOrphanCallFlows: call flows of a previous run are not adopted
+// as static flows; they stay until idle, then are removed.
+func TestManagerOrphanCallFlows(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	static := dataplane.Flow{ID: 3, Match: ap("198.18.1.1:30000"), SendFrom: ap("198.18.1.1:30002"), SendTo: ap("198.18.2.2:5000")}
+	callFlow := dataplane.Flow{ID: 1<<40 + 5, Match: ap("198.18.1.1:30010"), SendFrom: ap("198.18.1.1:30012"), SendTo: ap("198.18.2.2:5002")}
+	for _, fl := range []dataplane.Flow{static, callFlow} {
+		if err := xdp.Install(fl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1000, 0)
+	m, err := NewManager(ManagerConfig{Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999, CallFlowIDBase: 1 << 40},
+		zaptest.NewLogger(t), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return now }
+	list, _ := m.List()
+	if len(list) != 1 || list[0].Flow.ID != 3 {
+		t.Fatalf("static flows %+v, want only id 3", list)
+	}
+	now = now.Add(time.Minute) // idle since adoption (m.now at adoption was the real clock)
+	m.orphans[callFlow.Match].created = time.Unix(1000, 0)
+	m.SweepIdle(30 * time.Second)
+	if xdp.Len() != 1 {
+		t.Errorf("data plane has %d flows after the sweep, want the static one only", xdp.Len())
+	}
+}

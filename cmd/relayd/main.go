@@ -189,6 +189,9 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 		Addr6:   cfg.Media.Addr6,
 		PortMin: cfg.Media.PortMin,
 		PortMax: cfg.Media.PortMax,
+		// The B2BUA's flows (control/call's default id base): after a
+		// restart they carry media until idle, then go.
+		CallFlowIDBase: 1 << 40,
 	}, log.Named("flows"), planes...)
 	if err != nil {
 		return err
