@@ -58,12 +58,12 @@ type b2bCall struct {
 	// negotiated: the initial offer/answer is complete (both ACKs done).
 	// Re-offers before it get 491 (RFC 3261 14.1).
 	negotiated bool
-	origin   [2]sdp.Origin    // relayd's o= line toward each leg
-	lastSent [2][]byte        // last SDP sent to each leg
-	pending  *sdp.Description // the offer being negotiated
-	negs     map[int]neg      // per stream of the pending offer
-	earlySDP *sdp.Description // SDP of the last 18x from B, for a 200 without one
-	maxTimer *time.Timer
+	origin     [2]sdp.Origin    // relayd's o= line toward each leg
+	lastSent   [2][]byte        // last SDP sent to each leg
+	pending    *sdp.Description // the offer being negotiated
+	negs       map[int]neg      // per stream of the pending offer
+	earlySDP   *sdp.Description // SDP of the last 18x from B, for a 200 without one
+	maxTimer   *time.Timer
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {

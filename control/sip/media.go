@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap"
 
@@ -276,11 +277,22 @@ func matchKey(keys []*sdes.Crypto, offered *sdes.Crypto) *sdes.Crypto {
 // resume, new ports or codecs. The flows change only when the other leg
 // accepts; if it refuses, the old media stays.
 func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTransaction) {
-	bc.mu.Lock()
-	negotiated, b := bc.negotiated, bc.b
-	bc.mu.Unlock()
 	// Until the initial offer/answer is complete (the caller's ACK seen),
-	// a new offer would race it: 491, and the peer retries (RFC 3261 14.1).
+	// a new offer would race it. An answered call is normally a moment
+	// from it (the ACK in flight, or being handled in another goroutine):
+	// wait a little; then 491, and the peer retries (RFC 3261 14.1).
+	var negotiated bool
+	var b *sipgo.DialogClientSession
+	for wait := 0; ; wait++ {
+		bc.mu.Lock()
+		negotiated, b = bc.negotiated, bc.b
+		answered := bc.answered
+		bc.mu.Unlock()
+		if negotiated || !answered || wait == 50 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !negotiated || b == nil {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
