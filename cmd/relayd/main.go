@@ -29,6 +29,7 @@ import (
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/fastpath"
 	"github.com/relayd/relayd/slowpath"
@@ -137,8 +138,10 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	var observers []dataplane.Observer
 	// The userspace data plane: every flow in mode userspace, and in mode
 	// xdp the flows XDP hands over.
-	// Latched sources are locked by the flow manager, made below.
+	// Latched sources are applied by the flow manager (static flows) and
+	// the B2BUA's call table (call flows), both made below.
 	var mgrRef atomic.Pointer[control.Manager]
+	var callsRef atomic.Pointer[call.Table]
 	pool, err := slowpath.New(slowpath.Config{
 		Workers:     cfg.Dataplane.Workers,
 		CPUs:        cfg.Dataplane.CPUs,
@@ -147,6 +150,9 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
 			if m := mgrRef.Load(); m != nil {
 				m.Latched(match, source, locked)
+			}
+			if t := callsRef.Load(); t != nil {
+				t.Latched(match, source, locked)
 			}
 		},
 	}, log.Named("slowpath"))
@@ -199,6 +205,9 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	mgrRef.Store(mgr)
 
 	b2b, err := startB2BUA(ctx, cfg, log, planes)
+	if err == nil && b2b.calls != nil {
+		callsRef.Store(b2b.calls)
+	}
 	if err != nil {
 		return fmt.Errorf("start SIP B2BUA: %w", err)
 	}

@@ -314,3 +314,70 @@ func TestIdle(t *testing.T) {
 		t.Errorf("idle calls %v, want only the quiet one", idle)
 	}
 }
+
+// TestMediaLatching: call flows latch (symmetric RTP). A caller behind NAT
+// signals a private address; the relay learns where its packets really come
+// from, sends the callee's media there, and when the window closes expects
+// exactly that source.
+func TestMediaLatching(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	tb := newTable(t, xdp)
+	c := tb.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:a@x", "sip:b@y")
+	m := c.Media
+	if err := m.Ensure(0, relay4, relay4); err != nil {
+		t.Fatal(err)
+	}
+	signalled := netip.MustParseAddrPort("192.168.1.10:4000") // the caller's SDP, behind NAT
+	m.Edit(0, func(st *Stream) {
+		st.Ends[A].RTP = signalled
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		st.Mux = true
+	})
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	st := m.Streams()[0]
+	aIn, bIn := netip.AddrPortFrom(relay4, st.Ends[A].Port), netip.AddrPortFrom(relay4, st.Ends[B].Port)
+	flow := func(match netip.AddrPort) dataplane.Flow {
+		t.Helper()
+		l, _ := xdp.List()
+		for _, fs := range l {
+			if fs.Flow.Match == match {
+				return fs.Flow
+			}
+		}
+		t.Fatalf("no flow %s", match)
+		return dataplane.Flow{}
+	}
+	if f := flow(aIn); !f.Latch || f.Reverse != bIn || f.ExpectSource.Addr() != signalled.Addr() {
+		t.Fatalf("caller's flow %+v, want latching with reverse %s", f, bIn)
+	}
+	if f := flow(bIn); f.SendTo != signalled {
+		t.Fatalf("callee->caller flow sends to %s before learning, want the signalled %s", f.SendTo, signalled)
+	}
+	public := netip.MustParseAddrPort("198.18.0.2:61000") // the NAT's public side
+	tb.Latched(aIn, public, false)
+	if f := flow(bIn); f.SendTo != public {
+		t.Errorf("after learning: callee->caller sends to %s, want %s", f.SendTo, public)
+	}
+	if f := flow(aIn); !f.Latch {
+		t.Error("learning ended the latch window")
+	}
+	tb.Latched(aIn, public, true)
+	if f := flow(aIn); f.Latch || f.ExpectSource != public {
+		t.Errorf("after locking: %+v, want latch off and expect_source %s", f, public)
+	}
+	// A re-offer keeps what was learned.
+	m.Edit(0, func(st *Stream) { st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 7000) })
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if f := flow(aIn); f.Latch || f.ExpectSource != public {
+		t.Errorf("after a re-offer: %+v", f)
+	}
+	if f := flow(bIn); f.SendTo != public {
+		t.Errorf("after a re-offer: callee->caller sends to %s", f.SendTo)
+	}
+	m.Close()
+	tb.Latched(aIn, public, true) // after the call: ignored
+}

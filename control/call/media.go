@@ -92,7 +92,14 @@ type Media struct {
 	streams []*Stream
 	flows   map[netip.AddrPort]*flowRec
 	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
+	learned map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
 	closed  bool
+}
+
+// learned is a source a latching flow learned, and whether it is locked.
+type learned struct {
+	source netip.AddrPort
+	locked bool
 }
 
 // Ensure makes sure stream i exists (and the streams before it), with a
@@ -169,10 +176,10 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				ClockRate: st.ClockRate,
 			}
 			if in.RTP.IsValid() {
-				// Only the signalled address may send (RTP Bleed); any
-				// port, for peers behind NAT.
+				// The signalled address: the RTP Bleed guard of latching.
 				rtp.ExpectSource = netip.AddrPortFrom(in.RTP.Addr(), 0)
 			}
+			m.applyLatch(&rtp)
 			out[rtp.Match] = wanted{rtp, from, dec, enc}
 			if st.Mux || !out2.RTCP.IsValid() {
 				continue
@@ -185,10 +192,47 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 			if in.RTCP.IsValid() {
 				rtcp.ExpectSource = netip.AddrPortFrom(in.RTCP.Addr(), 0)
 			}
+			m.applyLatch(&rtcp)
 			out[rtcp.Match] = wanted{rtcp, from, dec, enc}
 		}
 	}
 	return out, nil
+}
+
+// applyLatch makes fl symmetric RTP (peers behind NAT send from another
+// address or port than their SDP says): until its source is locked it
+// latches (see dataplane.Flow.Latch), then it expects exactly that source;
+// and it sends to the source its reverse flow learned, if any.
+func (m *Media) applyLatch(fl *dataplane.Flow) {
+	if l, ok := m.learned[fl.Match]; ok && l.locked {
+		fl.ExpectSource = l.source
+	} else {
+		fl.Latch = true
+		fl.Reverse = fl.SendFrom // the reverse flow's match
+	}
+	if l, ok := m.learned[fl.SendFrom]; ok {
+		fl.SendTo = l.source
+	}
+}
+
+// Latched records that the flow with this match learned source (locked:
+// the latch window closed) and applies it to the flows.
+func (m *Media) Latched(match, source netip.AddrPort, locked bool) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	if m.learned == nil {
+		m.learned = make(map[netip.AddrPort]learned)
+	}
+	if l, ok := m.learned[match]; ok && l.locked {
+		m.mu.Unlock()
+		return nil
+	}
+	m.learned[match] = learned{source, locked}
+	m.mu.Unlock()
+	return m.Sync()
 }
 
 type wanted struct {
@@ -268,6 +312,7 @@ func (m *Media) Sync() error {
 			continue
 		}
 		m.flows[match] = &flowRec{flow: w.flow, plane: plane, side: w.side, installed: m.t.now()}
+		m.t.own(match, m)
 	}
 	return errors.Join(errs...)
 }
@@ -345,6 +390,7 @@ func (m *Media) Close() []FlowStat {
 	}
 	m.closed = true
 	for match, rec := range m.flows {
+		m.t.disown(match, m)
 		st, err := rec.plane.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			m.t.log.Warn("remove flow at call end", zap.Stringer("match", match), zap.Error(err))

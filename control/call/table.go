@@ -57,8 +57,9 @@ type Table struct {
 	nextFlow atomic.Uint64
 	nextCall atomic.Uint64
 
-	mu    sync.Mutex // guards the following
-	calls map[string]*Call
+	mu     sync.Mutex // guards the following
+	calls  map[string]*Call
+	owners map[netip.AddrPort]*Media // which call's media installed a flow
 }
 
 // NewTable returns a call table over the given data planes (at most one
@@ -129,6 +130,40 @@ func (t *Table) Ports() *Ports { return t.ports }
 func (t *Table) allocPort() (uint16, error) { return t.ports.Alloc() }
 
 func (t *Table) flowID() uint64 { return t.nextFlow.Add(1) - 1 }
+
+// own records that m installed the flow with this match.
+func (t *Table) own(match netip.AddrPort, m *Media) {
+	t.mu.Lock()
+	if t.owners == nil {
+		t.owners = make(map[netip.AddrPort]*Media)
+	}
+	t.owners[match] = m
+	t.mu.Unlock()
+}
+
+// disown forgets that m installed the flow with this match.
+func (t *Table) disown(match netip.AddrPort, m *Media) {
+	t.mu.Lock()
+	if t.owners[match] == m {
+		delete(t.owners, match)
+	}
+	t.mu.Unlock()
+}
+
+// Latched passes a data plane's latching event (a flow learned a source,
+// or locked it) to the call whose flow it is. Events for flows no call
+// owns (static flows, calls ended) are ignored.
+func (t *Table) Latched(match, source netip.AddrPort, locked bool) {
+	t.mu.Lock()
+	m := t.owners[match]
+	t.mu.Unlock()
+	if m == nil {
+		return
+	}
+	if err := m.Latched(match, source, locked); err != nil {
+		t.log.Warn("apply latched source", zap.Stringer("match", match), zap.Stringer("source", source), zap.Error(err))
+	}
+}
 
 // planeFor returns the data plane for a flow: XDP where it runs, else
 // userspace; always userspace for SRTP.
