@@ -25,7 +25,7 @@ SRTP terminated on one leg), optionally against Debian's rtpengine, on the
 same calls in one run. It builds a lab of network namespaces (caller, relay,
 callee), and for each relay in turn:
 
- 1. SIP calls with media (--sip-calls; 0 skips): voipgen call in the caller
+ 1. SIP calls with media (--sip-calls, one phase per count; 0 skips): voipgen call in the caller
     namespace -> relayd's B2BUA (dataplane xdp or userspace) -> voipgen
     answer in the callee namespace, one G.711 20 ms stream both ways per
     call: call setup, loss, jitter and the largest gap of real calls.
@@ -74,7 +74,7 @@ type benchConfig struct {
 	calls       []int
 	modes       []string // xdp | userspace | srtp
 	rtpengine   bool
-	sipCalls    int
+	sipCalls    []int // SIP phase call counts; empty: none
 	sipDuration time.Duration
 	step        time.Duration
 	repeat      int // steps (direct, relay, relay, direct) per call count
@@ -105,7 +105,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
 	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
-	sipCalls := fs.Int("sip-calls", 200, "SIP calls with media per relayd mode (0: none)")
+	sipCalls := fs.String("sip-calls", "200", "SIP calls with media per relayd mode, comma-separated counts, each a phase (0: none)")
 	sipDur := fs.Duration("sip-duration", 4*time.Second, "duration of each SIP call")
 	step := fs.Duration("step", time.Second, "duration of each measured run (4 runs per step)")
 	repeat := fs.Int("repeat", 1, "steps per call count; the row takes the median relay cost of their runs (a shared machine's noise)")
@@ -120,7 +120,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	if fs.NArg() > 0 {
 		return benchConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := benchConfig{rtpengine: *rtpe, sipCalls: *sipCalls, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
+	c := benchConfig{rtpengine: *rtpe, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
 		price: *price, out: *outDir, relayd: *relayd, json: *js}
 	var err error
 	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
@@ -128,6 +128,11 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	}
 	slices.Sort(c.calls)
 	c.calls = slices.Compact(c.calls)
+	if strings.TrimSpace(*sipCalls) != "0" {
+		if c.sipCalls, err = parseCounts("--sip-calls", *sipCalls, 1, 5000); err != nil {
+			return c, err
+		}
+	}
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(strings.ToLower(m))
 		switch m {
@@ -144,8 +149,6 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 		return c, fmt.Errorf("--step %v: need at least 200ms", c.step)
 	case c.repeat < 1 || c.repeat > 20:
 		return c, fmt.Errorf("--repeat %d: want 1-20", c.repeat)
-	case c.sipCalls < 0 || c.sipCalls > 5000:
-		return c, fmt.Errorf("--sip-calls %d: want 0-5000", c.sipCalls)
 	case c.sipDuration < time.Second:
 		return c, fmt.Errorf("--sip-duration %v: need at least 1s", c.sipDuration)
 	case c.price <= 0:

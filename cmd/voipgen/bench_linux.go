@@ -102,8 +102,11 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 			}
 			continue
 		}
-		if cfg.sipCalls > 0 && name != "srtp" {
-			s := b.benchSIPCalls(ctx, cfg, name)
+		for _, n := range cfg.sipCalls {
+			if name == "srtp" {
+				break
+			}
+			s := b.benchSIPCalls(ctx, cfg, name, n)
 			rep.SIP = append(rep.SIP, s)
 			fmt.Fprintf(cfg.progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, max gap %.1f ms %s\n",
 				s.Succeeded, s.Calls, s.SentPackets, s.RecvPackets, s.Lost, s.MaxGapMs, s.Error)
@@ -115,7 +118,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if cfg.sipCalls > 0 && slices.Contains(cfg.modes, "srtp") {
+	if len(cfg.sipCalls) > 0 && slices.Contains(cfg.modes, "srtp") {
 		rep.Notes = append(rep.Notes, "srtp: no SIP phase (voipgen call does not offer SDES keys); its sweep uses static flows with keys")
 	}
 	return rep, nil
@@ -287,11 +290,10 @@ func parallel(n, k int, fn func(i int)) {
 	wg.Wait()
 }
 
-// benchSIPCalls places cfg.sipCalls SIP calls with media through relayd
+// benchSIPCalls places n SIP calls with media through relayd
 // in mode name (its B2BUA on the relay's media address, one route to the
 // answerer in the callee namespace) and reports both ends' view.
-func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name string) benchSIP {
-	n := cfg.sipCalls
+func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name string, n int) benchSIP {
 	s := benchSIP{Relay: name, Media: "SIP calls via relayd's B2BUA", Calls: n, DurationS: cfg.sipDuration.Seconds(), Relayed: -1}
 	fail := func(err error) benchSIP { s.Error = err.Error(); s.Failed = n - s.Succeeded; return s }
 	bin, err := relaydBinary(cfg.relayd)

@@ -18,8 +18,11 @@ func TestParseBench(t *testing.T) {
 	if got := c.calls; len(got) != 6 || got[0] != 250 || got[5] != 5000 {
 		t.Errorf("default calls %v", got)
 	}
-	if strings.Join(c.modes, ",") != "xdp,userspace,srtp" || c.rtpengine {
+	if strings.Join(c.modes, ",") != "xdp,userspace,srtp" || c.rtpengine || len(c.sipCalls) != 1 || c.sipCalls[0] != 200 {
 		t.Errorf("modes %v rtpengine %v", c.modes, c.rtpengine)
+	}
+	if c, err := parseBench([]string{"--sip-calls", "0"}, io.Discard); err != nil || len(c.sipCalls) != 0 {
+		t.Errorf("--sip-calls 0: %v %v", c.sipCalls, err)
 	}
 	c, err = parseBench([]string{"--calls", "1k,20,20", "--modes", "userspace,xdp", "--with-rtpengine", "--server-price", "5000"}, io.Discard)
 	if err != nil {
@@ -29,7 +32,7 @@ func TestParseBench(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 	for _, bad := range [][]string{{"--calls", "6000"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"},
-		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--out", ""}, {"extra"}} {
+		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--sip-calls", "6000"}, {"--out", ""}, {"extra"}} {
 		if _, err := parseBench(bad, io.Discard); err == nil {
 			t.Errorf("parseBench(%q) succeeded", bad)
 		}
