@@ -26,7 +26,17 @@ import (
 func startRelay(t *testing.T, xdpMode string) (*lab.Lab, *Relay) {
 	t.Helper()
 	l := lab.NewT(t)
-	r, err := New(l, Options{Dir: t.TempDir(), XDPMode: xdpMode})
+	return l, startRelayIn(t, l, Options{XDPMode: xdpMode})
+}
+
+// startRelayIn starts relayd with o in l (o.Dir defaults to a test
+// directory), logs it if the test failed, and closes it at the end.
+func startRelayIn(t *testing.T, l *lab.Lab, o Options) *Relay {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	r, err := New(l, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +51,7 @@ func startRelay(t *testing.T, xdpMode string) (*lab.Lab, *Relay) {
 	if err := r.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return l, r
+	return r
 }
 
 // leg is one endpoint of a call: a socket in the caller or callee
@@ -467,19 +477,7 @@ func TestRelayUserspace(t *testing.T) {
 	for _, dpMode := range []string{"userspace", "xdp"} {
 		t.Run("dataplane_"+dpMode, func(t *testing.T) {
 			l := lab.NewT(t)
-			r, err := New(l, Options{Dir: t.TempDir(), Mode: dpMode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("relayd log:\n%s", r.tail())
-				}
-				r.Close()
-			})
-			if err := r.Start(); err != nil {
-				t.Fatal(err)
-			}
+			r := startRelayIn(t, l, Options{Mode: dpMode})
 			// One worker per CPU, each on a thread pinned to its CPU.
 			pinned := pinnedThreads(t, r.Pid())
 			for cpu := range runtime.NumCPU() {

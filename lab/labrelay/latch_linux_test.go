@@ -22,19 +22,7 @@ func TestRelayLatching(t *testing.T) {
 	if err := l.AddAttacker(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(l, Options{Dir: t.TempDir(), ExtraMedia: `latch_window = "1s"`})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("relayd log:\n%s", r.tail())
-		}
-		r.Close()
-	})
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
+	r := startRelayIn(t, l, Options{ExtraMedia: `latch_window = "1s"`})
 
 	a, b := netip.AddrPortFrom(l.RelayMedia4, 33000), netip.AddrPortFrom(l.RelayMedia4, 33002)
 	signalled := netip.AddrPortFrom(l.CallerAddr4, 9000) // what the SDP said

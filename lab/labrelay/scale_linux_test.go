@@ -19,19 +19,7 @@ func TestRelayUserspaceScale(t *testing.T) {
 		t.Skip("-short: installs 20,000 flows")
 	}
 	l := lab.NewT(t)
-	r, err := New(l, Options{Dir: t.TempDir(), Mode: "userspace", LogLevel: "warn", Ports: "20000-59999"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("relayd log:\n%s", r.tail())
-		}
-		r.Close()
-	})
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
+	r := startRelayIn(t, l, Options{Mode: "userspace", LogLevel: "warn", Ports: "20000-59999"})
 	const calls = 10000
 	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4000)
 	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5000)

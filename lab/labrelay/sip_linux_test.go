@@ -208,21 +208,7 @@ path = %[3]q
 fsync_interval = "100ms"
 `, l.RelayMedia4, strings.Join(dests, ", "), cdrPath)
 	o.Dir, o.ExtraMedia, o.LogLevel = dir, extra, "debug"
-	r, err := New(l, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("relayd log:\n%s", r.tail())
-		}
-		if err := r.Close(); err != nil {
-			t.Errorf("close relay: %v", err)
-		}
-	})
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
+	r := startRelayIn(t, l, o)
 	return r, cdrPath
 }
 
