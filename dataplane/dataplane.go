@@ -259,6 +259,8 @@ type PuntRelay interface {
 	InstallShadow(f Flow) error
 	UpdateShadow(f Flow) error
 	RemoveShadow(match netip.AddrPort) (Stats, error)
+	// ShadowStat returns the statistics of one shadow.
+	ShadowStat(match netip.AddrPort) (Stats, error)
 	// ShadowStats returns the statistics of every shadow by match.
 	ShadowStats() (map[netip.AddrPort]Stats, error)
 }

@@ -640,8 +640,8 @@ func (f *Fastpath) Stats(match netip.AddrPort) (dataplane.Stats, error) {
 	}
 	st, err := f.readStats(v.StatsIdx)
 	if err == nil && f.cfg.Punt != nil {
-		if sh, err := f.cfg.Punt.ShadowStats(); err == nil {
-			st.Add(sh[match])
+		if sh, err := f.cfg.Punt.ShadowStat(match); err == nil {
+			st.Add(sh)
 		}
 	}
 	return st, err

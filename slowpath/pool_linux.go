@@ -150,6 +150,11 @@ func (p *Pool) RemoveShadow(match netip.AddrPort) (dataplane.Stats, error) {
 	return p.remove(match, true)
 }
 
+// ShadowStat implements dataplane.PuntRelay: one worker is asked.
+func (p *Pool) ShadowStat(match netip.AddrPort) (dataplane.Stats, error) {
+	return p.stats(match, true)
+}
+
 // ShadowStats implements dataplane.PuntRelay.
 func (p *Pool) ShadowStats() (map[netip.AddrPort]dataplane.Stats, error) {
 	list, err := p.list(true)
@@ -250,14 +255,16 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 }
 
 // Stats implements dataplane.DataPlane.
-func (p *Pool) Stats(match netip.AddrPort) (dataplane.Stats, error) {
+func (p *Pool) Stats(match netip.AddrPort) (dataplane.Stats, error) { return p.stats(match, false) }
+
+func (p *Pool) stats(match netip.AddrPort, shadow bool) (dataplane.Stats, error) {
 	p.mu.Lock()
 	wi, ok := p.owner[match]
 	p.mu.Unlock()
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
-	r, err := p.workers[wi].call(ctrl{op: opGet, flow: dataplane.Flow{Match: match}})
+	r, err := p.workers[wi].call(ctrl{op: opGet, flow: dataplane.Flow{Match: match}, shadow: shadow})
 	if err != nil {
 		return dataplane.Stats{}, err
 	}
