@@ -131,9 +131,8 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropFlow
 	}
-	if fl.Latch {
-		// The worker applied latch() already; see worker.relayBatch.
-	} else if fl.ExpectSource.IsValid() &&
+	// A latching flow's source was checked by latch() in the worker.
+	if !fl.Latch && fl.ExpectSource.IsValid() &&
 		(src.Addr() != fl.ExpectSource.Addr() || (fl.ExpectSource.Port() != 0 && src.Port() != fl.ExpectSource.Port())) {
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropSource

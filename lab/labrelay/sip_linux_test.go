@@ -517,33 +517,7 @@ func TestSIPByeFromCallee(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond)
 	// The caller streams, then waits for the BYE instead of sending one.
-	uac := strings.Replace(fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)), `  <pause milliseconds="2500"/>
-  <send retrans="500"><![CDATA[
-BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: 2 BYE
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <recv response="200" crlf="true"/>`, `  <recv request="BYE"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>`, 1)
-	if !strings.Contains(uac, `<recv request="BYE"/>`) {
-		t.Fatal("scenario not rewritten")
-	}
+	uac := uacWaitingForBye(t, 2*time.Second)
 	scen := writeScenario(t, "uacwait.xml", uac)
 	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
 		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
@@ -777,17 +751,7 @@ func TestSIPHoldResume(t *testing.T) {
     <action><ereg regexp="a=sendrecv" search_in="body" check_it="true" assign_to="resume"/></action>
   </recv>
 ` + uasAnswer("sendrecv", "") + `  <recv request="ACK"/>
-  <recv request="BYE"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>
+` + answerBye + `
   <Reference variables="hold,resume"/>
 </scenario>
 `
@@ -816,3 +780,29 @@ Content-Length: 0
 		t.Errorf("CDRs %+v", cdrs)
 	}
 }
+
+// uacWaitingForBye is uacScenario streaming d of PCMU that, instead of
+// hanging up, waits for the BYE and answers it.
+func uacWaitingForBye(t *testing.T, d time.Duration) string {
+	t.Helper()
+	uac := fmt.Sprintf(uacScenario, pcmuWAV(t, d))
+	start := strings.Index(uac, `  <pause milliseconds="2500"/>`)
+	end := strings.Index(uac, `<recv response="200" crlf="true"/>`)
+	if start < 0 || end < 0 {
+		t.Fatal("uacScenario no longer has the pause and BYE this rewrites")
+	}
+	return uac[:start] + answerBye + uac[end+len(`<recv response="200" crlf="true"/>`):]
+}
+
+// answerBye waits for a BYE and answers it with 200.
+const answerBye = `  <recv request="BYE"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+
+]]></send>`

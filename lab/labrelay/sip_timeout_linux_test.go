@@ -2,8 +2,6 @@ package labrelay
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -31,23 +29,7 @@ func TestSIPMediaTimeout(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond)
 	// The caller streams one second of media, then waits for the BYE.
-	uac := fmt.Sprintf(uacScenario, pcmuWAV(t, time.Second))
-	start := strings.Index(uac, `  <pause milliseconds="2500"/>`)
-	end := strings.Index(uac, `<recv response="200" crlf="true"/>`)
-	if start < 0 || end < 0 {
-		t.Fatal("scenario not as expected")
-	}
-	uac = uac[:start] + `  <recv request="BYE"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>` + uac[end+len(`<recv response="200" crlf="true"/>`):]
+	uac := uacWaitingForBye(t, time.Second)
 	scen := writeScenario(t, "uactimeout.xml", uac)
 	began := time.Now()
 	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
