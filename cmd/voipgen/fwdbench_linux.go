@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/control/admin"
@@ -204,7 +202,7 @@ func (b *fwdBench) runMode(ctx context.Context, rep *fwdReport, m fwdMode) (err 
 // fwdPath is what the sender sends in one kind of run: the messages and,
 // for SRTP, the encrypters.
 type fwdPath struct {
-	msgs []ipv4.Message
+	msgs fwdMsgs
 	enc  []*srtpflow.Encrypter
 }
 
@@ -825,12 +823,21 @@ func (b *fwdBench) close() error {
 // goroutine locked to one thread sends, so its time on CPU is that
 // thread's.
 type fwdSender struct {
-	conn    *net.UDPConn
-	w       *ipv4.PacketConn
+	fd      int
 	streams []fwdStream
 	tid     int
 	jobs    chan fwdSendJob
 }
+
+// fwdMsgs is one sendmmsg vector: message i carries flow i's buffer to
+// its destination.
+type fwdMsgs struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet4
+}
+
+func (m fwdMsgs) len() int { return len(m.hdrs) }
 
 // fwdStream is one flow's packet: RTP, and SRTP when encrypted.
 type fwdStream struct {
@@ -853,17 +860,29 @@ type fwdSendResult struct {
 	elapsed                            time.Duration
 }
 
+// newFwdSender opens the sender's socket in the caller namespace: a plain
+// blocking socket that the Go runtime does not know, so that neither its
+// sends nor the kernel freeing its packets (sock_wfree, EPOLLOUT) ever
+// wake the netpoller. Its thread paces itself with clock_nanosleep.
 func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
-	c, err := l.Caller.ListenUDP("udp4", fmt.Sprintf("0.0.0.0:%d", fwdSenderPort))
+	s := &fwdSender{fd: -1, streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
+	err := l.Caller.Do(func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		s.fd = fd
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrInet4{Port: fwdSenderPort})
+	})
 	if err != nil {
-		return nil, err
+		if s.fd >= 0 {
+			unix.Close(s.fd)
+		}
+		return nil, fmt.Errorf("sender socket: %w", err)
 	}
-	if raw, err := c.SyscallConn(); err == nil {
-		raw.Control(func(fd uintptr) {
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
-		})
-	}
-	s := &fwdSender{conn: c, w: ipv4.NewPacketConn(c), streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
 	for i := range s.streams {
 		st := &s.streams[i]
 		st.seq, st.ts = uint16(i*7), uint32(i)*1000
@@ -878,19 +897,29 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 	return s, nil
 }
 
-// messages returns one message per flow 0..f-1 to dst(i), carrying the
-// flow's RTP buffer, or its SRTP buffer of srtpLen bytes if srtpLen > 0.
-func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) []ipv4.Message {
-	ms := make([]ipv4.Message, f)
-	for i := range ms {
+// messages returns one message per flow 0..f-1 to dst(i) (IPv4), carrying
+// the flow's RTP buffer, or its SRTP buffer of srtpLen bytes if srtpLen > 0.
+func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) fwdMsgs {
+	m := fwdMsgs{hdrs: make([]mmsghdr, f), iovs: make([]unix.Iovec, f), names: make([]unix.RawSockaddrInet4, f)}
+	for i := range m.hdrs {
 		if srtpLen > 0 {
-			ms[i].Buffers = [][]byte{s.streams[i].sbuf[:srtpLen]}
+			m.iovs[i].Base = &s.streams[i].sbuf[0]
+			m.iovs[i].SetLen(srtpLen)
 		} else {
-			ms[i].Buffers = [][]byte{s.streams[i].buf[:]}
+			m.iovs[i].Base = &s.streams[i].buf[0]
+			m.iovs[i].SetLen(fwdRTPLen)
 		}
-		ms[i].Addr = net.UDPAddrFromAddrPort(dst(i))
+		ap := dst(i)
+		m.names[i].Family = unix.AF_INET
+		m.names[i].Addr = ap.Addr().As4()
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&m.names[i].Port))[:], ap.Port())
+		h := &m.hdrs[i].hdr
+		h.Name = (*byte)(unsafe.Pointer(&m.names[i]))
+		h.Namelen = unix.SizeofSockaddrInet4
+		h.Iov = &m.iovs[i]
+		h.SetIovlen(1)
 	}
-	return ms
+	return m
 }
 
 func (s *fwdSender) loop(tid chan<- int) {
@@ -911,18 +940,15 @@ func (s *fwdSender) run(ctx context.Context, p fwdPath, period, dur time.Duratio
 func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	var res fwdSendResult
 	msgs, enc := j.path.msgs, j.path.enc
-	n := len(msgs)
+	n := msgs.len()
 	ssrcHigh := uint32(j.tag) << 16
 	slots := max(1, min(n, int(j.period/fwdSlot)))
 	cycles := max(1, int(j.dur/j.period))
-	start := time.Now().Add(time.Millisecond)
+	start := monoNow() + int64(time.Millisecond)
 	for cycle := 0; cycle < cycles && j.ctx.Err() == nil; cycle++ {
 		base := time.Duration(cycle) * j.period
 		for k := range slots {
-			deadline := start.Add(base + time.Duration(k)*j.period/time.Duration(slots))
-			if d := time.Until(deadline); d > 0 {
-				time.Sleep(d)
-			}
+			sleepUntil(start + int64(base+time.Duration(k)*j.period/time.Duration(slots)))
 			lo, hi := k*n/slots, (k+1)*n/slots
 			for i := lo; i < hi; i++ {
 				st := &s.streams[i]
@@ -937,33 +963,44 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 					}
 				}
 			}
-			ms := msgs[lo:hi]
-			for len(ms) > 0 {
-				k, err := s.w.WriteBatch(ms, 0)
-				res.packets += uint64(max(k, 0))
-				ms = ms[max(k, 0):]
-				if err != nil && len(ms) > 0 {
-					res.errors++
-					ms = ms[1:]
+			for lo < hi {
+				r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&msgs.hdrs[lo])), uintptr(hi-lo), 0, 0, 0)
+				switch {
+				case errno == unix.EINTR:
+				case errno != 0:
+					res.errors++ // the first message failed: skip it
+					lo++
+				default:
+					res.packets += uint64(r)
+					lo += int(r)
 				}
 			}
 		}
 		res.cycles++
 	}
-	res.elapsed = time.Since(start)
+	res.elapsed = time.Duration(monoNow() - start)
 	return res
 }
 
 func (s *fwdSender) close() error {
 	close(s.jobs)
-	return s.conn.Close()
+	return unix.Close(s.fd)
 }
 
-// fwdSink receives on one UDP socket in the callee namespace with blocking
-// recvmmsg on a thread of its own (no Go netpoller), and counts packets per
-// stream and per run by SSRC (bits 0-15 the stream, 16-23 the run): the
-// cheapest receiver that still checks every stream, and that counts
-// packets arriving late for their run to that run, not to the next.
+// fwdSink receives on one UDP socket in the callee namespace on a thread
+// of its own (no Go netpoller), and counts packets per stream and per run
+// by SSRC (bits 0-15 the stream, 16-23 the run): the cheapest receiver
+// that still checks every stream, and that counts packets arriving late
+// for their run to that run, not to the next.
+//
+// It wakes on a timer every fwdSinkTick and drains its socket with
+// non-blocking recvmmsg, instead of blocking until a packet arrives. A
+// blocking receiver that keeps up is woken once per packet or few, and how
+// many packets each wakeup finds depends on how the arrivals are spaced,
+// so on what is in the path: a dearer relay spreads the sender's bursts,
+// the sink wakes more often, and its wakeups (a cross-CPU IPI and two
+// context switches, several microseconds in a VM) were billed to the
+// relay. A timer makes the sink's wakeups the same in every run.
 type fwdSink struct {
 	fd      int
 	perSSRC []atomic.Uint64
@@ -981,7 +1018,13 @@ type mmsghdr struct {
 	_   [4]byte
 }
 
-const fwdSinkBatch = 256
+const (
+	fwdSinkBatch = 256
+	// fwdSinkTick is how often the sink drains its socket: 1,000 wakeups a
+	// second whatever the rate; its 64 MiB receive buffer holds far more
+	// than a tick's packets at any rate the lab reaches.
+	fwdSinkTick = time.Millisecond
+)
 
 func newFwdSink(ns *lab.NS, n int) (*fwdSink, error) {
 	k := &fwdSink{fd: -1, perSSRC: make([]atomic.Uint64, n), done: make(chan struct{})}
@@ -1025,24 +1068,35 @@ func (k *fwdSink) loop(tid chan<- int) {
 		hdrs[i].hdr.Iov = &iovs[i]
 		hdrs[i].hdr.SetIovlen(1)
 	}
+	next := monoNow()
 	for !k.stop.Load() {
-		r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(k.fd), uintptr(unsafe.Pointer(&hdrs[0])),
-			fwdSinkBatch, unix.MSG_WAITFORONE, 0, 0)
-		if errno != 0 {
-			continue // EAGAIN after SO_RCVTIMEO, EINTR
+		next += int64(fwdSinkTick)
+		if now := monoNow(); next < now {
+			next = now // fell behind (descheduled): no burst of catch-up ticks
 		}
-		n := int(r)
-		for i := range n {
-			if hdrs[i].n >= 12 {
-				b := &bufs[i]
-				ssrc := uint32(b[8])<<24 | uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
-				if i := int(ssrc & 0xffff); i < len(k.perSSRC) {
-					k.perSSRC[i].Add(1)
+		sleepUntil(next)
+		for {
+			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(k.fd), uintptr(unsafe.Pointer(&hdrs[0])),
+				fwdSinkBatch, unix.MSG_DONTWAIT, 0, 0)
+			if errno != 0 {
+				break // EAGAIN: drained (or EINTR: next tick)
+			}
+			n := int(r)
+			for i := range n {
+				if hdrs[i].n >= 12 {
+					b := &bufs[i]
+					ssrc := uint32(b[8])<<24 | uint32(b[9])<<16 | uint32(b[10])<<8 | uint32(b[11])
+					if i := int(ssrc & 0xffff); i < len(k.perSSRC) {
+						k.perSSRC[i].Add(1)
+					}
+					k.runs[ssrc>>16&0xff].Add(1)
 				}
-				k.runs[ssrc>>16&0xff].Add(1)
+			}
+			k.total.Add(uint64(n))
+			if n < fwdSinkBatch {
+				break
 			}
 		}
-		k.total.Add(uint64(n))
 	}
 }
 
