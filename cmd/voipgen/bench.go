@@ -28,22 +28,34 @@ callee), and for each relay in turn:
  1. SIP calls with media (--sip-calls, one phase per count; 0 skips): voipgen call in the caller
     namespace -> relayd's B2BUA (dataplane xdp or userspace) -> voipgen
     answer in the callee namespace, one G.711 20 ms stream both ways per
-    call: call setup, loss, jitter and the largest gap of real calls.
-    (srtp and rtpengine: no SIP phase; see below.)
- 2. The CPU sweep over concurrent calls (--calls): each call's media is two
-    flows of G.711 20 ms (50 pps each, 100 pps per call, 172-byte RTP),
-    installed as static flows through relayd's admin API (rtpengine: set up
-    over its ng protocol, offer and answer, one ng call per flow), sent from
-    the caller namespace through the relay to the callee namespace by
-    fwdbench's paced sender and counted by its sink. Both flows of a call
-    cross the relay from caller to callee. A relay stops at its first step
-    with loss, or when the sender cannot offer more.
+    call, sent and analysed by voipgen's per-call media: call setup, loss,
+    jitter and the largest gap of real calls. (srtp and rtpengine: none.)
+ 2. The CPU sweep over concurrent calls (--calls). For relayd the calls are
+    SIP calls through its B2BUA, placed by voipgen call and answered by
+    voipgen answer, signalling only: at each step the calls missing are
+    added (INVITE, 200 with SDP, ACK) and all are held to the end (BYE).
+    Each call is a G.711 20 ms stream each way (50 pps each, 100 pps per
+    call, 172-byte RTP) between the addresses its SDP named, sent by one
+    paced sender (sendmmsg from the caller's socket and, for the callee's
+    streams, from the callee's socket) and counted by one sink draining
+    both sockets. In srtp mode the caller offers SDES
+    (AES_CM_128_HMAC_SHA1_80, a key per call) and sends SRTP: relayd
+    decrypts toward the callee and encrypts toward the caller.
+    --static-flows installs the relayd sweep's media as static flows
+    through the admin API instead (one way, as fwdbench does). rtpengine:
+    one ng call (offer, answer) per flow, one way. A relay stops at its
+    first step with loss, or when the sender cannot offer more.
 
-Why static flows for the sweep: the CPU figures need a baseline run of the
-same packets without the relay (direct over an extra veth pair), which SIP
-calls through a B2BUA cannot have, and voipgen call runs one socket and
-goroutine per call, whose own cost would swamp the relay's at thousands of
-calls on 2 CPUs. Every row of the table says which it is ("media").
+The sender and the sink are not the Go runtime's: each has a thread of
+its own on plain sockets, the sender paced by clock_nanosleep and the sink
+waking every millisecond to drain its sockets, so their wakeups are the
+same whatever the relay (a receiver woken per packet costs more the more
+the relay spreads the packets, and that was billed to the relay).
+
+Why a baseline, and not SIP calls' own media: the CPU figures need a run
+of the same packets without the relay (direct over an extra veth pair),
+and voipgen call's media (a socket and goroutine per call, full
+analysis) would swamp the relay's cost at thousands of calls on 2 CPUs.
 
 CPU methods (each figure says which one it is): "tasks" is the run time of
 every thread involved (voipgen's sender, sink and runtime, relayd or
@@ -59,9 +71,9 @@ server price over the calls the whole machine would carry at 100% CPU
 count measured here.
 
 Modes (--modes): xdp, userspace (workers = one per CPU), srtp (userspace,
-AES_CM_128_HMAC_SHA1_80 decrypted on the caller leg: the sender encrypts,
-relayd decrypts and sends plain RTP); --with-rtpengine adds rtpengine
-(userspace, --table=-1, one thread per CPU).
+SRTP with AES_CM_128_HMAC_SHA1_80 on the caller leg, plain RTP on the
+callee leg); --with-rtpengine adds rtpengine (userspace, --table=-1, one
+thread per CPU).
 
 Writes bench.json, cpu.png/.svg (CPU % vs concurrent calls per relay) and
 nsperpkt.png/.svg (CPU ns per relayed packet) to --out.
@@ -74,6 +86,7 @@ type benchConfig struct {
 	calls       []int
 	modes       []string // xdp | userspace | srtp
 	rtpengine   bool
+	static      bool  // relayd sweep media as static flows, not SIP calls
 	sipCalls    []int // SIP phase call counts; empty: none
 	sipDuration time.Duration
 	step        time.Duration
@@ -89,6 +102,7 @@ type benchConfig struct {
 // How the sweep's media is set up, per row.
 const (
 	benchMediaStatic = "static flows (admin API)"
+	benchMediaSIP    = "SIP calls via relayd's B2BUA, both ways"
 	benchMediaNG     = "ng calls (offer/answer), one per flow"
 )
 
@@ -105,6 +119,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
 	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
+	static := fs.Bool("static-flows", false, "set the sweep's media up as static flows through relayd's admin API, not as SIP calls")
 	sipCalls := fs.String("sip-calls", "200", "SIP calls with media per relayd mode, comma-separated counts, each a phase (0: none)")
 	sipDur := fs.Duration("sip-duration", 4*time.Second, "duration of each SIP call")
 	step := fs.Duration("step", time.Second, "duration of each measured run (4 runs per step)")
@@ -120,7 +135,7 @@ func parseBench(args []string, out io.Writer) (benchConfig, error) {
 	if fs.NArg() > 0 {
 		return benchConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := benchConfig{rtpengine: *rtpe, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
+	c := benchConfig{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
 		price: *price, out: *outDir, relayd: *relayd, json: *js}
 	var err error
 	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
@@ -420,7 +435,7 @@ func (rep *benchReport) writeText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
-	fmt.Fprintln(w, "media: static = static flows through relayd's admin API; ng = one rtpengine ng call (offer/answer) per flow")
+	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = one rtpengine ng call (offer/answer) per flow, one way; static = static flows (admin API), one way")
 	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"
@@ -436,9 +451,9 @@ func (rep *benchReport) writeText(w io.Writer) {
 		if r.Rerun {
 			notes = append(notes, "rerun")
 		}
-		media := "static"
-		if r.Media == benchMediaNG {
-			media = "ng"
+		media := map[string]string{benchMediaNG: "ng", benchMediaSIP: "sip"}[r.Media]
+		if media == "" {
+			media = "static"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
 			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, strings.Join(notes, ", "))

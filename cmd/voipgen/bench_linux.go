@@ -82,7 +82,12 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 	if irqKnown && irq {
 		rep.Notes = append(rep.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the idle figures")
 	}
-	rep.Notes = append(rep.Notes, "sweep media: both flows of a call go caller -> relay -> callee (the relay does the same work per packet in either direction); jitter and max gap come from the SIP phase")
+	if cfg.static {
+		rep.Notes = append(rep.Notes, "sweep media: static flows, both flows of a call caller -> relay -> callee (the relay does the same work per packet in either direction)")
+	} else {
+		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls, one per flow, one way")
+	}
+	rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
 	defer func() {
 		summarizeBench(rep, relays, ghz, cpus, cfg.price)
 		err = errors.Join(err, b.close())
@@ -114,12 +119,16 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 				return rep, err
 			}
 		}
-		if err := b.benchRelayd(ctx, cfg, rep, name); err != nil {
+		sweep := b.benchRelaydSIP
+		if cfg.static {
+			sweep = b.benchRelayd
+		}
+		if err := sweep(ctx, cfg, rep, name); err != nil {
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if len(cfg.sipCalls) > 0 && slices.Contains(cfg.modes, "srtp") {
-		rep.Notes = append(rep.Notes, "srtp: no SIP phase (voipgen call does not offer SDES keys); its sweep uses static flows with keys")
+		rep.Notes = append(rep.Notes, "srtp: no SIP phase with media (voipgen's per-call media is plain RTP); its sweep's SIP calls offer SDES")
 	}
 	return rep, nil
 }
@@ -407,4 +416,229 @@ func readRelayCounters(r *labrelay.Relay) (relayCounters, error) {
 		return relayCounters{}, fmt.Errorf("relayd metrics: %w", err)
 	}
 	return parseRelayCounters(text)
+}
+
+// benchSIPRelayPorts is relayd's media port range for the SIP sweep: each
+// call takes an RTP and an RTCP port on each leg.
+const benchSIPRelayPorts = "20000-60999"
+
+// benchCalls is the SIP side of the sweep through relayd: an answerer in
+// the callee namespace and batches of callers in the caller namespace,
+// signalling only (sipSignal). Call i's caller media is the sender's
+// socket (CallerAddr4:fwdSenderPort); the i-th call the answerer takes
+// answers with farPrefix+i:fwdSinkPort, the sink's socket. What each side
+// learns from the other's SDP, the relay's ports, is kept per call.
+type benchCalls struct {
+	b    *fwdBench
+	cfg  benchConfig
+	srtp bool
+
+	mu       sync.Mutex
+	toCallee []netip.AddrPort // call i: where the caller sends (relay port, A leg), from the 200's SDP
+	toCaller []netip.AddrPort // answered call j: where the callee sends (relay port, B leg), from the INVITE's SDP
+	answered atomic.Int64
+
+	actx    context.Context
+	acancel context.CancelFunc
+	ansDone chan error
+	batches []benchBatch
+}
+
+type benchBatch struct {
+	cancel context.CancelFunc
+	done   chan []callReport
+}
+
+func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
+	l := s.b.l
+	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	s.toCallee, s.toCaller = make([]netip.AddrPort, maxCalls), make([]netip.AddrPort, maxCalls)
+	acfg := answerConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort), media: l.CalleeAddr4,
+		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: 24 * time.Hour, ns: l.Callee.Do,
+		signal: &sipSignal{
+			media: func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) },
+			peer: func(j int, a netip.AddrPort) {
+				s.mu.Lock()
+				if j < len(s.toCaller) {
+					s.toCaller[j] = a
+				}
+				s.mu.Unlock()
+			},
+		}},
+		personality: "answer", maxCalls: 1 << 30, maxCallDur: 24 * time.Hour}
+	s.actx, s.acancel = context.WithCancel(ctx)
+	ready := make(chan struct{})
+	s.ansDone = make(chan error, 1)
+	go func() {
+		_, err := answerCalls(s.actx, acfg, ready)
+		s.ansDone <- err
+	}()
+	select {
+	case <-ready:
+		return nil
+	case err := <-s.ansDone:
+		s.ansDone <- err
+		return fmt.Errorf("answerer: %v", err)
+	}
+}
+
+// grow places calls until n are up: one batch of new calls from a SIP
+// endpoint of its own, held until close.
+func (s *benchCalls) grow(ctx context.Context, n int) error {
+	have := int(s.answered.Load())
+	if n <= have {
+		return nil
+	}
+	l, k := s.b.l, len(s.batches)
+	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	sig := &sipSignal{
+		media: func(int) netip.AddrPort { return netip.AddrPortFrom(l.CallerAddr4, uint16(fwdSenderPort)) },
+		peer: func(i int, a netip.AddrPort) {
+			s.mu.Lock()
+			s.toCallee[have+i] = a
+			s.mu.Unlock()
+			s.answered.Add(1)
+		},
+	}
+	if s.srtp {
+		sig.crypto = func(i int) string { return "1 AES_CM_128_HMAC_SHA1_80 inline:" + s.b.keys[have+i] }
+	}
+	ccfg := callConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CallerAddr4, uint16(benchCallerSIP+k)), media: l.CallerAddr4,
+		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: 24 * time.Hour, ns: l.Caller.Do, signal: sig},
+		calls: n - have, concurrent: n - have, rate: 1000, timeout: 10 * time.Second}
+	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.target); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithCancel(context.Background())
+	bt := benchBatch{cancel: cancel, done: make(chan []callReport, 1)}
+	s.batches = append(s.batches, bt)
+	go func() {
+		reps, _ := placeCalls(bctx, ccfg)
+		bt.done <- reps
+	}()
+	start := time.Now()
+	for int(s.answered.Load()) < n {
+		select {
+		case reps := <-bt.done:
+			bt.done <- reps
+			failed, first := 0, ""
+			for _, r := range reps {
+				if !r.Success {
+					failed++
+					if first == "" {
+						first = fmt.Sprintf("status %d %s", r.Status, r.Error)
+					}
+				}
+			}
+			return fmt.Errorf("%d of %d SIP calls failed (first: %s)", failed, n-have, first)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Since(start) > time.Minute {
+			return fmt.Errorf("only %d of %d calls answered after a minute", s.answered.Load(), n)
+		}
+	}
+	fmt.Fprintf(s.cfg.progress, "  %d SIP calls set up through relayd's B2BUA in %v, %d in all\n", n-have, time.Since(start).Round(time.Millisecond), n)
+	return nil
+}
+
+// paths returns the direct and relay paths of the first n calls: forward
+// streams 0..n-1 (caller -> callee), reverse streams n..2n-1.
+func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	srtpLen := 0
+	if s.srtp {
+		srtpLen = fwdRTPLen + sdes.AES_CM_128_HMAC_SHA1_80.RTPTagLen()
+		direct.enc, relay.enc = s.b.enc[:n], s.b.enc[:n]
+	}
+	snd, l := s.b.snd, s.b.l
+	far := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) }
+	direct.msgs = snd.messages(n, srtpLen, func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort))
+	})
+	direct.rev = snd.revMessages(n, n, func(j int) netip.AddrPort {
+		return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort))
+	}, func(int) netip.AddrPort { return netip.AddrPortFrom(directCaller.Addr(), uint16(fwdSenderPort)) })
+	toCallee, toCaller := slices.Clone(s.toCallee[:n]), slices.Clone(s.toCaller[:n])
+	relay.msgs = snd.messages(n, srtpLen, func(i int) netip.AddrPort { return toCallee[i] })
+	relay.rev = snd.revMessages(n, n, far, func(j int) netip.AddrPort { return toCaller[j] })
+	_ = l
+	return direct, relay
+}
+
+// close hangs every call up (BYE from the callers) and stops the answerer.
+func (s *benchCalls) close() {
+	start, n := time.Now(), 0
+	for _, bt := range s.batches {
+		bt.cancel()
+	}
+	for _, bt := range s.batches {
+		select {
+		case reps := <-bt.done:
+			n += len(reps)
+		case <-time.After(30 * time.Second):
+		}
+	}
+	if s.acancel != nil {
+		s.acancel()
+		select {
+		case <-s.ansDone:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if n > 0 {
+		fmt.Fprintf(s.cfg.progress, "  %d SIP calls hung up in %v\n", n, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// benchRelaydSIP runs the sweep through relayd in mode name with its
+// media set up by SIP calls through relayd's B2BUA (see benchCalls):
+// each call is two flows, caller -> callee and callee -> caller, the
+// caller leg SRTP in srtp mode (the caller offers SDES; relayd decrypts
+// toward the callee and encrypts toward the caller).
+func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg benchConfig, rep *benchReport, name string) (err error) {
+	m := benchMode(name)
+	b.relayPorts = benchSIPRelayPorts
+	// A short latching window: a call's flows settle (source locked, XDP
+	// flows back in XDP) within the warm-up that follows its setup.
+	b.relayExtra = fmt.Sprintf(`latch_window = "50ms"
+[sip]
+listen = ["udp:%s:%d"]
+[[route]]
+name = "bench"
+match = "."
+attempt_timeout = "5s"
+destinations = ["sip:answer@%s"]
+`, b.l.RelayMedia4, benchSIPPort, netip.AddrPortFrom(b.l.CalleeAddr4, benchSIPPort))
+	defer func() { b.relayExtra, b.relayPorts = "", "" }()
+	if err := b.startRelay(m); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.stopRelay()) }()
+	calls := &benchCalls{b: b, cfg: cfg, srtp: m.Kind == "srtp"}
+	if err := calls.start(ctx, slices.Max(cfg.calls)); err != nil {
+		return err
+	}
+	defer calls.close()
+	return b.benchSweep(ctx, cfg, rep, m, benchMediaSIP, func(f int) (fwdPath, fwdPath, error) {
+		n := f / 2
+		if err := calls.grow(ctx, n); err != nil {
+			return fwdPath{}, fwdPath{}, err
+		}
+		direct, relay := calls.paths(n)
+		// Past the latching window, and the locked flows moved back.
+		if err := b.warm(ctx, relay, m, false); err != nil {
+			return fwdPath{}, fwdPath{}, err
+		}
+		time.Sleep(300 * time.Millisecond)
+		return direct, relay, nil
+	})
 }

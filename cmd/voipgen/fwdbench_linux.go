@@ -84,6 +84,10 @@ type fwdBench struct {
 	// quietLeft is what is left of the time to wait for a quiet machine.
 	quietLeft time.Duration
 
+	// relayExtra and relayPorts, when set, go into the next relayd's
+	// configuration (after [media]'s keys; media.ports).
+	relayExtra, relayPorts string
+
 	// The current mode's relayd, nil for kernel forwarding.
 	relay     *labrelay.Relay
 	relayDir  string
@@ -202,8 +206,11 @@ func (b *fwdBench) runMode(ctx context.Context, rep *fwdReport, m fwdMode) (err 
 // fwdPath is what the sender sends in one kind of run: the messages and,
 // for SRTP, the encrypters.
 type fwdPath struct {
-	msgs fwdMsgs
-	enc  []*srtpflow.Encrypter
+	msgs fwdMsgs // caller -> relay -> callee, from the caller's socket
+	// rev, when not empty, is the other way: callee -> relay -> caller,
+	// from the callee's socket (the sink's), streams after msgs'.
+	rev fwdMsgs
+	enc []*srtpflow.Encrypter // SRTP: encrypts msgs' streams
 }
 
 // paths returns the direct path and mode m's path for f flows.
@@ -466,7 +473,7 @@ func (b *fwdBench) targets() []measure.Target {
 	pid := os.Getpid()
 	t := []measure.Target{
 		{Label: "sender", PID: pid, TIDs: []int{b.snd.tid}},
-		{Label: "sink", PID: pid, TIDs: []int{b.sink.tid}},
+		{Label: "sink", PID: pid, TIDs: []int{b.sink.tid, b.sink.tid2}},
 		{Label: "voipgen", PID: pid},
 	}
 	if b.relay != nil && b.relay.Pid() != 0 {
@@ -630,8 +637,14 @@ func (b *fwdBench) setup(flows int) error {
 	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {
 		return err
 	}
-	b.snd, err = newFwdSender(l, flows)
-	return err
+	if b.snd, err = newFwdSender(l, flows); err != nil {
+		return err
+	}
+	// Reverse streams go out of the sink's socket and come back to the
+	// sender's.
+	b.snd.rfd = b.sink.fd
+	b.sink.watch(b.snd.fd)
+	return nil
 }
 
 func relaydBinary(p string) (string, error) {
@@ -661,7 +674,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 		return err
 	}
 	// warn: relayd logs every idle flow at info level.
-	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn"}
+	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts}
 	if m.Kind != "xdp" {
 		o.Mode, o.Workers = "userspace", m.Workers
 	}
@@ -801,11 +814,11 @@ func (b *fwdBench) stopRelay() error {
 
 func (b *fwdBench) close() error {
 	errs := []error{b.stopRelay()}
+	if b.sink != nil {
+		b.sink.close() // first: it also reads the sender's socket
+	}
 	if b.snd != nil {
 		errs = append(errs, b.snd.close())
-	}
-	if b.sink != nil {
-		b.sink.close()
 	}
 	if b.l != nil {
 		errs = append(errs, b.l.Close())
@@ -823,7 +836,8 @@ func (b *fwdBench) close() error {
 // goroutine locked to one thread sends, so its time on CPU is that
 // thread's.
 type fwdSender struct {
-	fd      int
+	fd      int // caller side
+	rfd     int // callee side, for reverse streams: the sink's socket
 	streams []fwdStream
 	tid     int
 	jobs    chan fwdSendJob
@@ -835,6 +849,16 @@ type fwdMsgs struct {
 	hdrs  []mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet4
+	ctrl  []fwdPktinfo // reverse streams: each message's source address
+}
+
+// fwdPktinfo is a control message that sets a datagram's source address
+// (IP_PKTINFO's ipi_spec_dst): the callee's socket sends each reverse
+// stream from its own address, local there through an AnyIP route.
+type fwdPktinfo struct {
+	hdr  unix.Cmsghdr
+	info unix.Inet4Pktinfo
+	_    [4]byte // to CMSG_SPACE
 }
 
 func (m fwdMsgs) len() int { return len(m.hdrs) }
@@ -873,6 +897,10 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 		}
 		s.fd = fd
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20); err != nil {
+			return err
+		}
+		// Reverse streams come back here, drained by the sink's timer.
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
 			return err
 		}
 		return unix.Bind(fd, &unix.SockaddrInet4{Port: fwdSenderPort})
@@ -922,6 +950,32 @@ func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) fwd
 	return m
 }
 
+// revMessages returns one message per reverse stream off+0..off+c-1
+// (plain RTP), from src(j) to dst(j), to send on the callee's socket.
+func (s *fwdSender) revMessages(off, c int, src, dst func(j int) netip.AddrPort) fwdMsgs {
+	m := fwdMsgs{hdrs: make([]mmsghdr, c), iovs: make([]unix.Iovec, c), names: make([]unix.RawSockaddrInet4, c), ctrl: make([]fwdPktinfo, c)}
+	for j := range m.hdrs {
+		m.iovs[j].Base = &s.streams[off+j].buf[0]
+		m.iovs[j].SetLen(fwdRTPLen)
+		ap := dst(j)
+		m.names[j].Family = unix.AF_INET
+		m.names[j].Addr = ap.Addr().As4()
+		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&m.names[j].Port))[:], ap.Port())
+		pi := &m.ctrl[j]
+		pi.hdr.Level, pi.hdr.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+		pi.hdr.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+		pi.info.Spec_dst = src(j).Addr().As4()
+		h := &m.hdrs[j].hdr
+		h.Name = (*byte)(unsafe.Pointer(&m.names[j]))
+		h.Namelen = unix.SizeofSockaddrInet4
+		h.Iov = &m.iovs[j]
+		h.SetIovlen(1)
+		h.Control = (*byte)(unsafe.Pointer(pi))
+		h.SetControllen(unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+	}
+	return m
+}
+
 func (s *fwdSender) loop(tid chan<- int) {
 	runtime.LockOSThread() // never unlocked: the thread is the sender's alone
 	tid <- unix.Gettid()
@@ -939,8 +993,9 @@ func (s *fwdSender) run(ctx context.Context, p fwdPath, period, dur time.Duratio
 
 func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	var res fwdSendResult
-	msgs, enc := j.path.msgs, j.path.enc
-	n := msgs.len()
+	msgs, rev, enc := j.path.msgs, j.path.rev, j.path.enc
+	nf := msgs.len()
+	n := nf + rev.len()
 	ssrcHigh := uint32(j.tag) << 16
 	slots := max(1, min(n, int(j.period/fwdSlot)))
 	cycles := max(1, int(j.dur/j.period))
@@ -957,29 +1012,39 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 				binary.BigEndian.PutUint16(st.buf[2:], st.seq)
 				binary.BigEndian.PutUint32(st.buf[4:], st.ts)
 				binary.BigEndian.PutUint32(st.buf[8:], ssrcHigh|uint32(i))
-				if enc != nil {
+				if enc != nil && i < nf {
 					if _, err := enc[i].EncryptRTP(st.sbuf[:0], st.buf[:]); err != nil {
 						res.encErrors++
 					}
 				}
 			}
-			for lo < hi {
-				r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&msgs.hdrs[lo])), uintptr(hi-lo), 0, 0, 0)
-				switch {
-				case errno == unix.EINTR:
-				case errno != 0:
-					res.errors++ // the first message failed: skip it
-					lo++
-				default:
-					res.packets += uint64(r)
-					lo += int(r)
-				}
+			if lo < nf {
+				s.sendmmsg(&res, s.fd, msgs.hdrs[lo:min(hi, nf)])
+			}
+			if hi > nf {
+				s.sendmmsg(&res, s.rfd, rev.hdrs[max(lo, nf)-nf:hi-nf])
 			}
 		}
 		res.cycles++
 	}
 	res.elapsed = time.Duration(monoNow() - start)
 	return res
+}
+
+// sendmmsg sends all of hs on fd, skipping a message the kernel refuses.
+func (s *fwdSender) sendmmsg(res *fwdSendResult, fd int, hs []mmsghdr) {
+	for len(hs) > 0 {
+		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), 0, 0, 0)
+		switch {
+		case errno == unix.EINTR:
+		case errno != 0:
+			res.errors++ // the first message failed: skip it
+			hs = hs[1:]
+		default:
+			res.packets += uint64(r)
+			hs = hs[r:]
+		}
+	}
 }
 
 func (s *fwdSender) close() error {
@@ -1002,13 +1067,17 @@ func (s *fwdSender) close() error {
 // context switches, several microseconds in a VM) were billed to the
 // relay. A timer makes the sink's wakeups the same in every run.
 type fwdSink struct {
-	fd      int
+	fd      int // its own socket, in the callee namespace
 	perSSRC []atomic.Uint64
 	runs    [256]atomic.Uint64
 	total   atomic.Uint64
 	stop    atomic.Bool
-	done    chan struct{}
+	wg      sync.WaitGroup
 	tid     int
+	// fd2 and tid2: the caller's socket (the sender's), drained by a
+	// second thread when reverse streams come back to it (watch).
+	fd2  int
+	tid2 int
 }
 
 // mmsghdr is struct mmsghdr.
@@ -1027,7 +1096,7 @@ const (
 )
 
 func newFwdSink(ns *lab.NS, n int) (*fwdSink, error) {
-	k := &fwdSink{fd: -1, perSSRC: make([]atomic.Uint64, n), done: make(chan struct{})}
+	k := &fwdSink{fd: -1, fd2: -1, perSSRC: make([]atomic.Uint64, n)}
 	err := ns.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
@@ -1049,14 +1118,25 @@ func newFwdSink(ns *lab.NS, n int) (*fwdSink, error) {
 		}
 		return nil, fmt.Errorf("sink socket: %w", err)
 	}
-	tid := make(chan int)
-	go k.loop(tid)
-	k.tid = <-tid
+	k.tid = k.start(k.fd)
 	return k, nil
 }
 
-func (k *fwdSink) loop(tid chan<- int) {
-	defer close(k.done)
+// watch also receives on fd (not closed by the sink).
+func (k *fwdSink) watch(fd int) {
+	k.fd2 = fd
+	k.tid2 = k.start(fd)
+}
+
+func (k *fwdSink) start(fd int) int {
+	tid := make(chan int)
+	k.wg.Add(1)
+	go k.loop(fd, tid)
+	return <-tid
+}
+
+func (k *fwdSink) loop(fd int, tid chan<- int) {
+	defer k.wg.Done()
 	runtime.LockOSThread() // never unlocked: the thread is the sink's alone
 	tid <- unix.Gettid()
 	bufs := make([][2048]byte, fwdSinkBatch)
@@ -1076,7 +1156,7 @@ func (k *fwdSink) loop(tid chan<- int) {
 		}
 		sleepUntil(next)
 		for {
-			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(k.fd), uintptr(unsafe.Pointer(&hdrs[0])),
+			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 				fwdSinkBatch, unix.MSG_DONTWAIT, 0, 0)
 			if errno != 0 {
 				break // EAGAIN: drained (or EINTR: next tick)
@@ -1123,7 +1203,7 @@ func (k *fwdSink) drain(run uint8, want uint64) {
 		time.Sleep(10 * time.Millisecond)
 		if v := k.total.Load(); v != last {
 			last, since = v, time.Now()
-		} else if q, err := unix.IoctlGetInt(k.fd, unix.SIOCINQ); err == nil && q > 0 {
+		} else if k.queued() {
 			since = time.Now()
 		} else if time.Since(since) >= 250*time.Millisecond {
 			return
@@ -1131,8 +1211,18 @@ func (k *fwdSink) drain(run uint8, want uint64) {
 	}
 }
 
+// queued reports whether a socket of the sink holds a packet.
+func (k *fwdSink) queued() bool {
+	for _, fd := range []int{k.fd, k.fd2} {
+		if q, err := unix.IoctlGetInt(fd, unix.SIOCINQ); fd >= 0 && err == nil && q > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (k *fwdSink) close() {
 	k.stop.Store(true)
-	<-k.done
+	k.wg.Wait()
 	unix.Close(k.fd)
 }

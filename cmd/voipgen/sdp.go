@@ -32,6 +32,15 @@ func sdpBody(media netip.AddrPort, c codec, ptime time.Duration, sessID int64) [
 	return []byte(b.String())
 }
 
+// sdpBodyCrypto is sdpBody for SRTP with SDES (RFC 4568): RTP/SAVP and
+// one a=crypto line, crypto being its value ("1 AES_CM_128_HMAC_SHA1_80
+// inline:...").
+func sdpBodyCrypto(media netip.AddrPort, c codec, ptime time.Duration, sessID int64, crypto string) []byte {
+	b := string(sdpBody(media, c, ptime, sessID))
+	b = strings.Replace(b, " RTP/AVP ", " RTP/SAVP ", 1)
+	return []byte(b + "a=crypto:" + crypto + "\r\n")
+}
+
 var errNoAudio = errors.New("sdp: no audio stream")
 
 // sdpMedia is what voipgen reads from a peer's SDP.

@@ -43,10 +43,33 @@ type sipEndpoint struct {
 
 	seen *responseTimes // arrival of the first 18x and 2xx per Call-ID
 
+	// signal, when set, makes the endpoint signal only (voipgen bench).
+	signal *sipSignal
+
 	ua  *sipgo.UserAgent
 	srv *sipgo.Server
 	cli *sipgo.Client
 	dua *sipgo.DialogUA
+}
+
+// sipSignal makes an endpoint signal only: its calls carry no media of
+// its own. Their SDP names media that another part of voipgen sends and
+// receives (voipgen bench's paced sender and sink), and each call's peer
+// address is reported instead of being sent to.
+type sipSignal struct {
+	media  func(i int) netip.AddrPort         // the SDP's address for call i
+	crypto func(i int) string                 // an a=crypto value for call i's offer, or "" (plain RTP)
+	peer   func(i int, remote netip.AddrPort) // call i's peer media address, from its answer or offer
+}
+
+// sdp is call i's session description for media at local.
+func (e *sipEndpoint) sdp(local netip.AddrPort, i int) []byte {
+	if e.signal != nil && e.signal.crypto != nil {
+		if c := e.signal.crypto(i); c != "" {
+			return sdpBodyCrypto(local, e.codec, e.ptime, int64(i)+1, c)
+		}
+	}
+	return sdpBody(local, e.codec, e.ptime, int64(i)+1)
 }
 
 func (e *sipEndpoint) flags(fs *flag.FlagSet) (listen, media, codecName *string) {
@@ -465,15 +488,20 @@ func placeCalls(ctx context.Context, cfg callConfig) ([]callReport, error) {
 func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Duration, bye chan struct{}, register func(string)) callReport {
 	r := callReport{Call: i}
 	local := netip.AddrPortFrom(cfg.media, uint16(cfg.rtpPort+2*slot))
-	r.Local = local.String()
-	m, err := cfg.openMedia(local, dur+cfg.timeout+time.Minute)
-	if err != nil {
-		r.Error = err.Error()
-		return r
+	var m *callMedia // nil when signalling only
+	if cfg.signal != nil {
+		local = cfg.signal.media(i)
+	} else {
+		var err error
+		if m, err = cfg.openMedia(local, dur+cfg.timeout+time.Minute); err != nil {
+			r.Error = err.Error()
+			return r
+		}
+		defer m.stop()
 	}
-	defer m.stop()
+	r.Local = local.String()
 	req := sip.NewRequest(sip.INVITE, cfg.target)
-	req.SetBody(sdpBody(local, cfg.codec, cfg.ptime, int64(i)+1))
+	req.SetBody(cfg.sdp(local, i))
 	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 	from := &sip.FromHeader{Address: sip.Uri{Scheme: "sip", User: "voipgen" + strconv.Itoa(i), Host: cfg.listen.Addr().String(), Port: int(cfg.listen.Port())},
 		Params: sip.NewParams()}
@@ -537,7 +565,11 @@ func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		r.Error = "ACK: " + err.Error()
 		return r
 	}
-	m.start(sd.addr)
+	if m != nil {
+		m.start(sd.addr)
+	} else {
+		cfg.signal.peer(i, sd.addr)
+	}
 	t1 := time.Now()
 	select {
 	case <-time.After(dur):
@@ -548,8 +580,10 @@ func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		r.ByeFrom = "local"
 	}
 	r.Duration = time.Since(t1).Seconds()
-	m.stop()
-	mediaReport(&r, m)
+	if m != nil {
+		m.stop()
+		mediaReport(&r, m)
+	}
 	if r.ByeFrom == "local" {
 		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := sess.Bye(bctx)
@@ -712,15 +746,18 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 		}
 		slot := slots.get()
 		local := netip.AddrPortFrom(cfg.media, uint16(cfg.rtpPort+2*slot))
-		r.Local, r.Remote = local.String(), offer.addr.String()
-		m, err := cfg.openMedia(local, cfg.maxCallDur+time.Minute)
-		if err != nil {
+		var m *callMedia // nil when signalling only
+		if cfg.signal != nil {
+			local = cfg.signal.media(i)
+			cfg.signal.peer(i, offer.addr)
+		} else if m, err = cfg.openMedia(local, cfg.maxCallDur+time.Minute); err != nil {
 			slots.put(slot)
 			_ = sess.Respond(500, "Server Internal Error", nil)
 			r.Status, r.Error = 500, err.Error()
 			finish(r)
 			return
 		}
+		r.Local, r.Remote = local.String(), offer.addr.String()
 		if cfg.ring > 0 {
 			select {
 			case <-time.After(cfg.ring):
@@ -731,7 +768,7 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 		mu.Lock()
 		calls[r.CallID] = a
 		mu.Unlock()
-		if err := sess.RespondSDP(sdpBody(local, cfg.codec, cfg.ptime, int64(i)+1)); err != nil {
+		if err := sess.RespondSDP(cfg.sdp(local, i)); err != nil {
 			m.stop()
 			slots.put(slot)
 			r.Error = err.Error()
@@ -742,7 +779,9 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 		// The media and the call's end run on after the handler returns.
 		wg.Go(func() {
 			defer slots.put(slot)
-			m.start(offer.addr)
+			if m != nil {
+				m.start(offer.addr)
+			}
 			t1 := time.Now()
 			select {
 			case <-a.bye:
@@ -753,8 +792,10 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 				r.ByeFrom = "local"
 			}
 			r.Duration = time.Since(t1).Seconds()
-			m.stop()
-			mediaReport(&r, m)
+			if m != nil {
+				m.stop()
+				mediaReport(&r, m)
+			}
 			if r.ByeFrom == "local" {
 				bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_ = sess.Bye(bctx)
