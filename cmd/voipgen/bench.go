@@ -43,7 +43,7 @@ callee), and for each relay in turn:
     decrypts toward the callee and encrypts toward the caller.
     --static-flows installs the relayd sweep's media as static flows
     through the admin API instead (one way, as fwdbench does). rtpengine:
-    one ng call (offer, answer) per flow, one way. A relay stops at its
+    one ng call (offer, answer) per call, the same streams each way. A relay stops at its
     first step with loss, or when the sender cannot offer more.
 
 The sender and the sink are not the Go runtime's: each has a thread of
@@ -103,7 +103,7 @@ type benchConfig struct {
 const (
 	benchMediaStatic = "static flows (admin API)"
 	benchMediaSIP    = "SIP calls via relayd's B2BUA, both ways"
-	benchMediaNG     = "ng calls (offer/answer), one per flow"
+	benchMediaNG     = "ng calls (offer/answer), a stream each way"
 )
 
 const (
@@ -435,7 +435,7 @@ func (rep *benchReport) writeText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
-	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = one rtpengine ng call (offer/answer) per flow, one way; static = static flows (admin API), one way")
+	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way")
 	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"

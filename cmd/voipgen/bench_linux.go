@@ -85,7 +85,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 	if cfg.static {
 		rep.Notes = append(rep.Notes, "sweep media: static flows, both flows of a call caller -> relay -> callee (the relay does the same work per packet in either direction)")
 	} else {
-		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls, one per flow, one way")
+		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls (offer/answer), the same streams")
 	}
 	rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
 	defer func() {
@@ -226,8 +226,9 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchRe
 }
 
 // benchRtpengine runs the sweep through rtpengine: one ng call (offer,
-// answer) per flow, caller 198.18.0.2:4000 (the sender) to the flow's
-// address at the callee, deleted at the end.
+// answer) per call, caller 198.18.0.2:4000 (the sender's socket) and
+// callee farPrefix+i:5000 (the sink's), a stream each way as through
+// relayd, deleted at the end.
 func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *benchReport) (err error) {
 	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999})
 	if err != nil {
@@ -258,7 +259,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *ben
 	m := benchMode("rtpengine")
 	return b.benchSweep(ctx, cfg, rep, m, benchMediaNG, func(f int) (fwdPath, fwdPath, error) {
 		start, n := time.Now(), len(calls)
-		more := make([]*rtpengine.Call, f-n)
+		more := make([]*rtpengine.Call, f/2-n)
 		errs := make([]error, len(more))
 		parallel(len(more), 8, func(i int) {
 			more[i], errs[i] = e.SetupCall(ctx, rtpengine.CallSpec{
@@ -275,8 +276,8 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *ben
 			return fwdPath{}, fwdPath{}, err
 		}
 		fmt.Fprintf(cfg.progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
-		direct, _ := b.paths(benchMode("xdp"), f)
-		relay := fwdPath{msgs: b.snd.messages(f, 0, func(i int) netip.AddrPort { return calls[i].CallerToCallee })}
+		direct, relay := b.callPaths(f/2, 0, fwdPath{}, fwdPath{}, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
+			func(j int) netip.AddrPort { return calls[j].CalleeToCaller })
 		return direct, relay, nil
 	})
 }
@@ -559,18 +560,26 @@ func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
 		srtpLen = fwdRTPLen + sdes.AES_CM_128_HMAC_SHA1_80.RTPTagLen()
 		direct.enc, relay.enc = s.b.enc[:n], s.b.enc[:n]
 	}
-	snd, l := s.b.snd, s.b.l
-	far := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) }
-	direct.msgs = snd.messages(n, srtpLen, func(i int) netip.AddrPort {
-		return netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort))
-	})
-	direct.rev = snd.revMessages(n, n, func(j int) netip.AddrPort {
-		return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort))
-	}, func(int) netip.AddrPort { return netip.AddrPortFrom(directCaller.Addr(), uint16(fwdSenderPort)) })
 	toCallee, toCaller := slices.Clone(s.toCallee[:n]), slices.Clone(s.toCaller[:n])
-	relay.msgs = snd.messages(n, srtpLen, func(i int) netip.AddrPort { return toCallee[i] })
-	relay.rev = snd.revMessages(n, n, far, func(j int) netip.AddrPort { return toCaller[j] })
-	_ = l
+	return s.b.callPaths(n, srtpLen, direct, relay, func(i int) netip.AddrPort { return toCallee[i] },
+		func(j int) netip.AddrPort { return toCaller[j] })
+}
+
+// callPaths fills in the direct and relay paths of n calls, each a stream
+// each way: forward streams 0..n-1 from the caller's socket to the relay
+// at toCallee(i) (direct: to directPrefix+i), reverse streams n..2n-1
+// from the callee's socket, stream n+j from farPrefix+j to the relay at
+// toCaller(j) (direct: from directPrefix+j to the caller's fb0 address).
+func (b *fwdBench) callPaths(n, srtpLen int, direct, relay fwdPath, toCallee, toCaller func(int) netip.AddrPort) (fwdPath, fwdPath) {
+	snd := b.snd
+	far := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) }
+	near := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort)) }
+	direct.msgs = snd.messages(n, srtpLen, near)
+	direct.rev = snd.revMessages(n, n, near, func(int) netip.AddrPort {
+		return netip.AddrPortFrom(directCaller.Addr(), uint16(fwdSenderPort))
+	})
+	relay.msgs = snd.messages(n, srtpLen, toCallee)
+	relay.rev = snd.revMessages(n, n, far, toCaller)
 	return direct, relay
 }
 
