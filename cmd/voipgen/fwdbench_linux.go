@@ -1214,7 +1214,10 @@ func (k *fwdSink) drain(run uint8, want uint64) {
 // queued reports whether a socket of the sink holds a packet.
 func (k *fwdSink) queued() bool {
 	for _, fd := range []int{k.fd, k.fd2} {
-		if q, err := unix.IoctlGetInt(fd, unix.SIOCINQ); fd >= 0 && err == nil && q > 0 {
+		if fd < 0 {
+			continue
+		}
+		if q, err := unix.IoctlGetInt(fd, unix.SIOCINQ); err == nil && q > 0 {
 			return true
 		}
 	}
