@@ -364,7 +364,11 @@ type worker struct {
 
 	latchWindow int64             // ns
 	latched     chan<- latchEvent // to the pool; never blocks
-	latchLost   atomic.Uint64     // events dropped because the queue was full
+	// latchBacklog holds, in order, the events the pool's queue had no
+	// room for (thousands of calls latching at once): they are handed on
+	// after later batches, never dropped. A lost "locked" event would
+	// leave an XDP flow in userspace for good. Worker goroutine only.
+	latchBacklog []latchEvent
 
 	counters   [vMax]atomic.Uint64
 	noFlow     atomic.Uint64
@@ -448,12 +452,37 @@ type latchEvent struct {
 }
 
 func (w *worker) notifyLatched(match, source netip.AddrPort, locked bool) {
-	select {
-	case w.latched <- latchEvent{match, source, locked}:
-	default:
-		w.latchLost.Add(1)
+	ev := latchEvent{match, source, locked}
+	if len(w.latchBacklog) == 0 {
+		select {
+		case w.latched <- ev:
+			return
+		default:
+		}
 	}
+	w.latchBacklog = append(w.latchBacklog, ev)
 }
+
+// flushLatched hands on what the queue has room for of the backlog, in
+// order, without blocking; it reports whether events remain.
+func (w *worker) flushLatched() bool {
+	sent := 0
+	for _, ev := range w.latchBacklog {
+		select {
+		case w.latched <- ev:
+			sent++
+			continue
+		default:
+		}
+		break
+	}
+	n := copy(w.latchBacklog, w.latchBacklog[sent:])
+	w.latchBacklog = w.latchBacklog[:n]
+	return n > 0
+}
+
+// latchRetry is how soon an idle worker retries a latch backlog.
+const latchRetry = 10 * time.Millisecond
 
 // call hands a control request to the worker and waits for its answer.
 func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
@@ -555,6 +584,7 @@ func (w *worker) run() {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				w.conn.SetReadDeadline(time.Time{})
 				w.drainCtrl()
+				w.retryLatched()
 				continue
 			}
 			if w.closed.Load() {
@@ -569,6 +599,17 @@ func (w *worker) run() {
 		if w.pending.Load() {
 			w.drainCtrl()
 		}
+		if len(w.latchBacklog) > 0 {
+			w.retryLatched()
+		}
+	}
+}
+
+// retryLatched flushes the latch backlog and, if some remains, has the
+// receive time out soon so that an idle worker tries again.
+func (w *worker) retryLatched() {
+	if w.flushLatched() {
+		w.conn.SetReadDeadline(time.Now().Add(latchRetry))
 	}
 }
 
