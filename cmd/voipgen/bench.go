@@ -189,9 +189,13 @@ type benchRow struct {
 	Received   uint64  `json:"received"`
 	// Relayed is relayd's counter of packets forwarded in the two runs;
 	// -1 for rtpengine (no such counter read).
-	Relayed int64   `json:"relayed"`
-	Lost    int64   `json:"lost"`
-	LossPct float64 `json:"loss_pct"`
+	Relayed int64 `json:"relayed"`
+	// RelayedUserspace is the part of Relayed forwarded by relayd's
+	// userspace workers: in xdp mode, packets XDP did not forward; -1
+	// for rtpengine.
+	RelayedUserspace int64   `json:"relayed_userspace"`
+	Lost             int64   `json:"lost"`
+	LossPct          float64 `json:"loss_pct"`
 	// SenderLimited: the sender fell short of the offered rate.
 	SenderLimited bool `json:"sender_limited"`
 	// Comparable: the relay runs and their direct runs carried the same
@@ -363,7 +367,7 @@ func summarizeBench(rep *benchReport, relays []string, ghz float64, cpus int, pr
 func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
 	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
 	var task, idle, pps, prog []float64
-	relayed := int64(0)
+	relayed, userspace := int64(0), int64(0)
 	for i := range runs {
 		r := &runs[i]
 		if r.Mode == "direct" {
@@ -380,6 +384,11 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 		} else if relayed >= 0 {
 			relayed += r.Relayed
 		}
+		if r.RelayedUserspace < 0 {
+			userspace = -1
+		} else if userspace >= 0 {
+			userspace += r.RelayedUserspace
+		}
 		if r.RelayTaskNsPerPkt != nil {
 			task = append(task, *r.RelayTaskNsPerPkt)
 		}
@@ -390,7 +399,7 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 			prog = append(prog, *r.ProgNsPerRun)
 		}
 	}
-	row.Relayed = relayed
+	row.Relayed, row.RelayedUserspace = relayed, userspace
 	row.SentPPS = mean(pps)
 	if row.Sent > 0 {
 		row.LossPct = 100 * float64(row.Lost) / float64(row.Sent)
@@ -450,6 +459,9 @@ func (rep *benchReport) writeText(w io.Writer) {
 		}
 		if r.Rerun {
 			notes = append(notes, "rerun")
+		}
+		if r.Relay == "xdp" && r.RelayedUserspace > 0 {
+			notes = append(notes, fmt.Sprintf("%d by userspace", r.RelayedUserspace))
 		}
 		media := map[string]string{benchMediaNG: "ng", benchMediaSIP: "sip"}[r.Media]
 		if media == "" {

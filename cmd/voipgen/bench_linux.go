@@ -16,10 +16,12 @@ import (
 	"github.com/emiago/sipgo/sip"
 	"golang.org/x/sys/unix"
 
+	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/lab/labrelay"
 	"github.com/relayd/relayd/lab/measure"
 	"github.com/relayd/relayd/lab/rtpengine"
 	"github.com/relayd/relayd/sdes"
+	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
 func init() { benchRun = runBenchLab }
@@ -276,7 +278,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *ben
 			return fwdPath{}, fwdPath{}, err
 		}
 		fmt.Fprintf(cfg.progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
-		direct, relay := b.callPaths(f/2, 0, fwdPath{}, fwdPath{}, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
+		direct, relay := b.callPaths(f/2, nil, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
 			func(j int) netip.AddrPort { return calls[j].CalleeToCaller })
 		return direct, relay, nil
 	})
@@ -317,17 +319,7 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name stri
 	defer os.RemoveAll(dir)
 	l := b.l
 	callee := netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort)
-	extra := fmt.Sprintf(`[sip]
-listen = ["udp:%s:%d"]
-[[route]]
-name = "bench"
-match = "."
-attempt_timeout = "5s"
-destinations = ["sip:answer@%s"]
-[cdr]
-path = %q
-fsync_interval = "1s"
-`, l.RelayMedia4, benchSIPPort, callee, filepath.Join(dir, "cdr.jsonl"))
+	extra := benchSIPConfig(l) + fmt.Sprintf("[cdr]\npath = %q\nfsync_interval = \"1s\"\n", filepath.Join(dir, "cdr.jsonl"))
 	o := labrelay.Options{Bin: bin, Dir: dir, LogLevel: "warn", ExtraMedia: extra}
 	if m := benchMode(name); m.Kind != "xdp" {
 		o.Mode, o.Workers = "userspace", m.Workers
@@ -417,6 +409,19 @@ func readRelayCounters(r *labrelay.Relay) (relayCounters, error) {
 		return relayCounters{}, fmt.Errorf("relayd metrics: %w", err)
 	}
 	return parseRelayCounters(text)
+}
+
+// benchSIPConfig is relayd's [sip] and one route sending every call to
+// the answerer in the callee namespace.
+func benchSIPConfig(l *lab.Lab) string {
+	return fmt.Sprintf(`[sip]
+listen = ["udp:%s:%d"]
+[[route]]
+name = "bench"
+match = "."
+attempt_timeout = "5s"
+destinations = ["sip:answer@%s"]
+`, l.RelayMedia4, benchSIPPort, netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort))
 }
 
 // benchSIPRelayPorts is relayd's media port range for the SIP sweep: each
@@ -555,14 +560,12 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	srtpLen := 0
+	var enc []*srtpflow.Encrypter
 	if s.srtp {
-		srtpLen = fwdRTPLen + sdes.AES_CM_128_HMAC_SHA1_80.RTPTagLen()
-		direct.enc, relay.enc = s.b.enc[:n], s.b.enc[:n]
+		enc = s.b.enc[:n]
 	}
-	toCallee, toCaller := slices.Clone(s.toCallee[:n]), slices.Clone(s.toCaller[:n])
-	return s.b.callPaths(n, srtpLen, direct, relay, func(i int) netip.AddrPort { return toCallee[i] },
-		func(j int) netip.AddrPort { return toCaller[j] })
+	return s.b.callPaths(n, enc, func(i int) netip.AddrPort { return s.toCallee[i] },
+		func(j int) netip.AddrPort { return s.toCaller[j] })
 }
 
 // callPaths fills in the direct and relay paths of n calls, each a stream
@@ -570,7 +573,13 @@ func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
 // at toCallee(i) (direct: to directPrefix+i), reverse streams n..2n-1
 // from the callee's socket, stream n+j from farPrefix+j to the relay at
 // toCaller(j) (direct: from directPrefix+j to the caller's fb0 address).
-func (b *fwdBench) callPaths(n, srtpLen int, direct, relay fwdPath, toCallee, toCaller func(int) netip.AddrPort) (fwdPath, fwdPath) {
+// With enc the forward streams are SRTP (AES_CM_128_HMAC_SHA1_80), in both.
+func (b *fwdBench) callPaths(n int, enc []*srtpflow.Encrypter, toCallee, toCaller func(int) netip.AddrPort) (direct, relay fwdPath) {
+	srtpLen := 0
+	if enc != nil {
+		srtpLen = fwdRTPLen + sdes.AES_CM_128_HMAC_SHA1_80.RTPTagLen()
+		direct.enc, relay.enc = enc, enc
+	}
 	snd := b.snd
 	far := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) }
 	near := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort)) }
@@ -618,15 +627,7 @@ func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg benchConfig, rep *ben
 	b.relayPorts = benchSIPRelayPorts
 	// A short latching window: a call's flows settle (source locked, XDP
 	// flows back in XDP) within the warm-up that follows its setup.
-	b.relayExtra = fmt.Sprintf(`latch_window = "50ms"
-[sip]
-listen = ["udp:%s:%d"]
-[[route]]
-name = "bench"
-match = "."
-attempt_timeout = "5s"
-destinations = ["sip:answer@%s"]
-`, b.l.RelayMedia4, benchSIPPort, netip.AddrPortFrom(b.l.CalleeAddr4, benchSIPPort))
+	b.relayExtra = "latch_window = \"50ms\"\n" + benchSIPConfig(b.l)
 	defer func() { b.relayExtra, b.relayPorts = "", "" }()
 	if err := b.startRelay(m); err != nil {
 		return err

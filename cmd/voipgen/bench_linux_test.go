@@ -60,6 +60,15 @@ func TestBenchLab(t *testing.T) {
 			r.Received != r.Sent || r.Relayed != int64(r.Received) {
 			t.Errorf("row %+v", r)
 		}
+		// XDP took the calls' flows back once their sources were
+		// locked; the userspace modes forward everything themselves.
+		want := r.Relayed
+		if r.Relay == "xdp" {
+			want = 0
+		}
+		if r.RelayedUserspace != want {
+			t.Errorf("%s: %d of %d packets relayed by userspace, want %d", r.Relay, r.RelayedUserspace, r.Relayed, want)
+		}
 	}
 	if len(rep.Summaries) != 3 {
 		t.Fatalf("summaries %+v", rep.Summaries)

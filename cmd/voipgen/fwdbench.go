@@ -320,6 +320,10 @@ type fwdStep struct {
 	// and dropped (relayd_packets_total), -1 without relayd.
 	Relayed      int64 `json:"relayed"`
 	RelayDropped int64 `json:"relay_dropped"`
+	// RelayedUserspace is the part of Relayed that relayd's userspace
+	// workers forwarded: in xdp mode, what XDP punted or has not taken
+	// back yet (latching flows), -1 without relayd.
+	RelayedUserspace int64 `json:"relayed_userspace"`
 	// RelayDrops are relayd's drops by reason, if any.
 	RelayDrops map[string]uint64 `json:"relay_drops,omitempty"`
 	ElapsedS   float64           `json:"elapsed_s"`
@@ -931,6 +935,7 @@ func (r *fwdReport) writeText(w io.Writer) {
 // relayCounters are relayd's global packet counters (relayd_packets_total).
 type relayCounters struct {
 	forwarded uint64
+	userspace uint64 // of forwarded: by the userspace workers (reason userspace_*)
 	drops     map[string]uint64 // by reason
 }
 
@@ -956,6 +961,9 @@ func parseRelayCounters(text string) (relayCounters, error) {
 		switch {
 		case strings.Contains(labels, `verdict="forward"`):
 			c.forwarded += uint64(v)
+			if strings.Contains(labels, `reason="userspace_`) {
+				c.userspace += uint64(v)
+			}
 		case strings.Contains(labels, `verdict="drop"`):
 			reason := "?"
 			if _, r, ok := strings.Cut(labels, `reason="`); ok {

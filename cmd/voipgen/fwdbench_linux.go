@@ -489,7 +489,7 @@ func (b *fwdBench) targets() []measure.Target {
 // time. name is "direct" or m's name.
 func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate int, p fwdPath) (fwdStep, error) {
 	st := fwdStep{Mode: name, Phase: m.Name, Flows: f, Workers: m.Workers, OfferedPPS: rate,
-		PerFlowPPS: float64(rate) / float64(f), Relayed: -1, RelayDropped: -1}
+		PerFlowPPS: float64(rate) / float64(f), Relayed: -1, RelayDropped: -1, RelayedUserspace: -1}
 	viaRelay := name != "direct" && b.relay != nil
 	countsBefore := b.sink.counts(f)
 	tag := b.tag(m, name == "direct")
@@ -558,6 +558,7 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		}
 		fwd, dropped, reasons := c.since(countersBefore)
 		st.Relayed, st.RelayDropped, st.RelayDrops = int64(fwd), int64(dropped), reasons
+		st.RelayedUserspace = int64(c.userspace - countersBefore.userspace)
 	}
 	if progBefore != nil {
 		ps, err := b.prog.Stats()
@@ -884,33 +885,41 @@ type fwdSendResult struct {
 	elapsed                            time.Duration
 }
 
+// fwdSocket opens a UDP socket bound to 0.0.0.0:port in ns, with buffers
+// far larger than what a sender slot or a sink tick moves: the sender's
+// socket also receives the reverse streams, and the sink's sends them.
+// It is a plain blocking socket the Go runtime does not know (see
+// newFwdSender and fwdSink).
+func fwdSocket(ns *lab.NS, port int) (int, error) {
+	fd := -1
+	err := ns.Do(func() (err error) {
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
+			return err
+		}
+		return unix.Bind(fd, &unix.SockaddrInet4{Port: port})
+	})
+	if err != nil && fd >= 0 {
+		unix.Close(fd)
+	}
+	return fd, err
+}
+
 // newFwdSender opens the sender's socket in the caller namespace: a plain
 // blocking socket that the Go runtime does not know, so that neither its
 // sends nor the kernel freeing its packets (sock_wfree, EPOLLOUT) ever
 // wake the netpoller. Its thread paces itself with clock_nanosleep.
 func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
-	s := &fwdSender{fd: -1, streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
-	err := l.Caller.Do(func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		s.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20); err != nil {
-			return err
-		}
-		// Reverse streams come back here, drained by the sink's timer.
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrInet4{Port: fwdSenderPort})
-	})
+	fd, err := fwdSocket(l.Caller, fwdSenderPort)
 	if err != nil {
-		if s.fd >= 0 {
-			unix.Close(s.fd)
-		}
 		return nil, fmt.Errorf("sender socket: %w", err)
 	}
+	s := &fwdSender{fd: fd, streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
 	for i := range s.streams {
 		st := &s.streams[i]
 		st.seq, st.ts = uint16(i*7), uint32(i)*1000
@@ -928,13 +937,30 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 // messages returns one message per flow 0..f-1 to dst(i) (IPv4), carrying
 // the flow's RTP buffer, or its SRTP buffer of srtpLen bytes if srtpLen > 0.
 func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) fwdMsgs {
-	m := fwdMsgs{hdrs: make([]mmsghdr, f), iovs: make([]unix.Iovec, f), names: make([]unix.RawSockaddrInet4, f)}
+	return s.build(0, f, srtpLen, nil, dst)
+}
+
+// revMessages returns one message per reverse stream off+0..off+c-1
+// (plain RTP), from src(j) to dst(j), to send on the callee's socket.
+func (s *fwdSender) revMessages(off, c int, src, dst func(j int) netip.AddrPort) fwdMsgs {
+	return s.build(off, c, 0, src, dst)
+}
+
+// build returns the messages of streams off+0..off+n-1: stream off+i's
+// buffer (SRTP of srtpLen bytes if srtpLen > 0) to dst(i), from src(i)
+// when src is not nil.
+func (s *fwdSender) build(off, n, srtpLen int, src, dst func(i int) netip.AddrPort) fwdMsgs {
+	m := fwdMsgs{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet4, n)}
+	if src != nil {
+		m.ctrl = make([]fwdPktinfo, n)
+	}
 	for i := range m.hdrs {
+		st := &s.streams[off+i]
 		if srtpLen > 0 {
-			m.iovs[i].Base = &s.streams[i].sbuf[0]
+			m.iovs[i].Base = &st.sbuf[0]
 			m.iovs[i].SetLen(srtpLen)
 		} else {
-			m.iovs[i].Base = &s.streams[i].buf[0]
+			m.iovs[i].Base = &st.buf[0]
 			m.iovs[i].SetLen(fwdRTPLen)
 		}
 		ap := dst(i)
@@ -946,32 +972,14 @@ func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) fwd
 		h.Namelen = unix.SizeofSockaddrInet4
 		h.Iov = &m.iovs[i]
 		h.SetIovlen(1)
-	}
-	return m
-}
-
-// revMessages returns one message per reverse stream off+0..off+c-1
-// (plain RTP), from src(j) to dst(j), to send on the callee's socket.
-func (s *fwdSender) revMessages(off, c int, src, dst func(j int) netip.AddrPort) fwdMsgs {
-	m := fwdMsgs{hdrs: make([]mmsghdr, c), iovs: make([]unix.Iovec, c), names: make([]unix.RawSockaddrInet4, c), ctrl: make([]fwdPktinfo, c)}
-	for j := range m.hdrs {
-		m.iovs[j].Base = &s.streams[off+j].buf[0]
-		m.iovs[j].SetLen(fwdRTPLen)
-		ap := dst(j)
-		m.names[j].Family = unix.AF_INET
-		m.names[j].Addr = ap.Addr().As4()
-		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&m.names[j].Port))[:], ap.Port())
-		pi := &m.ctrl[j]
-		pi.hdr.Level, pi.hdr.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
-		pi.hdr.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
-		pi.info.Spec_dst = src(j).Addr().As4()
-		h := &m.hdrs[j].hdr
-		h.Name = (*byte)(unsafe.Pointer(&m.names[j]))
-		h.Namelen = unix.SizeofSockaddrInet4
-		h.Iov = &m.iovs[j]
-		h.SetIovlen(1)
-		h.Control = (*byte)(unsafe.Pointer(pi))
-		h.SetControllen(unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+		if src != nil {
+			pi := &m.ctrl[i]
+			pi.hdr.Level, pi.hdr.Type = unix.IPPROTO_IP, unix.IP_PKTINFO
+			pi.hdr.SetLen(unix.CmsgLen(unix.SizeofInet4Pktinfo))
+			pi.info.Spec_dst = src(i).Addr().As4()
+			h.Control = (*byte)(unsafe.Pointer(pi))
+			h.SetControllen(unix.CmsgSpace(unix.SizeofInet4Pktinfo))
+		}
 	}
 	return m
 }
@@ -1096,28 +1104,11 @@ const (
 )
 
 func newFwdSink(ns *lab.NS, n int) (*fwdSink, error) {
-	k := &fwdSink{fd: -1, fd2: -1, perSSRC: make([]atomic.Uint64, n)}
-	err := ns.Do(func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		k.fd = fd
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
-			return err
-		}
-		tv := unix.Timeval{Usec: 20000}
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrInet4{Port: fwdSinkPort})
-	})
+	fd, err := fwdSocket(ns, fwdSinkPort)
 	if err != nil {
-		if k.fd >= 0 {
-			unix.Close(k.fd)
-		}
 		return nil, fmt.Errorf("sink socket: %w", err)
 	}
+	k := &fwdSink{fd: fd, fd2: -1, perSSRC: make([]atomic.Uint64, n)}
 	k.tid = k.start(k.fd)
 	return k, nil
 }

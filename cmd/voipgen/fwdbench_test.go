@@ -178,6 +178,9 @@ relayd_bytes_total{reason="redirect",verdict="forward"} 9e+09
 	if fwd != 1500020 || drop != 4 || !cmp.Equal(reasons, map[string]uint64{"userspace_srtp_auth": 4}) {
 		t.Errorf("got %d forwarded, %d dropped %v; want 1500020, 4 srtp_auth", fwd, drop, reasons)
 	}
+	if c.userspace != 20 {
+		t.Errorf("got %d forwarded by userspace, want 20", c.userspace)
+	}
 	if _, err := parseRelayCounters("go_goroutines 5\n"); err == nil {
 		t.Error("no counters: no error")
 	}

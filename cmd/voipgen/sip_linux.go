@@ -187,8 +187,12 @@ func (e *sipEndpoint) openMedia(local netip.AddrPort, maxDur time.Duration) (*ca
 	return &callMedia{g: g, local: local, done: make(chan struct{})}, nil
 }
 
-// startMedia sends to the peer and analyses what comes back until stop.
+// startMedia sends to the peer and analyses what comes back until stop;
+// nothing on nil media (signalling only).
 func (m *callMedia) start(peer netip.AddrPort) {
+	if m == nil {
+		return
+	}
 	m.g.setDst(0, peer)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -565,11 +569,10 @@ func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		r.Error = "ACK: " + err.Error()
 		return r
 	}
-	if m != nil {
-		m.start(sd.addr)
-	} else {
+	if cfg.signal != nil {
 		cfg.signal.peer(i, sd.addr)
 	}
+	m.start(sd.addr)
 	t1 := time.Now()
 	select {
 	case <-time.After(dur):
@@ -580,10 +583,8 @@ func (cfg *callConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		r.ByeFrom = "local"
 	}
 	r.Duration = time.Since(t1).Seconds()
-	if m != nil {
-		m.stop()
-		mediaReport(&r, m)
-	}
+	m.stop()
+	mediaReport(&r, m)
 	if r.ByeFrom == "local" {
 		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := sess.Bye(bctx)
@@ -779,9 +780,7 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 		// The media and the call's end run on after the handler returns.
 		wg.Go(func() {
 			defer slots.put(slot)
-			if m != nil {
-				m.start(offer.addr)
-			}
+			m.start(offer.addr)
 			t1 := time.Now()
 			select {
 			case <-a.bye:
@@ -792,10 +791,8 @@ func answerCalls(ctx context.Context, cfg answerConfig, ready chan<- struct{}) (
 				r.ByeFrom = "local"
 			}
 			r.Duration = time.Since(t1).Seconds()
-			if m != nil {
-				m.stop()
-				mediaReport(&r, m)
-			}
+			m.stop()
+			mediaReport(&r, m)
 			if r.ByeFrom == "local" {
 				bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
 				_ = sess.Bye(bctx)
