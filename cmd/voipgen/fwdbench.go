@@ -935,7 +935,7 @@ func (r *fwdReport) writeText(w io.Writer) {
 // relayCounters are relayd's global packet counters (relayd_packets_total).
 type relayCounters struct {
 	forwarded uint64
-	userspace uint64 // of forwarded: by the userspace workers (reason userspace_*)
+	userspace uint64            // of forwarded: by the userspace workers (reason userspace_*)
 	drops     map[string]uint64 // by reason
 }
 
