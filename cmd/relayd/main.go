@@ -5,6 +5,7 @@
 //	relayd -config /etc/relayd/relayd.toml   run
 //	relayd -check -config FILE               validate the config and exit
 //	relayd -detach -config FILE              remove pinned XDP state and exit
+//	relayd -prepare -config FILE             prepare the host (run as root before start)
 //	relayd -version
 package main
 
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", defaultConfig, "config `file` (TOML)")
 	check := fs.Bool("check", false, "validate the config, print \"config OK\" or the error, and exit")
 	detach := fs.Bool("detach", false, "detach XDP and remove the state pinned under dataplane.pin_path, and exit")
+	prepare := fs.Bool("prepare", false, "prepare the host for the config (per-interface forwarding, bpffs, forward-drop rule; needs root), and exit")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -79,6 +81,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *showVersion {
 		fmt.Fprintln(stdout, "relayd", getVersion())
 		return 0
+	}
+	if *prepare {
+		return runPrepare(*cfgPath, stderr)
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
