@@ -142,10 +142,23 @@ func newLab(prefix string) *Lab {
 // Prefix returns the prefix of the lab's namespace names.
 func (l *Lab) Prefix() string { return l.prefix }
 
+// Missing ends a test that needs what this machine lacks (root, network
+// namespaces, a tool): it skips the test, saying why, except in CI
+// (CI=true in the environment), where everything the tests need is
+// installed and a missing capability fails the test instead.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format+" (CI=true: failing, not skipping)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
 // NewT builds the standard topology with a default Config for a test and
 // tears it down in t.Cleanup, also when the test fails or panics. It skips
-// the test, saying why, when not running as root or when network
-// namespaces are unavailable; any other error fails the test.
+// the test (fails it in CI, see Missing), saying why, when not running as
+// root or when network namespaces are unavailable; any other error fails
+// the test.
 func NewT(t testing.TB) *Lab {
 	t.Helper()
 	return NewConfigT(t, Config{})
@@ -155,7 +168,7 @@ func NewT(t testing.TB) *Lab {
 func NewConfigT(t testing.TB, cfg Config) *Lab {
 	t.Helper()
 	if err := available(); err != nil {
-		t.Skipf("lab: %v", err)
+		Missing(t, "lab: %v", err)
 	}
 	l, err := New(cfg)
 	if err != nil {
