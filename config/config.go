@@ -232,7 +232,7 @@ func (c *Config) validate(lines map[string]int) error {
 	switch d.Mode {
 	case "xdp":
 		if len(d.Interfaces) == 0 {
-			bad("dataplane.interfaces", "mode xdp needs at least one interface")
+			bad("dataplane.interfaces", "mode xdp needs at least one interface: name the interfaces media arrives and leaves on")
 		}
 	case "userspace":
 	default:

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -185,9 +186,39 @@ func TestLoad(t *testing.T) {
 }
 
 func TestExampleConfig(t *testing.T) {
-	// The example shipped in systemd/ must stay valid.
-	if _, err := Load("../systemd/relayd.toml"); err != nil {
-		t.Fatal(err)
+	// The example shipped in systemd/ (the package's conffile) attaches to
+	// nothing: it fails on exactly the keys an administrator must edit, with
+	// their lines, and is valid once they are set.
+	const path = "../systemd/relayd.toml"
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("the shipped example loads; it must refuse until edited")
+	}
+	data, rerr := os.ReadFile(path)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	lines := keyLines(data)
+	var want []string
+	for _, key := range []string{"dataplane.interfaces", "media.address"} {
+		if lines[key] == 0 {
+			t.Fatalf("example has no %s line", key)
+		}
+		want = append(want, fmt.Sprintf("%s: line %d: %s: ", path, lines[key], key))
+	}
+	got := strings.Split(err.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("errors:\n%v\nwant one each for %q", err, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %q, want prefix %q", got[i], want[i])
+		}
+	}
+	edited := strings.Replace(string(data), "interfaces = []", `interfaces = ["eth1", "eth2"]`, 1)
+	edited = strings.Replace(edited, `address = ""`, `address = "192.0.2.1"`, 1)
+	if _, err := Parse([]byte(edited)); err != nil {
+		t.Errorf("example with interfaces and address set: %v", err)
 	}
 }
 

@@ -27,10 +27,21 @@ func writeFile(t *testing.T, content string) string {
 	return p
 }
 
+// TestCheckExample: the packaged config attaches to nothing, and both
+// -check and -prepare (the unit's first step) refuse it, naming the file
+// and each key to edit.
 func TestCheckExample(t *testing.T) {
-	code, out, errs := runMain(t, "-check", "-config", "../../systemd/relayd.toml")
-	if code != 0 || strings.TrimSpace(out) != "config OK" {
-		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	const path = "../../systemd/relayd.toml"
+	for _, flag := range []string{"-check", "-prepare"} {
+		code, out, errs := runMain(t, flag, "-config", path)
+		if code != 1 || out != "" {
+			t.Errorf("%s: exit %d, stdout %q, want 1 and nothing", flag, code, out)
+		}
+		for _, want := range []string{path + ": line 26: dataplane.interfaces: ", path + ": line 38: media.address: "} {
+			if !strings.Contains(errs, want) {
+				t.Errorf("%s: stderr %q lacks %q", flag, errs, want)
+			}
+		}
 	}
 }
 
@@ -105,15 +116,33 @@ func TestUnitVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.ReplaceAll(string(unit), "/usr/local/bin/relayd", bin)
+	text := strings.ReplaceAll(string(unit), "/usr/bin/relayd", bin)
 	if text == string(unit) {
-		t.Fatal("unit does not run /usr/local/bin/relayd")
+		t.Fatal("unit does not run /usr/bin/relayd")
 	}
-	path := filepath.Join(t.TempDir(), "relayd.service")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "relayd.service")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	// verify runs man for each Documentation= page: point MANPATH at the
+	// pages the package installs.
+	for _, page := range []string{"relayd.8", "relayd.toml.5", "relayctl.1"} {
+		b, err := os.ReadFile(filepath.Join("../../docs/man", page))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec := filepath.Join(dir, "man", "man"+page[len(page)-1:])
+		if err := os.MkdirAll(sec, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sec, page), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(analyze, "verify", path)
+	cmd.Env = append(os.Environ(), "MANPATH="+filepath.Join(dir, "man"))
+	out, err := cmd.CombinedOutput()
 	// verify exits 0 with warnings about other units on the system;
 	// anything naming our unit is a problem.
 	if err != nil || strings.Contains(string(out), "relayd.service") {
