@@ -7,13 +7,17 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: all deps need generate generate-check build lint test fuzz demo bench install uninstall clean
+.PHONY: all deps need generate generate-check build lint test fuzz demo bench deb deb-check install uninstall clean
 
 all: build
 
 # Debian packages the build, tests and demo use. Packages that ship daemons
 # must not start them: policy-rc.d refuses while we install.
-DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon
+# lintian checks the packages (make deb-check); nftables is what relayd
+# -prepare drives; qemu-system-x86, mmdebstrap and e2fsprogs build and boot
+# the Debian 12 guest of the appliance test (lab/appliance).
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon \
+	dpkg-dev lintian nftables qemu-system-x86 mmdebstrap e2fsprogs
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -25,7 +29,7 @@ deps:
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool nft lintian mmdebstrap qemu-system-x86_64 dpkg-shlibdeps
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
@@ -84,26 +88,57 @@ bench: need
 	$(GO) run ./cmd/voipgen fwdbench
 	$(GO) run ./cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
 
+# Debian packages, built with dpkg-deb over staged trees
+# (packaging/deb/build.sh): relayd (daemon, relayctl, unit, conffile) and
+# relayd-tools (voipgen). DEB_VERSION comes from git describe.
+DIST        ?= dist
+DEB_VERSION ?= $(shell packaging/deb/version.sh)
+DEB_BIN     := $(BIN)/deb
+# Debian's hardening flags for the cgo parts, linked externally so they
+# apply (PIE, RELRO, BIND_NOW, fortify, stack protector).
+DEB_CGO_CFLAGS  := $(shell DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --get CFLAGS 2>/dev/null) $(shell DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --get CPPFLAGS 2>/dev/null)
+DEB_CGO_LDFLAGS := $(shell DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --get LDFLAGS 2>/dev/null)
+deb:
+	rm -rf $(DEB_BIN)
+	CGO_CFLAGS="$(DEB_CGO_CFLAGS)" CGO_LDFLAGS="$(DEB_CGO_LDFLAGS)" \
+		$(GO) build -trimpath -buildmode=pie -ldflags "$(LDFLAGS) -s -w -linkmode=external -extldflags '$(DEB_CGO_LDFLAGS)'" \
+		-o $(DEB_BIN)/ ./cmd/relayd ./cmd/relayctl ./cmd/voipgen
+	rm -f $(DIST)/relayd_*.deb $(DIST)/relayd-tools_*.deb
+	packaging/deb/build.sh $(DEB_VERSION) $(DEB_BIN) $(DIST)
+
+# lintian on both packages; the overrides in packaging/deb say why each
+# remaining tag is accepted.
+deb-check: deb
+	lintian --fail-on error,warning --display-info $(DIST)/relayd_$(DEB_VERSION)_amd64.deb $(DIST)/relayd-tools_$(DEB_VERSION)_amd64.deb
+
+# The files the relayd package installs (not voipgen: a test tool, in
+# relayd-tools), under PREFIX; the unit runs $(PREFIX)/bin/relayd. Prefer
+# the package (make deb) on Debian.
 install: build
 	install -D -m 0755 $(BIN)/relayd $(DESTDIR)$(PREFIX)/bin/relayd
 	install -D -m 0755 $(BIN)/relayctl $(DESTDIR)$(PREFIX)/bin/relayctl
-	install -D -m 0755 $(BIN)/voipgen $(DESTDIR)$(PREFIX)/bin/voipgen
-	install -D -m 0644 systemd/relayd.service $(DESTDIR)/etc/systemd/system/relayd.service
+	install -d $(DESTDIR)/etc/systemd/system
+	sed 's|/usr/bin/relayd|$(PREFIX)/bin/relayd|g' systemd/relayd.service > $(DESTDIR)/etc/systemd/system/relayd.service
 	install -D -m 0644 systemd/relayd-sysctl.conf $(DESTDIR)/etc/sysctl.d/60-relayd.conf
 	install -D -m 0644 systemd/relayd-tmpfiles.conf $(DESTDIR)/etc/tmpfiles.d/relayd.conf
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man8
+	gzip -9nc docs/man/relayd.8 > $(DESTDIR)$(PREFIX)/share/man/man8/relayd.8.gz
+	gzip -9nc docs/man/relayctl.1 > $(DESTDIR)$(PREFIX)/share/man/man1/relayctl.1.gz
+	gzip -9nc docs/man/relayd.toml.5 > $(DESTDIR)$(PREFIX)/share/man/man5/relayd.toml.5.gz
 	@if [ -e $(DESTDIR)/etc/relayd/relayd.toml ]; then \
 		echo "keeping existing /etc/relayd/relayd.toml"; \
 	else \
-		install -D -m 0640 systemd/relayd.toml $(DESTDIR)/etc/relayd/relayd.toml; \
+		install -D -m 0644 systemd/relayd.toml $(DESTDIR)/etc/relayd/relayd.toml; \
 	fi
 	@if [ -z "$(DESTDIR)" ] && command -v systemctl >/dev/null; then systemctl daemon-reload || true; fi
-	@echo "edit /etc/relayd/relayd.toml, then: systemctl enable --now relayd"
+	@echo "edit /etc/relayd/relayd.toml (dataplane.interfaces, media.address), then: systemctl enable --now relayd"
 
 uninstall:
 	-systemctl disable --now relayd 2>/dev/null
 	-$(DESTDIR)$(PREFIX)/bin/relayd -detach -config /etc/relayd/relayd.toml
-	rm -f $(DESTDIR)$(PREFIX)/bin/relayd $(DESTDIR)$(PREFIX)/bin/relayctl $(DESTDIR)$(PREFIX)/bin/voipgen
+	rm -f $(DESTDIR)$(PREFIX)/bin/relayd $(DESTDIR)$(PREFIX)/bin/relayctl
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man8/relayd.8.gz $(DESTDIR)$(PREFIX)/share/man/man1/relayctl.1.gz $(DESTDIR)$(PREFIX)/share/man/man5/relayd.toml.5.gz
 	rm -f $(DESTDIR)/etc/systemd/system/relayd.service $(DESTDIR)/etc/sysctl.d/60-relayd.conf $(DESTDIR)/etc/tmpfiles.d/relayd.conf
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) $(DIST)
