@@ -12,7 +12,8 @@
 //     packets for the relay's own addresses take the input hook;
 //   - mounts a bpf filesystem on /sys/fs/bpf when the pin path is below it
 //     and nothing is mounted there, in the host's mount namespace, so pinned
-//     state outlives the service.
+//     state outlives the service, and creates the pin directory, which the
+//     unit makes writable (ReadWritePaths= needs it to exist).
 //
 // Running it again is harmless: the table is replaced atomically.
 package hostprep

@@ -102,7 +102,7 @@ func ensureBPFFS(dir string, log *zap.Logger) error {
 		return fmt.Errorf("statfs %s: %w", p, err)
 	}
 	if st.Type == bpffsMagic {
-		return nil
+		return mkdirPins(dir)
 	}
 	if dir != bpffsRoot && !strings.HasPrefix(dir, bpffsRoot+"/") {
 		return fmt.Errorf("pin path %s (dataplane.pin_path) is not on a bpf filesystem: mount one there or use a path below %s", dir, bpffsRoot)
@@ -114,6 +114,16 @@ func ensureBPFFS(dir string, log *zap.Logger) error {
 		return fmt.Errorf("mount bpf filesystem on %s: %w", bpffsRoot, err)
 	}
 	log.Info("mounted bpf filesystem", zap.String("path", bpffsRoot))
+	return mkdirPins(dir)
+}
+
+// mkdirPins creates the pin directory: the unit makes it, not all of
+// /sys/fs/bpf, writable (ReadWritePaths=), which needs it to exist when the
+// service's namespace is set up.
+func mkdirPins(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory %s: %w", dir, err)
+	}
 	return nil
 }
 
