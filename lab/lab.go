@@ -142,23 +142,10 @@ func newLab(prefix string) *Lab {
 // Prefix returns the prefix of the lab's namespace names.
 func (l *Lab) Prefix() string { return l.prefix }
 
-// Missing ends a test that needs what this machine lacks (root, network
-// namespaces, a tool): it skips the test, saying why, except in CI
-// (CI=true in the environment), where everything the tests need is
-// installed and a missing capability fails the test instead.
-func Missing(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format+" (CI=true: failing, not skipping)", args...)
-	}
-	t.Skipf(format, args...)
-}
-
 // NewT builds the standard topology with a default Config for a test and
 // tears it down in t.Cleanup, also when the test fails or panics. It skips
-// the test (fails it in CI, see Missing), saying why, when not running as
-// root or when network namespaces are unavailable; any other error fails
-// the test.
+// the test, saying why, when not running as root or when network
+// namespaces are unavailable; any other error fails the test.
 func NewT(t testing.TB) *Lab {
 	t.Helper()
 	return NewConfigT(t, Config{})
@@ -168,7 +155,7 @@ func NewT(t testing.TB) *Lab {
 func NewConfigT(t testing.TB, cfg Config) *Lab {
 	t.Helper()
 	if err := available(); err != nil {
-		Missing(t, "lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	l, err := New(cfg)
 	if err != nil {
@@ -180,4 +167,15 @@ func NewConfigT(t testing.TB, cfg Config) *Lab {
 		}
 	})
 	return l
+}
+
+// SkipOrFail skips t, saying why, when a test's capability (root, a kernel
+// feature, a tool) is missing on a developer's machine. Under CI (CI set in
+// the environment) it fails t instead: there every privileged test must run.
+func SkipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: a test that cannot run here is a failure)", reason)
+	}
+	t.Skip(reason)
 }

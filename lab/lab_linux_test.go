@@ -297,7 +297,7 @@ func neighbors(t *testing.T, ns *NS, index int) int {
 func TestCloseRemovesNamespaces(t *testing.T) {
 	t.Parallel()
 	if err := available(); err != nil {
-		Missing(t, "lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	l, err := New(Config{})
 	if err != nil {
@@ -351,7 +351,7 @@ func TestTwoLabs(t *testing.T) {
 func TestRemovesLeftovers(t *testing.T) {
 	t.Parallel()
 	if err := available(); err != nil {
-		Missing(t, "lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	prefix := fmt.Sprintf("rltest%d-stale-", os.Getpid())
 	// A crashed run leaves a namespace behind.
@@ -391,7 +391,7 @@ func TestRemovesLeftovers(t *testing.T) {
 
 func TestNewCleansUpOnError(t *testing.T) {
 	if err := available(); err != nil {
-		Missing(t, "lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	if _, err := New(Config{Prefix: "bad/prefix"}); err == nil {
 		t.Error("New accepted a prefix with a slash")
@@ -431,7 +431,7 @@ func TestTeardownOnPanic(t *testing.T) {
 		panic("test panics with a lab up")
 	}
 	if err := available(); err != nil {
-		Missing(t, "lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	prefix := fmt.Sprintf("rltest%d-panic-", os.Getpid())
 	cmd := osexec.Command(os.Args[0], "-test.run=^TestTeardownOnPanic$", "-test.count=1")

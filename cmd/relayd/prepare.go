@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/internal/hostprep"
@@ -23,11 +24,7 @@ func runPrepare(cfgPath string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "relayd: %v\n", err)
 		return 1
 	}
-	log, err := newLogger(cfg.Log)
-	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
-		return 1
-	}
+	log := prepareLogger(cfg.Log, stderr)
 	defer log.Sync()
 	hc := hostprep.Config{PinPath: cfg.Dataplane.PinPath}
 	if cfg.Dataplane.Mode == "xdp" {
@@ -38,4 +35,20 @@ func runPrepare(cfgPath string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// prepareLogger logs -prepare's few lines to stderr (the journal under
+// systemd) at the config's level and format.
+func prepareLogger(c config.Log, stderr io.Writer) *zap.Logger {
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc := zapcore.NewJSONEncoder(ec)
+	if c.Format == "console" {
+		enc = zapcore.NewConsoleEncoder(ec)
+	}
+	level, err := zapcore.ParseLevel(c.Level)
+	if err != nil {
+		level = zapcore.InfoLevel // config.Load accepts only valid levels
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level))
 }

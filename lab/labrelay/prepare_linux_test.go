@@ -59,7 +59,7 @@ var counterRE = regexp.MustCompile(`counter packets (\d+)`)
 // same interfaces still flows, every packet.
 func TestPrepareForwardDrop(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
-		lab.Missing(t, "nft not installed (Debian package nftables): %v", err)
+		lab.SkipOrFail(t, "nft not installed (Debian package nftables): "+err.Error())
 	}
 	l := lab.NewT(t)
 	r, err := New(l, Options{Dir: t.TempDir()})
