@@ -1,0 +1,165 @@
+package appliance
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/lab"
+)
+
+// The checks guest.sh runs, in order; each must report ok.
+var guestChecks = []string{
+	"boot", "install", "topology", "configure", "start", "relayctl",
+	"journal", "forward_drop", "xdp_media", "capabilities",
+}
+
+// TestAppliance builds the two .debs (or takes them from RELAYD_VM_DEBS),
+// boots them in a Debian 12 guest with Debian's kernel and systemd as
+// PID 1, and asserts what guest.sh found: apt installs them offline, the
+// packaged config refuses to start without failing dpkg, relayd started by
+// systemctl reaches active, relayctl and journalctl work, transit traffic
+// is dropped, RTP flows through native XDP on veth, and the unit grants no
+// capability relayd could do without.
+func TestAppliance(t *testing.T) {
+	if os.Geteuid() != 0 {
+		lab.SkipOrFail(t, "appliance: needs root (mmdebstrap, mkfs.ext4 -d of a root tree, 9p share)")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "mmdebstrap", "mkfs.ext4", "dpkg-deb", "make"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			lab.SkipOrFail(t, "appliance: "+tool+" not installed (make deps): "+err.Error())
+		}
+	}
+	timeout := 20 * time.Minute
+	if d, ok := t.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d) - 30*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+
+	share := t.TempDir()
+	debs := os.Getenv("RELAYD_VM_DEBS")
+	if debs == "" {
+		debs = filepath.Join(t.TempDir(), "dist")
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, "make", "-C", "../..", "deb", "DIST="+debs).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make deb: %v\n%s", err, out)
+		}
+		t.Logf("make deb: %.0fs", time.Since(start).Seconds())
+	}
+	var deps []string
+	for _, pkg := range []string{"relayd", "relayd-tools"} {
+		m, _ := filepath.Glob(filepath.Join(debs, pkg+"_*_amd64.deb"))
+		if len(m) != 1 {
+			t.Fatalf("want one %s_*_amd64.deb in %s, have %v", pkg, debs, m)
+		}
+		d, err := Depends(m[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps = append(deps, d...)
+		copyFile(t, m[0], filepath.Join(share, filepath.Base(m[0])))
+	}
+	copyFile(t, "testdata/guest.sh", filepath.Join(share, "guest.sh"))
+
+	start := time.Now()
+	img, built, err := EnsureImage(ctx, deps, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if built {
+		t.Logf("figure image_build_s=%.0f (mmdebstrap, %s)", time.Since(start).Seconds(), img.Root)
+	} else {
+		t.Logf("image cached: %s", img.Root)
+	}
+	disk := filepath.Join(t.TempDir(), "disk.ext4")
+	start = time.Now()
+	if err := img.MakeDisk(disk, 3<<30); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("figure mkfs_s=%.1f", time.Since(start).Seconds())
+
+	accel, why := Accel()
+	t.Logf("qemu accel %s (%s), kernel %s", accel, why, filepath.Base(img.Kernel))
+	console := filepath.Join(t.TempDir(), "console.log")
+	start = time.Now()
+	bootErr := img.Boot(ctx, BootOptions{Disk: disk, Share: share, Console: console})
+	t.Logf("figure guest_run_s=%.0f (qemu start to power-off)", time.Since(start).Seconds())
+	defer func() {
+		if t.Failed() {
+			for _, f := range []string{filepath.Join(share, "guest.log"), filepath.Join(share, "relayd.journal"), console} {
+				b, _ := os.ReadFile(f)
+				t.Logf("%s:\n%s", filepath.Base(f), tail(b, 12000))
+			}
+		}
+	}()
+	if bootErr != nil {
+		t.Fatal(bootErr)
+	}
+
+	for _, f := range readLines(t, filepath.Join(share, "figures")) {
+		t.Logf("figure %s", f)
+	}
+	caps := readLines(t, filepath.Join(share, "caps"))
+	for _, c := range caps {
+		t.Logf("without %s", c)
+	}
+	got := make(map[string]string)
+	for _, line := range readLines(t, filepath.Join(share, "results")) {
+		name, res, _ := strings.Cut(line, " ")
+		got[name] = res
+	}
+	for _, c := range guestChecks {
+		switch res, ok := got[c]; {
+		case !ok:
+			t.Errorf("check %s did not run", c)
+		case res != "ok":
+			t.Errorf("check %s: %s", c, res)
+		}
+	}
+	if len(caps) < 4 {
+		t.Errorf("capability test covered %d capabilities, want every one in the unit (4)", len(caps))
+	}
+	status, err := os.ReadFile(filepath.Join(share, "status"))
+	if err != nil || strings.TrimSpace(string(status)) != "0" {
+		t.Errorf("guest status %q (%v), want 0", status, err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readLines returns a file's lines; a missing file is none.
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if l := strings.TrimSpace(s.Text()); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}

@@ -1,0 +1,206 @@
+#!/bin/sh
+# guest.sh SHARE: the appliance test inside the Debian 12 guest, run by
+# relayd-vmtest.service with systemd as PID 1. SHARE (9p from the host)
+# holds relayd_*.deb and relayd-tools_*.deb; the script writes there:
+#   results   one line per check: "NAME ok" or "NAME FAIL"
+#   figures   key=value measurements
+#   caps      one line per capability of the unit: what fails without it
+#   guest.log everything the checks printed
+#   status    0 when every check passed, written last
+#
+# Each check is a shell function run by `check NAME FUNCTION`; a function
+# fails by returning non-zero (say why on stderr first). Checks run in
+# order and later ones may rely on earlier ones (the topology, a running
+# relayd). Add a check: write the function, add a `check` line below.
+set -u
+share=$1
+results=$share/results
+figures=$share/figures
+caps=$share/caps
+: > "$results"
+: > "$figures"
+: > "$caps"
+exec >> "$share/guest.log" 2>&1
+failed=0
+config=/etc/relayd/relayd.toml
+
+figure() { echo "$1=$2" >> "$figures"; }
+ms() { echo $(( $(date +%s%N) / 1000000 )); }
+check() {
+	name=$1
+	shift
+	echo "== $name ($(cut -d' ' -f1 /proc/uptime)s)"
+	if "$@"; then
+		echo "$name ok" >> "$results"
+	else
+		echo "$name FAIL" >> "$results"
+		failed=1
+	fi
+}
+# must CMD...: run a command, say which one failed.
+must() { "$@" || { echo "failed: $*" >&2; return 1; }; }
+# journal_since CURSOR: relayd's journal after the cursor, messages only.
+journal_since() { journalctl -u relayd --no-pager -o cat --after-cursor="$1"; }
+# cursor: the whole journal's (a unit's is empty before its first line).
+cursor() { journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'; }
+
+# boot: how long the guest took to reach multi-user.target (this unit
+# starts after it).
+boot() {
+	figure guest_boot_to_ready_s "$(cut -d' ' -f1 /proc/uptime)"
+	figure guest_kernel "$(uname -r)"
+	test "$(systemctl is-system-running 2>/dev/null)" != offline
+}
+
+# install: apt installs both packages offline (every dependency is in the
+# image); postinst enables relayd and tries to start it, which fails with
+# the packaged config without failing the installation.
+install_debs() {
+	c=$(cursor)
+	t0=$(ms)
+	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+		-o Dpkg::Use-Pty=0 "$share"/relayd_*.deb "$share"/relayd-tools_*.deb || return 1
+	figure apt_install_ms $(( $(ms) - t0 ))
+	must test "$(systemctl is-enabled relayd)" = enabled || return 1
+	must dpkg-query -W -f='${Conffiles}\n' relayd | grep -q "$config" || return 1
+	if systemctl is-active --quiet relayd; then
+		echo "relayd runs with the packaged config" >&2
+		return 1
+	fi
+	# The refusal names the file and the keys to edit, in the journal and
+	# from relayd -check.
+	journal_since "$c" | grep "$config" | grep -q dataplane.interfaces || { echo "journal does not name $config and dataplane.interfaces" >&2; return 1; }
+	relayd -check -config "$config" 2>&1 | grep "$config" | grep -q "media.address" || { echo "relayd -check does not name media.address" >&2; return 1; }
+	must command -v voipgen >/dev/null
+}
+
+# topology: caller and callee in network namespaces behind veth pairs,
+# relayd in the root namespace as on bare metal:
+#   caller c0 198.18.0.2 -- r0 198.18.0.1  lo 198.18.1.1 (media)  r1 198.18.2.1 -- e0 198.18.2.2 callee
+# GRO on and tx checksum offload off on every veth (redirected frames into
+# a veth need GRO on its peer; XDP's incremental checksums need full ones).
+topology() {
+	for ns in caller callee; do must ip netns add $ns || return 1; done
+	must ip link add r0 type veth peer name c0 netns caller &&
+	must ip link add r1 type veth peer name e0 netns callee || return 1
+	for d in r0 r1; do must ethtool -K $d gro on tx off >/dev/null || return 1; done
+	must ip netns exec caller ethtool -K c0 gro on tx off >/dev/null &&
+	must ip netns exec callee ethtool -K e0 gro on tx off >/dev/null || return 1
+	must ip addr add 198.18.0.1/24 dev r0 &&
+	must ip addr add 198.18.2.1/24 dev r1 &&
+	must ip addr add 198.18.1.1/32 dev lo &&
+	must ip link set r0 up && must ip link set r1 up &&
+	must ip -n caller addr add 198.18.0.2/24 dev c0 &&
+	must ip -n callee addr add 198.18.2.2/24 dev e0 &&
+	must ip -n caller link set c0 up && must ip -n caller link set lo up &&
+	must ip -n callee link set e0 up && must ip -n callee link set lo up &&
+	must ip -n caller route add default via 198.18.0.1 &&
+	must ip -n callee route add default via 198.18.2.1 &&
+	must ip netns exec caller ping -c 1 -W 2 198.18.0.1 >/dev/null &&
+	must ip netns exec callee ping -c 1 -W 2 198.18.2.1 >/dev/null
+}
+
+# configure: the two keys the packaged config leaves empty.
+configure() {
+	must sed -i -e 's/^interfaces = \[\]/interfaces = ["r0", "r1"]/' -e 's/^address = ""/address = "198.18.1.1"/' "$config" &&
+	must relayd -check -config "$config"
+}
+
+# start: systemctl start returns once relayd sent READY=1 (Type=notify).
+start() {
+	systemctl reset-failed relayd
+	t0=$(ms)
+	must systemctl start relayd || { systemctl status relayd --no-pager; return 1; }
+	figure relayd_start_to_active_ms $(( $(ms) - t0 ))
+	must test "$(systemctl is-active relayd)" = active
+}
+
+relayctl_works() {
+	must relayctl health && must relayctl flows
+}
+
+journal() {
+	journalctl -u relayd --no-pager -o cat | grep -q '"relayd ready"' || { echo "no \"relayd ready\" in journalctl -u relayd" >&2; return 1; }
+}
+
+# forward_drop: relayd -prepare turned forwarding on for r0 and r1 only and
+# dropped transit: the callee's own address is not reachable through the
+# relay, the relay's addresses are.
+forward_drop() {
+	must test "$(cat /proc/sys/net/ipv4/conf/r0/forwarding)" = 1 &&
+	must test "$(cat /proc/sys/net/ipv4/conf/all/forwarding)" = 0 &&
+	must nft list table inet relayd >/dev/null || return 1
+	if ip netns exec caller ping -c 2 -W 1 198.18.2.2 >/dev/null; then
+		echo "caller reaches 198.18.2.2 through the relay: transit is forwarded" >&2
+		return 1
+	fi
+	must ip netns exec caller ping -c 1 -W 2 198.18.2.1 >/dev/null
+}
+
+# xdp_media: a static flow caller -> callee, 250 RTP packets (5 s of
+# G.711) through native XDP on r0, redirected to r1.
+xdp_media() {
+	must relayctl stats | grep -q 'relayd_xdp_attached{interface="r0",mode="native"} 1' || return 1
+	must relayctl flow add --match 198.18.1.1:30000 --send-from 198.18.1.1:30002 --send-to 198.18.2.2:5000 >/dev/null || return 1
+	ip netns exec callee voipgen recv --listen 198.18.2.2:5000-5000 --duration 9s --json > /tmp/recv.json &
+	rpid=$!
+	sleep 1
+	must ip netns exec caller voipgen send --transport udp --src 198.18.0.2:4000 --dst 198.18.1.1:30000 --streams 1 --duration 5s >/dev/null || return 1
+	wait $rpid
+	got=$(sed -n 's/.*"packets": *\([0-9]*\).*/\1/p' /tmp/recv.json | head -n 1)
+	flow=$(relayctl -json flows)
+	echo "$flow"
+	figure xdp_media_received "${got:-0}"
+	must test "${got:-0}" -eq 250 || { cat /tmp/recv.json; return 1; }
+	echo "$flow" | grep -q '"path": "xdp"' || { echo "flow not on xdp" >&2; return 1; }
+	echo "$flow" | grep -q '"packets": 250' || { echo "flow did not count 250 packets" >&2; return 1; }
+}
+
+# capabilities: for each capability in the unit, a drop-in that removes it
+# (from a fresh start: pinned state detached) must make relayd fail, and
+# the first error it logs names what failed. One line per capability in
+# $share/caps.
+capabilities() {
+	all=$(systemctl show -p CapabilityBoundingSet --value relayd)
+	[ -n "$all" ] || { echo "no capabilities in the unit" >&2; return 1; }
+	dropin=/run/systemd/system/relayd.service.d
+	ok=0
+	for cap in $all; do
+		keep=$(echo "$all" | tr ' ' '\n' | grep -vx "$cap" | tr '\n' ' ')
+		mkdir -p $dropin
+		printf '[Service]\nRestart=no\nCapabilityBoundingSet=\nCapabilityBoundingSet=%s\nAmbientCapabilities=\nAmbientCapabilities=%s\n' "$keep" "$keep" > $dropin/50-without-cap.conf
+		systemctl daemon-reload
+		systemctl stop relayd
+		relayd -detach -config "$config" >/dev/null 2>&1
+		c=$(cursor)
+		systemctl reset-failed relayd 2>/dev/null
+		if systemctl start relayd && systemctl is-active --quiet relayd; then
+			echo "$cap: relayd runs without it (unused)" >> "$caps"
+			ok=1
+			continue
+		fi
+		why=$(journal_since "$c" | grep -m 1 '"level":"error"' | sed -n 's/.*"error":"\([^"]*\)".*/\1/p')
+		[ -n "$why" ] || why=$(journal_since "$c" | grep -m 1 -i 'error\|not permitted')
+		echo "$cap: $why" >> "$caps"
+		[ -n "$why" ] || ok=1
+	done
+	rm -f $dropin/50-without-cap.conf
+	systemctl daemon-reload
+	systemctl reset-failed relayd
+	must systemctl restart relayd && must systemctl is-active --quiet relayd || return 1
+	return $ok
+}
+
+check boot boot
+check install install_debs
+check topology topology
+check configure configure
+check start start
+check relayctl relayctl_works
+check journal journal
+check forward_drop forward_drop
+check xdp_media xdp_media
+check capabilities capabilities
+
+journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
+echo $failed > "$share/status"
