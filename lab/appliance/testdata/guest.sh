@@ -191,6 +191,32 @@ capabilities() {
 	return $ok
 }
 
+# upgrade: installing the package again, as an upgrade does, restarts
+# relayd (postinst's restart): a new main process, active again.
+upgrade() {
+	pid=$(systemctl show -p MainPID --value relayd)
+	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb || return 1
+	must systemctl is-active --quiet relayd || return 1
+	new=$(systemctl show -p MainPID --value relayd)
+	[ "$new" != "$pid" ] || { echo "relayd not restarted (main pid still $pid)" >&2; return 1; }
+}
+
+# remove: relayd stopped, XDP taken off the interfaces, the conffile kept.
+remove() {
+	must env DEBIAN_FRONTEND=noninteractive apt-get remove -y -o Dpkg::Use-Pty=0 relayd || return 1
+	if systemctl is-active --quiet relayd; then echo "relayd active after remove" >&2; return 1; fi
+	if ip link show r0 | grep -q xdp; then ip link show r0; echo "XDP still attached to r0 after remove" >&2; return 1; fi
+	must test -e "$config"
+}
+
+# purge: the config, state and log directories gone.
+purge() {
+	must env DEBIAN_FRONTEND=noninteractive apt-get purge -y -o Dpkg::Use-Pty=0 relayd || return 1
+	for p in /etc/relayd /var/lib/relayd /var/log/relayd; do
+		if [ -e $p ]; then echo "$p left after purge" >&2; return 1; fi
+	done
+}
+
 check boot boot
 check install install_debs
 check topology topology
@@ -201,6 +227,9 @@ check journal journal
 check forward_drop forward_drop
 check xdp_media xdp_media
 check capabilities capabilities
-
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
+check upgrade upgrade
+check remove remove
+check purge purge
+
 echo $failed > "$share/status"
