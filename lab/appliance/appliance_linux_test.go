@@ -16,8 +16,8 @@ import (
 // The checks guest.sh runs, in order; each must report ok.
 var guestChecks = []string{
 	"boot", "install", "topology", "configure", "start", "relayctl",
-	"journal", "forward_drop", "xdp_media", "capabilities", "upgrade",
-	"remove", "purge",
+	"journal", "forward_drop", "xdp_media", "xdp_media6", "capabilities",
+	"bpffs", "upgrade", "remove", "purge",
 }
 
 // TestAppliance builds the two .debs (or takes them from RELAYD_VM_DEBS),

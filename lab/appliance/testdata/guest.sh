@@ -77,6 +77,7 @@ install_debs() {
 # topology: caller and callee in network namespaces behind veth pairs,
 # relayd in the root namespace as on bare metal:
 #   caller c0 198.18.0.2 -- r0 198.18.0.1  lo 198.18.1.1 (media)  r1 198.18.2.1 -- e0 198.18.2.2 callee
+#          2001:2::2         2001:2::1      2001:2:0:1::1          2001:2:0:2::1     2001:2:0:2::2
 # GRO on and tx checksum offload off on every veth (redirected frames into
 # a veth need GRO on its peer; XDP's incremental checksums need full ones).
 topology() {
@@ -89,6 +90,11 @@ topology() {
 	must ip addr add 198.18.0.1/24 dev r0 &&
 	must ip addr add 198.18.2.1/24 dev r1 &&
 	must ip addr add 198.18.1.1/32 dev lo &&
+	must ip addr add 2001:2::1/64 dev r0 nodad &&
+	must ip addr add 2001:2:0:2::1/64 dev r1 nodad &&
+	must ip addr add 2001:2:0:1::1/128 dev lo &&
+	must ip -n caller addr add 2001:2::2/64 dev c0 nodad &&
+	must ip -n callee addr add 2001:2:0:2::2/64 dev e0 nodad &&
 	must ip link set r0 up && must ip link set r1 up &&
 	must ip -n caller addr add 198.18.0.2/24 dev c0 &&
 	must ip -n callee addr add 198.18.2.2/24 dev e0 &&
@@ -96,13 +102,16 @@ topology() {
 	must ip -n callee link set e0 up && must ip -n callee link set lo up &&
 	must ip -n caller route add default via 198.18.0.1 &&
 	must ip -n callee route add default via 198.18.2.1 &&
+	must ip -n caller -6 route add default via 2001:2::1 &&
+	must ip -n callee -6 route add default via 2001:2:0:2::1 &&
 	must ip netns exec caller ping -c 1 -W 2 198.18.0.1 >/dev/null &&
 	must ip netns exec callee ping -c 1 -W 2 198.18.2.1 >/dev/null
 }
 
-# configure: the two keys the packaged config leaves empty.
+# configure: the two keys the packaged config leaves empty, and IPv6.
 configure() {
-	must sed -i -e 's/^interfaces = \[\]/interfaces = ["r0", "r1"]/' -e 's/^address = ""/address = "198.18.1.1"/' "$config" &&
+	must sed -i -e 's/^interfaces = \[\]/interfaces = ["r0", "r1"]/' -e 's/^address = ""/address = "198.18.1.1"/' \
+		-e 's/^# address6 = .*/address6 = "2001:2:0:1::1"/' "$config" &&
 	must relayd -check -config "$config"
 }
 
@@ -128,32 +137,64 @@ journal() {
 # relay, the relay's addresses are.
 forward_drop() {
 	must test "$(cat /proc/sys/net/ipv4/conf/r0/forwarding)" = 1 &&
+	must test "$(cat /proc/sys/net/ipv6/conf/r1/forwarding)" = 1 &&
 	must test "$(cat /proc/sys/net/ipv4/conf/all/forwarding)" = 0 &&
 	must nft list table inet relayd >/dev/null || return 1
-	if ip netns exec caller ping -c 2 -W 1 198.18.2.2 >/dev/null; then
-		echo "caller reaches 198.18.2.2 through the relay: transit is forwarded" >&2
-		return 1
-	fi
+	for a in 198.18.2.2 2001:2:0:2::2; do
+		if ip netns exec caller ping -c 2 -W 1 $a >/dev/null; then
+			echo "caller reaches $a through the relay: transit is forwarded" >&2
+			return 1
+		fi
+	done
 	must ip netns exec caller ping -c 1 -W 2 198.18.2.1 >/dev/null
 }
 
-# xdp_media: a static flow caller -> callee, 250 RTP packets (5 s of
-# G.711) through native XDP on r0, redirected to r1.
-xdp_media() {
-	must relayctl stats | grep -q 'relayd_xdp_attached{interface="r0",mode="native"} 1' || return 1
-	must relayctl flow add --match 198.18.1.1:30000 --send-from 198.18.1.1:30002 --send-to 198.18.2.2:5000 >/dev/null || return 1
-	ip netns exec callee voipgen recv --listen 198.18.2.2:5000-5000 --duration 9s --json > /tmp/recv.json &
+# stream MATCH SEND_FROM SEND_TO SRC: a static flow MATCH -> SEND_TO
+# (leaving from SEND_FROM), then 250 RTP packets (5 s of G.711) from SRC in
+# the caller's namespace to MATCH, received at SEND_TO in the callee's: every
+# one must arrive and be counted on the flow's xdp path.
+stream() {
+	flow=$(relayctl -json flow add --match "$1" --send-from "$2" --send-to "$3") || { echo "flow add $1 failed" >&2; return 1; }
+	id=$(echo "$flow" | sed -n 's/^  "id": \([0-9]*\),*$/\1/p')
+	ip netns exec callee voipgen recv --listen "$3-${3##*:}" --duration 9s --json > /tmp/recv.json &
 	rpid=$!
 	sleep 1
-	must ip netns exec caller voipgen send --transport udp --src 198.18.0.2:4000 --dst 198.18.1.1:30000 --streams 1 --duration 5s >/dev/null || return 1
+	must ip netns exec caller voipgen send --transport udp --src "$4" --dst "$1" --streams 1 --duration 5s >/dev/null || return 1
 	wait $rpid
-	got=$(sed -n 's/.*"packets": *\([0-9]*\).*/\1/p' /tmp/recv.json | head -n 1)
-	flow=$(relayctl -json flows)
+	# The last "packets" of voipgen's one-line JSON is the total.
+	got=$(sed -n 's/.*"packets":\([0-9]*\).*/\1/p' /tmp/recv.json)
+	flow=$(relayctl -json flow get "$id")
 	echo "$flow"
-	figure xdp_media_received "${got:-0}"
-	must test "${got:-0}" -eq 250 || { cat /tmp/recv.json; return 1; }
-	echo "$flow" | grep -q '"path": "xdp"' || { echo "flow not on xdp" >&2; return 1; }
-	echo "$flow" | grep -q '"packets": 250' || { echo "flow did not count 250 packets" >&2; return 1; }
+	echo "received ${got:-0}"
+	received=${got:-0}
+	must test "$received" -eq 250 || { cat /tmp/recv.json; return 1; }
+	echo "$flow" | grep -q '"path": "xdp"' || { echo "flow $id not on xdp" >&2; return 1; }
+	echo "$flow" | grep -q '"packets": 250,' || { echo "flow $id did not count 250 packets" >&2; return 1; }
+}
+
+# xdp_media, xdp_media6: RTP through native XDP on r0, redirected to r1.
+xdp_media() {
+	must relayctl stats | grep -q 'relayd_xdp_attached{interface="r0",mode="native"} 1' || return 1
+	stream 198.18.1.1:30000 198.18.1.1:30002 198.18.2.2:5000 198.18.0.2:4000 || return 1
+	figure xdp_media_received "$received"
+}
+xdp_media6() {
+	stream '[2001:2:0:1::1]:30004' '[2001:2:0:1::1]:30006' '[2001:2:0:2::2]:5002' '[2001:2::2]:4002' || return 1
+	figure xdp_media6_received "$received"
+}
+
+# bpffs: with no bpffs on /sys/fs/bpf, the unit still starts: relayd
+# -prepare mounts one in the host's mount namespace (so the pins are there,
+# outside the service) before relayd runs.
+bpffs() {
+	must systemctl stop relayd &&
+	must relayd -detach -config "$config" >/dev/null 2>&1 &&
+	must umount /sys/fs/bpf || return 1
+	if findmnt -t bpf /sys/fs/bpf >/dev/null; then echo "bpffs still mounted" >&2; return 1; fi
+	must systemctl start relayd &&
+	must systemctl is-active --quiet relayd &&
+	must findmnt -t bpf /sys/fs/bpf >/dev/null || return 1
+	ls -R /sys/fs/bpf/relayd | grep -q . || { echo "nothing pinned under /sys/fs/bpf/relayd" >&2; return 1; }
 }
 
 # capabilities: for each capability in the unit, a drop-in that removes it
@@ -226,7 +267,9 @@ check relayctl relayctl_works
 check journal journal
 check forward_drop forward_drop
 check xdp_media xdp_media
+check xdp_media6 xdp_media6
 check capabilities capabilities
+check bpffs bpffs
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
 check upgrade upgrade
 check remove remove
