@@ -70,6 +70,12 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes
 		return nil, err
 	}
 	b.metrics = []prometheus.Collector{b.srv.Metrics()}
+	// Bind before reporting ready: a listener that cannot bind fails the
+	// start with its address.
+	if err := b.srv.Listen(); err != nil {
+		b.cdrs.Close(ctx)
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
 	b.done = make(chan struct{})

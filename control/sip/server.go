@@ -107,7 +107,8 @@ type Server struct {
 	byDialog map[string]*b2bCall // by leg A's and leg B's dialog IDs
 	byCall   map[string]*b2bCall // by call ID
 	closing  bool
-	drained  bool // Shutdown waits for inflight: no new handlers
+	drained  bool    // Shutdown waits for inflight: no new handlers
+	bound    []bound // by Listen
 }
 
 // New returns a B2BUA; it does not listen yet.
@@ -239,38 +240,74 @@ func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	}
 }
 
-// Serve listens on the configured addresses and serves until ctx is done
-// or a listener fails. Call Shutdown after it returns.
-func (s *Server) Serve(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, len(s.cfg.Listeners))
-	var wg sync.WaitGroup
+// bound is one listener opened by Listen.
+type bound struct {
+	l  config.Listener
+	pc net.PacketConn // udp
+	ln net.Listener   // tcp
+}
+
+func (b bound) close() error {
+	if b.pc != nil {
+		return b.pc.Close()
+	}
+	return b.ln.Close()
+}
+
+// Listen binds every configured listener and returns the first bind error
+// (closing what it had bound), so that a daemon can refuse to start, and
+// report ready only once SIP is reachable. Serve calls it if it was not
+// called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound != nil {
+		return nil
+	}
+	var out []bound
 	for _, l := range s.cfg.Listeners {
 		network := l.Network + family(l.Addr.Addr())
-		var pc net.PacketConn
-		var ln net.Listener
+		b := bound{l: l}
 		var err error
 		if l.Network == "udp" {
-			pc, err = net.ListenPacket(network, l.Addr.String())
+			b.pc, err = net.ListenPacket(network, l.Addr.String())
 		} else {
-			ln, err = net.Listen(network, l.Addr.String())
+			b.ln, err = net.Listen(network, l.Addr.String())
 		}
 		if err != nil {
-			cancel()
-			wg.Wait()
+			for _, o := range out {
+				o.close()
+			}
 			return fmt.Errorf("sip listen %s:%s: %w", l.Network, l.Addr, err)
 		}
 		s.log.Info("SIP listening", zap.String("network", l.Network), zap.Stringer("addr", l.Addr))
+		out = append(out, b)
+	}
+	s.bound = out
+	return nil
+}
+
+// Serve serves the listeners bound by Listen (binding them first if
+// needed) until ctx is done or a listener fails. Call Shutdown after it
+// returns.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	listeners := s.bound
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(listeners))
+	var wg sync.WaitGroup
+	for _, b := range listeners {
+		l, pc, ln := b.l, b.pc, b.ln
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			<-ctx.Done()
-			if pc != nil {
-				pc.Close()
-			} else {
-				ln.Close()
-			}
+			b.close()
 		}()
 		go func() {
 			defer wg.Done()
