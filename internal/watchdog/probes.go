@@ -164,4 +164,3 @@ func Admin(listen string) func(ctx context.Context) error {
 		return d.DialContext(ctx, network, address)
 	})
 }
-
