@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/control/route"
@@ -26,6 +27,7 @@ type b2bua struct {
 	done    chan struct{} // closed when Serve returned
 	err     error         // what Serve returned, once done is closed
 	metrics []prometheus.Collector
+	router  *route.Router
 }
 
 // startB2BUA starts the B2BUA when the config has SIP listeners.
@@ -45,6 +47,7 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes
 	if err != nil {
 		return nil, err
 	}
+	b.router = router
 	b.cdrs, err = cdr.New(cdr.Config{
 		Path: cfg.CDR.Path, PostURL: cfg.CDR.PostURL, MaxSize: cfg.CDR.MaxSize, Keep: cfg.CDR.Keep,
 		FsyncInterval: cfg.CDR.FsyncDuration, QueueSize: cfg.CDR.QueueSize,
@@ -109,4 +112,27 @@ func (b *b2bua) stop(ctx context.Context) error {
 	}
 	errs = append(errs, b.srv.Shutdown(ctx), b.cdrs.Close(ctx))
 	return errors.Join(errs...)
+}
+
+// control returns what the admin API hangs up and drains calls with; nil
+// (501 from the API) without the B2BUA.
+func (b *b2bua) control() admin.CallControl {
+	if b.srv == nil {
+		return nil
+	}
+	// *sip.Server implements it once it has Hangup, Drain and DrainStatus
+	// (the persist branch); until then the API answers 501.
+	if c, ok := any(b.srv).(admin.CallControl); ok {
+		return c
+	}
+	return nil
+}
+
+// cdrStats returns the CDR writer's counters for /metrics; nil without
+// the B2BUA.
+func (b *b2bua) cdrStats() func() cdr.Stats {
+	if b.cdrs == nil {
+		return nil
+	}
+	return b.cdrs.Stats
 }
