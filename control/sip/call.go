@@ -139,7 +139,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	bc := &b2bCall{
 		s:       s,
 		c:       c,
-		log:     s.log.With(zap.String("call", c.ID)),
+		log:     s.log.With(zap.String("call", c.ID), zap.String("sip_call_id", req.CallID().Value())),
 		start:   time.Now(),
 		a:       dlg,
 		aUA:     aUA,

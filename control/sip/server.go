@@ -357,7 +357,7 @@ func (s *Server) sweep(ctx context.Context) {
 		}
 		for _, c := range idle {
 			if bc := s.lookupCall(c.ID); bc != nil {
-				s.log.Info("media timeout", zap.String("call", c.ID), zap.Duration("timeout", s.cfg.MediaTimeout))
+				bc.log.Info("media timeout", zap.Duration("timeout", s.cfg.MediaTimeout))
 				go bc.terminate(call.MediaTimeout, 0, "no media")
 			}
 		}

@@ -189,6 +189,7 @@ type opts struct {
 	userspace    bool // a userspace data plane too (SRTP termination)
 	rateLimit    float64
 	rateBurst    int
+	log          *zap.Logger // the B2BUA's; default a test logger at info
 }
 
 func newHarness(t *testing.T, o opts) *harness {
@@ -223,6 +224,9 @@ func newHarness(t *testing.T, o opts) *harness {
 	}
 	port := freePort(t)
 	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	if o.log == nil {
+		o.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) // sipgo's readers log at debug after Shutdown returns
+	}
 	h.srv, err = New(Config{
 		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
 		Router:        router,
@@ -233,7 +237,7 @@ func newHarness(t *testing.T, o opts) *harness {
 		RateLimit:     o.rateLimit,
 		RateBurst:     o.rateBurst,
 		OnEnd:         func(i call.Info) { h.ended <- i },
-	}, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))) // sipgo's readers log at debug after Shutdown returns
+	}, o.log)
 	if err != nil {
 		t.Fatal(err)
 	}
