@@ -3,68 +3,25 @@ package admin
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/admin/admintest"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 	"github.com/relayd/relayd/internal/testenv"
 )
-
-var errNoCall = errors.New("no such call")
-
-// fakeControl is a CallControl over a call table: Hangup ends and removes
-// the call, Drain records its timeout.
-type fakeControl struct {
-	calls *call.Table
-
-	mu       sync.Mutex
-	hungUp   []string
-	draining bool
-	timeout  time.Duration
-	fail     error
-}
-
-func (f *fakeControl) Hangup(id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail != nil {
-		return f.fail
-	}
-	c, ok := f.calls.Get(id)
-	if !ok {
-		return fmt.Errorf("call %s: %w", id, errNoCall)
-	}
-	f.hungUp = append(f.hungUp, id)
-	c.End(call.Shutdown, 0, "hung up")
-	f.calls.Remove(c)
-	return nil
-}
-
-func (f *fakeControl) Drain(timeout time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.draining, f.timeout = true, timeout
-}
-
-func (f *fakeControl) DrainStatus() (bool, int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.draining, f.calls.Len()
-}
 
 // capPlane is a data plane with a bounded flow table.
 type capPlane struct {
@@ -77,7 +34,7 @@ func (c capPlane) Capacity() (int, int) { return c.Len(), c.max }
 type lifecycle struct {
 	*fixture
 	calls *call.Table
-	ctl   *fakeControl
+	ctl   *admintest.Control
 	call  *call.Call
 }
 
@@ -105,7 +62,7 @@ func newLifecycle(t *testing.T) *lifecycle {
 	if err := c.Media.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	ctl := &fakeControl{calls: calls}
+	ctl := &admintest.Control{Calls: calls}
 	s := New(Config{
 		Version: "1.2.3-test", Calls: calls, Control: ctl, Observers: []dataplane.Observer{xdp},
 		CDRStats: func() cdr.Stats { return cdr.Stats{Written: 7, Posted: 5, PostErrors: 2, Dropped: 1, WriteErrors: 3} },
@@ -134,18 +91,18 @@ func TestHangup(t *testing.T) {
 	if code := l.do(t, http.MethodGet, "/v1/calls/"+l.call.ID+"/hangup", "", &e); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET hangup: %d", code)
 	}
-	l.ctl.fail = errors.New("BYE toward leg B timed out")
+	l.ctl.Fail(errors.New("BYE toward leg B timed out"))
 	if code := l.do(t, http.MethodPost, "/v1/calls/"+l.call.ID+"/hangup", "", &e); code != http.StatusInternalServerError || !strings.Contains(e.Error, "timed out") {
 		t.Errorf("failing hangup: %d %+v", code, e)
 	}
-	l.ctl.fail = nil
+	l.ctl.Fail(nil)
 	// By the caller's SIP Call-ID: relayd's call id reaches Hangup.
 	var info call.Info
 	if code := l.do(t, http.MethodPost, "/v1/calls/a84b4c76e66710@198.18.0.2/hangup", "", &info); code != http.StatusOK || info.State != call.StateEnded {
 		t.Errorf("hangup: %d %+v", code, info)
 	}
-	if len(l.ctl.hungUp) != 1 || l.ctl.hungUp[0] != l.call.ID {
-		t.Errorf("Hangup called with %v, want [%s]", l.ctl.hungUp, l.call.ID)
+	if h := l.ctl.HungUp(); len(h) != 1 || h[0] != l.call.ID {
+		t.Errorf("Hangup called with %v, want [%s]", h, l.call.ID)
 	}
 	if code := l.do(t, http.MethodPost, "/v1/calls/"+l.call.ID+"/hangup", "", &e); code != http.StatusNotFound {
 		t.Errorf("second hangup: %d, want 404", code)
@@ -164,14 +121,20 @@ func TestDrain(t *testing.T) {
 			t.Errorf("POST %s: %d %+v", bad, code, e)
 		}
 	}
-	if l.ctl.draining {
+	if on, _ := l.ctl.Draining(); on {
 		t.Fatal("a bad request started a drain")
 	}
-	if code := l.do(t, http.MethodPost, "/v1/drain", "", &st); code != http.StatusAccepted || !st.Draining || st.Calls != 1 || l.ctl.timeout != DefaultDrainTimeout {
-		t.Errorf("POST without body: %d %+v, timeout %v", code, st, l.ctl.timeout)
+	if code := l.do(t, http.MethodPost, "/v1/drain", "", &st); code != http.StatusAccepted || !st.Draining || st.Calls != 1 {
+		t.Errorf("POST without body: %d %+v", code, st)
 	}
-	if code := l.do(t, http.MethodPost, "/v1/drain", `{"timeout":"90s"}`, &st); code != http.StatusAccepted || l.ctl.timeout != 90*time.Second || st.Timeout != "1m30s" {
-		t.Errorf("POST 90s: %d %+v, timeout %v", code, st, l.ctl.timeout)
+	if _, d := l.ctl.Draining(); d != DefaultDrainTimeout {
+		t.Errorf("POST without body: timeout %v, want %v", d, DefaultDrainTimeout)
+	}
+	if code := l.do(t, http.MethodPost, "/v1/drain", `{"timeout":"90s"}`, &st); code != http.StatusAccepted || st.Timeout != "1m30s" {
+		t.Errorf("POST 90s: %d %+v", code, st)
+	}
+	if _, d := l.ctl.Draining(); d != 90*time.Second {
+		t.Errorf("POST 90s: timeout %v", d)
 	}
 	if code := l.do(t, http.MethodGet, "/v1/drain", "", &st); code != http.StatusOK || !st.Draining {
 		t.Errorf("status after: %d %+v", code, st)
