@@ -99,4 +99,3 @@ func TestDrainCommand(t *testing.T) {
 		t.Errorf("status after: exit %d %q", code, out)
 	}
 }
-
