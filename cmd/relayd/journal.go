@@ -62,6 +62,17 @@ func (e prioEncoder) EncodeEntry(ent zapcore.Entry, fields []zapcore.Field) (*bu
 	return out, nil
 }
 
+// printError writes an error from before the logger exists (a config
+// that does not load), each line at priority err for the journal.
+func printError(w io.Writer, journal bool, msg string) {
+	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
+		if journal {
+			line = "<3>" + line
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
 // toJournal reports whether f is the stream JOURNAL_STREAM ("dev:inode")
 // names: systemd connected it to journald.
 func toJournal(env string, f *os.File) bool {

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,6 +88,64 @@ func TestToJournal(t *testing.T) {
 	for _, bad := range []string{"", "x", env(uint64(st.Dev), st.Ino+1), "1:a"} {
 		if toJournal(bad, f) {
 			t.Errorf("JOURNAL_STREAM %q taken for this file", bad)
+		}
+	}
+}
+
+func TestPrintError(t *testing.T) {
+	var b bytes.Buffer
+	printError(&b, true, "relayd: f.toml: line 2: log.level: bad\nf.toml: dataplane.interfaces: required\n")
+	if want := "<3>relayd: f.toml: line 2: log.level: bad\n<3>f.toml: dataplane.interfaces: required\n"; b.String() != want {
+		t.Errorf("journal: %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	printError(&b, false, "relayd: bad")
+	if b.String() != "relayd: bad\n" {
+		t.Errorf("terminal: %q", b.String())
+	}
+}
+
+// TestMain lets a test run relayd's main in a child process (the test
+// binary again, with RELAYD_TEST_MAIN set), with real standard streams.
+func TestMain(m *testing.M) {
+	if os.Getenv("RELAYD_TEST_MAIN") == "1" {
+		os.Args = append([]string{"relayd"}, strings.Fields(os.Getenv("RELAYD_TEST_ARGS"))...)
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// TestJournalStream runs relayd with stderr on a file that JOURNAL_STREAM
+// names, as systemd does with the journal's stream socket: its error lines
+// carry priority 3; with JOURNAL_STREAM naming something else, none.
+func TestJournalStream(t *testing.T) {
+	bad := writeFile(t, "[log]\nlevel = \"loud\"\n")
+	for _, match := range []bool{true, false} {
+		f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		ino := st.Ino
+		if !match {
+			ino++
+		}
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "RELAYD_TEST_MAIN=1", "RELAYD_TEST_ARGS=-config "+bad,
+			"JOURNAL_STREAM="+strconv.FormatUint(uint64(st.Dev), 10)+":"+strconv.FormatUint(ino, 10))
+		cmd.Stderr = f
+		if err := cmd.Run(); err == nil {
+			t.Fatal("relayd with a bad config exited 0")
+		}
+		f.Close()
+		b, _ := os.ReadFile(f.Name())
+		out := string(b)
+		if !strings.Contains(out, "log.level") || strings.HasPrefix(out, "<3>") != match {
+			t.Errorf("JOURNAL_STREAM matching %v: stderr %q", match, out)
 		}
 	}
 }

@@ -79,19 +79,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "relayd", getVersion())
 		return 0
 	}
+	f, _ := stderr.(*os.File)
+	journal := toJournal(os.Getenv("JOURNAL_STREAM"), f)
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
 		return 1
 	}
 	if *check {
 		fmt.Fprintln(stdout, "config OK")
 		return 0
 	}
-	f, _ := stderr.(*os.File)
-	log, level, err := newLogger(cfg.Log, stderr, toJournal(os.Getenv("JOURNAL_STREAM"), f))
+	log, level, err := newLogger(cfg.Log, stderr, journal)
 	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
 		return 1
 	}
 	defer log.Sync()

@@ -26,6 +26,9 @@ func TestCallLogsCarrySIPCallID(t *testing.T) {
 	if err := d.Ack(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A BYE right after the ACK can end the call before it logs its
+	// answer.
+	waitFor(t, "call answered", func() bool { return logs.FilterMessage("call answered").Len() == 1 })
 	if err := d.Bye(ctx); err != nil {
 		t.Fatal(err)
 	}
