@@ -116,6 +116,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // once every listener is bound and the data planes are up, pets the
 // watchdog while the probes answer, and reloads on SIGHUP.
 func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.Logger) (err error) {
+	// SIGHUP's default would end the process: catch it from the start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log.Info("relayd starting", zap.String("version", getVersion()), zap.String("mode", cfg.Dataplane.Mode))
 
 	var planes []dataplane.DataPlane
@@ -219,10 +223,6 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		defer close(wdDone)
 		runWatchdog(wdCtx, cfg, pool, log.Named("watchdog"))
 	}()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	sweepDone := make(chan struct{})
 	go func() {
@@ -231,25 +231,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	}()
 	log.Info("relayd ready", zap.String("admin", cfg.Admin.Listen))
 
-	var runErr error
-wait:
-	for {
-		select {
-		case <-hup:
-			if err := reload.reload(); err != nil {
-				log.Error("reload: config not applied", zap.Error(err))
-			}
-			continue
-		case <-ctx.Done():
-			log.Info("shutting down")
-		case runErr = <-serveErr:
-			log.Error("admin API stopped", zap.Error(runErr))
-		case <-b2b.Done():
-			runErr = fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
-			log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
-		}
-		break wait
-	}
+	runErr := waitStop(ctx, hup, reload, serveErr, b2b, log)
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyStopping); err != nil {
 		log.Warn("sd_notify STOPPING", zap.Error(err))
 	}
@@ -266,4 +248,26 @@ wait:
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
+}
+
+// waitStop reloads on each SIGHUP until ctx is done or a front end stops;
+// it returns why it stopped (nil for ctx).
+func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serveErr <-chan error, b2b *b2bua, log *zap.Logger) error {
+	for {
+		select {
+		case <-hup:
+			if err := reload.reload(); err != nil {
+				log.Error("reload: config not applied", zap.Error(err))
+			}
+		case <-ctx.Done():
+			log.Info("shutting down")
+			return nil
+		case err := <-serveErr:
+			log.Error("admin API stopped", zap.Error(err))
+			return err
+		case <-b2b.Done():
+			log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
+			return fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
+		}
+	}
 }
