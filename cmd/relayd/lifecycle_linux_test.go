@@ -308,3 +308,48 @@ func mustAddrPort(t *testing.T, s string) netip.AddrPort {
 	}
 	return ap
 }
+
+// TestWatchdogStopsWhenWedged runs relayd as a process under a fake
+// systemd with a 1 s watchdog: it pets while running, sends nothing while
+// stopped with SIGSTOP (systemd would restart it after WatchdogSec), and
+// pets again once continued.
+func TestWatchdogStopsWhenWedged(t *testing.T) {
+	testenv.NeedRoot(t)
+	msgs := notifySocket(t)
+	sock := filepath.Join(t.TempDir(), "admin.sock")
+	cmd := exec.Command(os.Args[0])
+	// No WATCHDOG_PID: the child's pid is not known before it starts.
+	cmd.Env = append(os.Environ(), "RELAYD_TEST_MAIN=1", "RELAYD_TEST_ARGS=-config "+sipConfig(t, sock, freeUDPPort(t), ""),
+		"WATCHDOG_USEC=1000000")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGCONT)
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("relayd log:\n%s", stderr.String())
+		}
+	})
+	waitMsg(t, msgs, "READY=1", 20*time.Second)
+	waitMsg(t, msgs, "WATCHDOG=1", 2*time.Second)
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // a datagram sent just before the stop
+	for len(msgs) > 0 {
+		<-msgs
+	}
+	select {
+	case m := <-msgs:
+		t.Fatalf("stopped relayd notified %q", m)
+	case <-time.After(1500 * time.Millisecond): // longer than WatchdogSec
+	}
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitMsg(t, msgs, "WATCHDOG=1", 2*time.Second)
+}
