@@ -121,6 +121,9 @@ func TestDrain(t *testing.T) {
 			t.Errorf("POST %s: %d %+v", bad, code, e)
 		}
 	}
+	if code := l.do(t, http.MethodPost, "/v1/drain", `{"timeout":"`+strings.Repeat("9", MaxBodyBytes)+`s"}`, &e); code != http.StatusRequestEntityTooLarge {
+		t.Errorf("huge body: %d", code)
+	}
 	if on, _ := l.ctl.Draining(); on {
 		t.Fatal("a bad request started a drain")
 	}
