@@ -63,7 +63,7 @@ test: need
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for t in \
-		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow \
+		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
 		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
 		cmd/voipgen:FuzzParseSDP; do \
