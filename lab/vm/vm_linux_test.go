@@ -1,7 +1,6 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -92,18 +91,18 @@ func TestBootsDebianKernel(t *testing.T) {
 
 // preamble starts every guest script: the environment of a CI run, and the
 // modules the tests use loaded up front (the kernel's own module loading
-// runs in the initramfs, which has none).
+// runs in the initramfs, which has none), and a longer backlog: an emulated
+// CPU drains a veth's queue late.
 const preamble = `set -e
 export CI=1 HOME=/root PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 modprobe -a veth
+sysctl -qw net.core.netdev_max_backlog=10000
 `
 
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
 }
-
-var _ = bytes.Contains
 
 // TestFastpathOnDebianKernel runs the XDP program's prog.Run tests (load,
 // verifier, forwarding, punts, statistics) under Debian 12's kernel.
@@ -116,4 +115,45 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("fastpath tests under %s: exit status %d", k.Release, res.ExitCode)
 	}
+}
+
+// TestRelayOnDebianKernel runs the userspace data plane's tests (the
+// sk_lookup steering program among them) and end-to-end lab tests under
+// Debian 12's kernel: a real relayd in network namespaces, native XDP on
+// veth, IPv4 and IPv6, a restart that keeps media, the punt of a packet to
+// an unresolved neighbour, the userspace relay steered by sk_lookup, SRTP,
+// and SIP calls through the B2BUA with SIPp.
+func TestRelayOnDebianKernel(t *testing.T) {
+	requireVM(t)
+	k := debianKernel(t)
+	dir := t.TempDir()
+	slow := goTestC(t, dir, "slowpath")
+	e2e := goTestC(t, dir, "lab/labrelay")
+	relayd := filepath.Join(dir, "relayd")
+	if b, err := exec.Command("go", "build", "-o", relayd, "github.com/relayd/relayd/cmd/relayd").CombinedOutput(); err != nil {
+		t.Fatalf("go build relayd: %v\n%s", err, b)
+	}
+	tests := "^(TestRelayForwarding|TestRelayRestartKeepsMedia|TestRelayUnresolvedNeighbour|TestRelayStopAndDetach|TestRelayUserspace|TestRelaySRTP|TestSIPCallsThroughXDP)$"
+	script := preamble + "cd " + repoDir(t, "slowpath") + "\n" + slow + " -test.count=1\n" +
+		"cd " + repoDir(t, "lab/labrelay") + "\nRELAYD_TEST_RATE_DIVISOR=20 RELAYD_TEST_BIN=" + relayd + " " + e2e + " -test.v -test.count=1 -test.run '" + tests + "'\n"
+	res := boot(t, k, dir, script, 15*time.Minute)
+	if res.ExitCode != 0 {
+		t.Fatalf("relay tests under %s: exit status %d", k.Release, res.ExitCode)
+	}
+	for _, name := range []string{"TestRelayForwarding", "TestRelayUserspace", "TestSIPCallsThroughXDP"} {
+		if !strings.Contains(res.Output, "--- PASS: "+name) {
+			t.Errorf("%s did not pass under %s", name, k.Release)
+		}
+	}
+}
+
+// repoDir is the directory of pkg in this checkout: test binaries run
+// there, as go test runs them, to find their testdata.
+func repoDir(t *testing.T, pkg string) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(wd)), pkg)
 }
