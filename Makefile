@@ -13,7 +13,8 @@ all: build
 
 # Debian packages the build, tests and demo use. Packages that ship daemons
 # must not start them: policy-rc.d refuses while we install.
-DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon prometheus
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon \
+	qemu-system-x86 busybox-static kmod prometheus
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -28,7 +29,7 @@ deps:
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool promtool
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \

@@ -67,10 +67,14 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 	if err := ensureBPFFS(cfg.PinPath, log); err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(f.dir)
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
 	if err := f.load(true); err != nil {
+		if errors.Is(statErr, os.ErrNotExist) {
+			os.Remove(f.dir) // only when empty: a refused load pins nothing
+		}
 		return nil, err
 	}
 	if err := f.adopt(); err != nil {
@@ -90,10 +94,13 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 	return f, nil
 }
 
+// loadSpec returns the program's collection spec; tests replace it.
+var loadSpec = loadRelay
+
 // load loads the collection. With pin set, maps are taken over from (or
 // pinned to) f.dir; without it they are private (tests).
 func (f *Fastpath) load(pin bool) error {
-	spec, err := loadRelay()
+	spec, err := loadSpec()
 	if err != nil {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
@@ -107,15 +114,13 @@ func (f *Fastpath) load(pin bool) error {
 			m.Pinning = ebpf.PinNone
 		}
 	}
+	// cilium/ebpf unpins the maps it created when a program is refused;
+	// New removes the directory it made.
 	if err := spec.LoadAndAssign(&f.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("load XDP program: %+v", ve)
-		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return fmt.Errorf("take over maps pinned in %s (max_flows changed?): %w; run relayd -detach first", f.dir, err)
 		}
-		return fmt.Errorf("load XDP program: %w", err)
+		return explainLoad(err)
 	}
 	if pin {
 		path := filepath.Join(f.dir, "prog")

@@ -7,19 +7,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 )
-
-// bpffsT mounts a bpf filesystem on a test directory.
-func bpffsT(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("bpffs", dir, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount bpffs: %v", err)
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
 
 // TestAdoptLink: a pinned link on the interface's ifindex is taken over
 // (new program, same link); one pinned for another ifindex is removed,

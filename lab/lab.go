@@ -155,7 +155,7 @@ func NewT(t testing.TB) *Lab {
 func NewConfigT(t testing.TB, cfg Config) *Lab {
 	t.Helper()
 	if err := available(); err != nil {
-		t.Skipf("lab: %v", err)
+		SkipOrFail(t, "lab: "+err.Error())
 	}
 	l, err := New(cfg)
 	if err != nil {
@@ -167,4 +167,15 @@ func NewConfigT(t testing.TB, cfg Config) *Lab {
 		}
 	})
 	return l
+}
+
+// SkipOrFail skips t, saying why, when a test's capability (root, a kernel
+// feature, a tool) is missing on a developer's machine. Under CI (CI set in
+// the environment) it fails t instead: there every privileged test must run.
+func SkipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s (CI is set: a test that cannot run here is a failure)", reason)
+	}
+	t.Skip(reason)
 }

@@ -103,7 +103,7 @@ Content-Length: 0
 func needSIPp(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("sipp"); err != nil {
-		t.Skip("sipp not installed (Debian package sip-tester)")
+		lab.SkipOrFail(t, "sipp not installed (Debian package sip-tester)")
 	}
 }
 
