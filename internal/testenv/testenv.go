@@ -1,24 +1,21 @@
 // Package testenv holds helpers for tests that need capabilities of the
-// machine they run on (root, kernel features, tools).
+// machine they run on (root, tools). A missing one skips the test on a
+// developer's machine and fails it in CI, as lab.SkipOrFail decides.
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
-)
 
-// InCI reports whether the tests run in CI (CI=true), where every test
-// must run: a missing capability is a failure there, not a skip.
-func InCI() bool { return os.Getenv("CI") == "true" }
+	"github.com/relayd/relayd/lab"
+)
 
 // Skip skips the test with the reason, or fails it in CI.
 func Skip(t testing.TB, format string, args ...any) {
 	t.Helper()
-	if InCI() {
-		t.Fatalf("CI=true, cannot run: "+format, args...)
-	}
-	t.Skipf(format, args...)
+	lab.SkipOrFail(t, fmt.Sprintf(format, args...))
 }
 
 // NeedRoot skips the test (fails it in CI) unless it runs as root.
