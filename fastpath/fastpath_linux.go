@@ -251,10 +251,14 @@ func (f *Fastpath) adoptLink(path, name string, ifindex int, log *zap.Logger) (l
 		return nil, fmt.Errorf("load pinned link %s: %w", path, err)
 	}
 	var stale string
+	const severed = "severed: the interface was deleted (and re-created) while relayd was stopped"
 	if info, err := old.Info(); err == nil && info.XDP() != nil && int(info.XDP().Ifindex) != ifindex {
 		stale = fmt.Sprintf("pinned for ifindex %d, the interface now has %d", info.XDP().Ifindex, ifindex)
+		if info.XDP().Ifindex == 0 {
+			stale = severed
+		}
 	} else if err := old.Update(f.objs.RelayXdp); errors.Is(err, unix.ENOLINK) {
-		stale = "severed: the interface was re-created"
+		stale = severed
 	} else if err != nil {
 		old.Close()
 		return nil, fmt.Errorf("replace program on %s: %w", name, err)

@@ -36,7 +36,7 @@ func TestRelayInterfaceRecreated(t *testing.T) {
 		t.Fatalf("start after the interface was re-created: %v", err)
 	}
 	log := r.Log()[before:]
-	if !strings.Contains(log, "replacing the stale pinned XDP link") || !strings.Contains(log, `"interface":"`+lab.RelayCallerIfName+`"`) {
+	if !strings.Contains(log, "replacing the stale pinned XDP link") || !strings.Contains(log, `"reason":"severed`) || !strings.Contains(log, `"interface":"`+lab.RelayCallerIfName+`"`) {
 		t.Errorf("no replacement logged for %s:\n%s", lab.RelayCallerIfName, log)
 	}
 	for _, line := range strings.Split(log, "\n") {
