@@ -94,7 +94,7 @@ func TestBootsDebianKernel(t *testing.T) {
 // runs in the initramfs, which has none), and a longer backlog: an emulated
 // CPU drains a veth's queue late.
 const preamble = `set -e
-export CI=1 HOME=/root PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export CI=true HOME=/root PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 modprobe -a veth
 sysctl -qw net.core.netdev_max_backlog=10000
 `
@@ -120,7 +120,8 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 // TestRelayOnDebianKernel runs the userspace data plane's tests (the
 // sk_lookup steering program among them) and end-to-end lab tests under
 // Debian 12's kernel: a real relayd in network namespaces, native XDP on
-// veth, IPv4 and IPv6, a restart that keeps media, the punt of a packet to
+// veth, IPv4 and IPv6, a restart that keeps media, an interface re-created
+// between two starts (the pinned link severed), the punt of a packet to
 // an unresolved neighbour, the userspace relay steered by sk_lookup, SRTP,
 // and SIP calls through the B2BUA with SIPp.
 func TestRelayOnDebianKernel(t *testing.T) {
@@ -133,7 +134,7 @@ func TestRelayOnDebianKernel(t *testing.T) {
 	if b, err := exec.Command("go", "build", "-o", relayd, "github.com/relayd/relayd/cmd/relayd").CombinedOutput(); err != nil {
 		t.Fatalf("go build relayd: %v\n%s", err, b)
 	}
-	tests := "^(TestRelayForwarding|TestRelayRestartKeepsMedia|TestRelayUnresolvedNeighbour|TestRelayStopAndDetach|TestRelayUserspace|TestRelaySRTP|TestSIPCallsThroughXDP)$"
+	tests := "^(TestRelayForwarding|TestRelayRestartKeepsMedia|TestRelayUnresolvedNeighbour|TestRelayStopAndDetach|TestRelayInterfaceRecreated|TestRelayUserspace|TestRelaySRTP|TestSIPCallsThroughXDP)$"
 	script := preamble + "cd " + repoDir(t, "slowpath") + "\n" + slow + " -test.count=1\n" +
 		"cd " + repoDir(t, "lab/labrelay") + "\nRELAYD_TEST_RATE_DIVISOR=20 RELAYD_TEST_BIN=" + relayd + " " + e2e + " -test.v -test.count=1 -test.run '" + tests + "'\n"
 	res := boot(t, k, dir, script, 15*time.Minute)
