@@ -16,6 +16,8 @@ require (
 	golang.org/x/sys v0.48.0
 )
 
+require go.etcd.io/bbolt v1.5.0
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
