@@ -94,6 +94,18 @@ type Media struct {
 	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
 	learned map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
 	closed  bool
+	// restoreIDs are the flow IDs of a restored call, used by the Sync
+	// of Restore for flows it installs again.
+	restoreIDs map[netip.AddrPort]uint64
+	revision   uint64 // counts changes to the flows and learned sources
+}
+
+// Revision counts the changes to the media's flows and learned sources: a
+// front end persists the call again when it moved.
+func (m *Media) Revision() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revision
 }
 
 // learned is a source a latching flow learned, and whether it is locked.
@@ -231,6 +243,7 @@ func (m *Media) Latched(match, source netip.AddrPort, locked bool) error {
 		return nil
 	}
 	m.learned[match] = learned{source, locked}
+	m.revision++
 	m.mu.Unlock()
 	return m.Sync()
 }
@@ -256,6 +269,7 @@ func (m *Media) Sync() error {
 		return err
 	}
 	var errs []error
+	m.revision++
 	for match, rec := range m.flows {
 		if _, ok := want[match]; ok {
 			continue
@@ -304,6 +318,8 @@ func (m *Media) Sync() error {
 			m.keepLast(rec, st)
 			w.flow.ID = rec.flow.ID
 			delete(m.flows, match)
+		} else if id, ok := m.restoreIDs[match]; ok {
+			w.flow.ID = id
 		} else {
 			w.flow.ID = m.t.flowID()
 		}

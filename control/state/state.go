@@ -20,6 +20,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 	"go.uber.org/zap"
 )
 
@@ -100,7 +101,7 @@ func Open(cfg Config, log *zap.Logger) (*Store, error) {
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	db, err := bolt.Open(cfg.Path, 0o600, &bolt.Options{Timeout: cfg.LockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("state: open %s: locked by another process (is another relayd running?): %w", cfg.Path, err)
 	}
 	if err != nil {
@@ -292,7 +293,7 @@ func (s *Store) Close() error {
 }
 
 func closedErr(err error) error {
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return errors.Join(errReadOnly, err)
 	}
 	return err
