@@ -2,7 +2,6 @@ package sip
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -398,5 +397,100 @@ func TestRestoreDialogFields(t *testing.T) {
 	if err := setField(d, "noSuchField", 1); err == nil {
 		t.Error("a missing field was set")
 	}
-	_ = fmt.Sprint
+}
+
+// SIP over TCP across a restart: the connections of the previous run are
+// gone; the next in-dialog request in either direction opens a new one.
+func TestRestartTCPLeg(t *testing.T) {
+	ce := newCallee(t)
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	defer cancel0()
+	ready := make(chan struct{})
+	//lint:ignore SA1029 sipgo's own key type
+	go ce.srv.ListenAndServe(context.WithValue(ctx0, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "tcp", ce.addr)
+	<-ready
+	st := openStore(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr + ";transport=tcp"}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	dialogs := make(chan *sipgo.DialogServerSession, 2)
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		if req.Transport() != "TCP" {
+			t.Errorf("INVITE to the callee over %s", req.Transport())
+		}
+		answerSDP(d, req, 6000)
+		dialogs <- d
+		<-d.Context().Done()
+	})
+	// Call 1: the callee hangs up after the restart.
+	d1, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1.Ack(ctx)
+	cd1 := <-dialogs
+	// Call 2: the caller hangs up after the restart.
+	d2, err := h.invite(ctx, offerSDP(4010))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.Ack(ctx)
+	<-dialogs
+	h.restart()
+	h.noCDR("restart")
+	if err := cd1.Bye(ctx); err != nil {
+		t.Fatalf("BYE from the TCP callee after the restart: %v", err)
+	}
+	if cdr := h.cdr(); cdr.Reason != "callee hung up" || cdr.Legs[call.B].Transport != "tcp" {
+		t.Errorf("CDR %+v", cdr)
+	}
+	select {
+	case <-d1.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Error("caller 1 got no BYE")
+	}
+	if err := d2.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cdr := h.cdr(); cdr.Reason != "caller hung up" {
+		t.Errorf("CDR %+v", cdr)
+	}
+	waitFor(t, "BYE to the TCP callee on a new connection", func() bool { return ce.byeCount() == 1 })
+	ce.mu.Lock()
+	defer ce.mu.Unlock()
+	if ce.byeVia[0] != "TCP" {
+		t.Errorf("BYE to the callee over %s", ce.byeVia[0])
+	}
+}
+
+// kill -9: no Shutdown, nothing written at exit; what was stored when the
+// call was answered is enough.
+func TestCrashKeepsAnsweredCall(t *testing.T) {
+	ce := newCallee(t)
+	st := openStore(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
+	// The crash: the stack goes away at once, the process's state with it.
+	h.cancel()
+	h.cancel = nil
+	<-h.done
+	h.srv.ua.Close()
+	h.start()
+	if h.calls.Len() != 1 || h.xdp.Len() != 4 {
+		t.Fatalf("after the crash: %d calls, %d flows", h.calls.Len(), h.xdp.Len())
+	}
+	if err := d.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if cdr := h.cdr(); cdr.Disposition != call.Answered || cdr.Answer == nil || len(cdr.Attempts) != 1 || len(cdr.Flows) != 4 {
+		t.Errorf("CDR %+v", cdr)
+	}
+	waitFor(t, "callee BYE", func() bool { return ce.byeCount() == 1 })
 }

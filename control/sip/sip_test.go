@@ -67,6 +67,7 @@ type callee struct {
 	mu       sync.Mutex
 	invites  []*sip.Request
 	byes     int
+	byeVia   []string // transports the BYEs came over
 	behave   func(d *sipgo.DialogServerSession, req *sip.Request) // nil: answer at once
 	reinvite func(req *sip.Request, tx sip.ServerTransaction)
 	acked    chan []byte // ACK bodies, when set
@@ -128,6 +129,7 @@ func newCallee(t *testing.T) *callee {
 	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
 		ce.mu.Lock()
 		ce.byes++
+		ce.byeVia = append(ce.byeVia, req.Transport())
 		ce.mu.Unlock()
 		if err := ce.dialogs.ReadBye(req, tx); err != nil {
 			tx.Respond(sip.NewResponseFromRequest(req, 481, "No Dialog", nil))
