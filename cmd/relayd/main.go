@@ -204,7 +204,7 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	}
 	mgrRef.Store(mgr)
 
-	b2b, err := startB2BUA(ctx, cfg, log, planes)
+	b2b, err := startB2BUA(ctx, cfg, log, planes, mgr)
 	if err == nil && b2b.calls != nil {
 		callsRef.Store(b2b.calls)
 	}
