@@ -145,7 +145,6 @@ func (m *Media) snapshot() MediaSnapshot {
 	recs := make([]*flowRec, 0, len(m.flows))
 	for _, r := range m.flows {
 		recs = append(recs, r)
-		ms.Flows = append(ms.Flows, FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.plane.Path()})
 	}
 	for match, l := range m.learned {
 		ms.Learned = append(ms.Learned, LearnedSource{Match: match, Source: l.source, Locked: l.locked})
@@ -155,21 +154,33 @@ func (m *Media) snapshot() MediaSnapshot {
 		counted[match] = flowCount(fs)
 	}
 	m.mu.Unlock()
-	// Userspace counters die with the process: carry them over (stats
-	// outside the media's lock, as Flows does).
+	// Userspace counters die with the process: carry them over, for
+	// userspace flows and for the userspace shadows of XDP flows (punted
+	// packets, latching), whose counts the XDP flow's include. Stats
+	// outside the media's lock, as Flows does.
+	shadows, _ := m.t.planes[dataplane.PathUserspace].(dataplane.PuntRelay)
 	for _, r := range recs {
-		if r.plane.Path() != dataplane.PathUserspace {
+		ms.Flows = append(ms.Flows, FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.plane.Path()})
+		var st dataplane.Stats
+		var err error
+		switch {
+		case r.plane.Path() == dataplane.PathUserspace:
+			st, err = r.plane.Stats(r.flow.Match)
+		case shadows != nil:
+			st, err = shadows.ShadowStat(r.flow.Match)
+		default:
 			continue
 		}
-		st, err := r.plane.Stats(r.flow.Match)
-		if err != nil {
+		if err != nil || st.Packets == 0 && st.Dropped == 0 {
 			continue
 		}
-		fc := flowCount(FlowStat{Flow: r.flow, Path: r.plane.Path(), Side: r.side, Stats: st})
-		prev := counted[r.flow.Match]
-		fc.Packets += prev.Packets
-		fc.Bytes += prev.Bytes
-		fc.Dropped += prev.Dropped
+		fc := counted[r.flow.Match]
+		if fc.Match != r.flow.Match {
+			fc = flowCount(FlowStat{Flow: r.flow, Path: r.plane.Path(), Side: r.side})
+		}
+		fc.Packets += st.Packets
+		fc.Bytes += st.Bytes
+		fc.Dropped += st.Dropped
 		counted[r.flow.Match] = fc
 	}
 	for _, fc := range counted {
@@ -356,4 +367,16 @@ func (t *Table) Matches() []netip.AddrPort {
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return out
+}
+
+// HasPath reports whether any of the media's flows runs on that path.
+func (m *Media) HasPath(p dataplane.Path) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.flows {
+		if r.plane.Path() == p {
+			return true
+		}
+	}
+	return false
 }

@@ -66,6 +66,7 @@ type b2bCall struct {
 	maxTimer   *time.Timer
 	aRes       *sip.Response // the 2xx relayd sent A, once answered
 	savedRev   uint64        // the media revision last persisted
+	savedAt    time.Time     // when
 	restored   bool          // taken back from the store after a restart
 	detached   bool          // kept up for the next run: this one lets go of it
 }

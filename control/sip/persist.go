@@ -95,7 +95,7 @@ func (bc *b2bCall) persist() error {
 		return err
 	}
 	bc.mu.Lock()
-	bc.savedRev = rev
+	bc.savedRev, bc.savedAt = rev, rec.Saved
 	bc.mu.Unlock()
 	return nil
 }
@@ -328,6 +328,10 @@ func (s *Server) restoreCall(rec *record) error {
 		bc.maxTimer = time.AfterFunc(max(left, 0), func() { bc.terminate(call.MaxDuration, 0, "maximum call duration") })
 		bc.mu.Unlock()
 	}
+	// The record again at once: counters the data planes lost in the
+	// restart (an XDP flow's shadow) are now carried by the call, and a
+	// crash before the next write must not lose them.
+	bc.persist()
 	bc.log.Info("call restored", zap.String("call_id", c.Leg(call.A).CallID), zap.String("call_id_b", c.Leg(call.B).CallID),
 		zap.Int("flows", len(c.Media.Flows())), zap.Duration("age", time.Since(rec.Call.Answered)))
 	return nil

@@ -28,6 +28,7 @@ import (
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/dataplane"
 )
 
 // MaxMessageSize is the largest SIP message relayd sends over UDP: the
@@ -351,17 +352,24 @@ func (s *Server) sweep(ctx context.Context) {
 	}
 }
 
+// countsInterval is how often a call with userspace flows is written
+// again for their counters, which die with the process: what a kill -9
+// may lose of them.
+const countsInterval = 10 * time.Second
+
 // persistChanged writes the calls whose media changed since their last
-// record (latched sources, flows moved by the data planes).
+// record (latched sources, flows moved by the data planes), and those
+// with userspace flows every countsInterval.
 func (s *Server) persistChanged() {
 	if s.cfg.Store == nil {
 		return
 	}
 	for _, bc := range s.calls() {
+		rev := bc.c.Media.Revision()
 		bc.mu.Lock()
-		due := bc.negotiated && bc.savedRev != bc.c.Media.Revision()
+		due := bc.negotiated && (bc.savedRev != rev || time.Since(bc.savedAt) >= countsInterval)
 		bc.mu.Unlock()
-		if due {
+		if due && (bc.savedRev != rev || bc.c.Media.HasPath(dataplane.PathUserspace)) {
 			bc.persist()
 		}
 	}

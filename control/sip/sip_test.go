@@ -67,7 +67,7 @@ type callee struct {
 	mu       sync.Mutex
 	invites  []*sip.Request
 	byes     int
-	byeVia   []string // transports the BYEs came over
+	byeVia   []string                                             // transports the BYEs came over
 	behave   func(d *sipgo.DialogServerSession, req *sip.Request) // nil: answer at once
 	reinvite func(req *sip.Request, tx sip.ServerTransaction)
 	acked    chan []byte // ACK bodies, when set
