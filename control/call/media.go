@@ -97,7 +97,8 @@ type Media struct {
 	// restoreIDs are the flow IDs of a restored call, used by the Sync
 	// of Restore for flows it installs again.
 	restoreIDs map[netip.AddrPort]uint64
-	revision   uint64 // counts changes to the flows and learned sources
+	restoreROC map[netip.AddrPort][2]uint32 // SSRC and ROC of restored SRTP flows
+	revision   uint64                       // counts changes to the flows and learned sources
 }
 
 // Revision counts the changes to the media's flows and learned sources: a
@@ -285,6 +286,13 @@ func (m *Media) Sync() error {
 	for _, match := range sortedKeys(want) {
 		w := want[match]
 		w.flow.Decrypt, w.flow.Encrypt = toSRTP(w.dec), toSRTP(w.enc)
+		if r, ok := m.restoreROC[match]; ok {
+			for _, k := range []*dataplane.SRTP{w.flow.Decrypt, w.flow.Encrypt} {
+				if k != nil {
+					k.SSRC, k.ROC = r[0], r[1]
+				}
+			}
+		}
 		plane := m.t.planeFor(w.flow)
 		if plane == nil {
 			if w.flow.HasSRTP() {

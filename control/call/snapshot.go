@@ -80,6 +80,10 @@ type FlowSnapshot struct {
 	ID    uint64         `json:"id"`
 	Side  Side           `json:"side"`
 	Path  dataplane.Path `json:"path"`
+	// SSRC and ROC of an SRTP flow's stream: its transforms, made again
+	// after a restart, continue the packet index (ROC 0: nothing to do).
+	SSRC uint32 `json:"ssrc,omitempty"`
+	ROC  uint32 `json:"roc,omitempty"`
 }
 
 // LearnedSource is a source a latching flow learned.
@@ -160,15 +164,21 @@ func (m *Media) snapshot() MediaSnapshot {
 	// outside the media's lock, as Flows does.
 	shadows, _ := m.t.planes[dataplane.PathUserspace].(dataplane.PuntRelay)
 	for _, r := range recs {
-		ms.Flows = append(ms.Flows, FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.plane.Path()})
+		fsn := FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.plane.Path()}
 		var st dataplane.Stats
 		var err error
 		switch {
 		case r.plane.Path() == dataplane.PathUserspace:
 			st, err = r.plane.Stats(r.flow.Match)
+			if err == nil && r.flow.HasSRTP() {
+				fsn.SSRC, fsn.ROC = rolloverCounter(r.flow, st)
+			}
+			ms.Flows = append(ms.Flows, fsn)
 		case shadows != nil:
+			ms.Flows = append(ms.Flows, fsn)
 			st, err = shadows.ShadowStat(r.flow.Match)
 		default:
+			ms.Flows = append(ms.Flows, fsn)
 			continue
 		}
 		if err != nil || st.Packets == 0 && st.Dropped == 0 {
@@ -190,6 +200,25 @@ func (m *Media) snapshot() MediaSnapshot {
 	slices.SortFunc(ms.Learned, func(a, b LearnedSource) int { return a.Match.Compare(b.Match) })
 	slices.SortFunc(ms.Counted, func(a, b FlowCount) int { return a.Match.Compare(b.Match) })
 	return ms
+}
+
+// rolloverCounter returns the SSRC of an SRTP flow's stream and its
+// rollover counter now: the one the flow was installed with (after a
+// restart) plus the sequence number cycles counted since. The RTP
+// statistics of the flow count the very packets its transforms handle
+// (the same sequence numbers both ways), so their cycles are the ROC's.
+func rolloverCounter(f dataplane.Flow, st dataplane.Stats) (ssrc, roc uint32) {
+	if f.ClockRate == 0 || st.Received == 0 {
+		return 0, 0
+	}
+	roc = st.ExtHighestSeq >> 16
+	for _, k := range []*dataplane.SRTP{f.Decrypt, f.Encrypt} {
+		if k != nil && k.ROC != 0 && k.SSRC == st.SSRC {
+			roc += k.ROC
+			break
+		}
+	}
+	return st.SSRC, roc
 }
 
 func flowCount(fs FlowStat) FlowCount {
@@ -254,6 +283,12 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	ids := make(map[netip.AddrPort]uint64, len(s.Media.Flows))
 	for _, f := range s.Media.Flows {
 		ids[f.Match] = f.ID
+		if f.ROC != 0 {
+			if m.restoreROC == nil {
+				m.restoreROC = make(map[netip.AddrPort][2]uint32)
+			}
+			m.restoreROC[f.Match] = [2]uint32{f.SSRC, f.ROC}
+		}
 		for t.nextFlow.Load() <= f.ID {
 			t.nextFlow.Store(f.ID + 1)
 		}
@@ -318,7 +353,7 @@ func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 	m.mu.Unlock()
 	err = m.Sync()
 	m.mu.Lock()
-	m.restoreIDs = nil
+	m.restoreIDs, m.restoreROC = nil, nil
 	return errors.Join(append(errs, err)...)
 }
 
