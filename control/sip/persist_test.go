@@ -494,3 +494,37 @@ func TestCrashKeepsAnsweredCall(t *testing.T) {
 	}
 	waitFor(t, "callee BYE", func() bool { return ce.byeCount() == 1 })
 }
+
+// Records relayd cannot use: one of a newer record version stays for the
+// relayd that wrote it, a damaged one is removed; neither stops the start.
+func TestRestoreSkipsUnusableRecords(t *testing.T) {
+	st := openStore(t)
+	st.Put("sip", "future", []byte(`{"v": 99, "call": {"id": "future"}, "something": "new"}`))
+	st.Put("sip", "broken", []byte(`{"v": 1, "call": {"id": "broken"}, "a": {"invite": "not SIP"}}`))
+	st.Put("sip", "garbage", []byte(`not json`))
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	if h.calls.Len() != 0 {
+		t.Errorf("%d calls restored from unusable records", h.calls.Len())
+	}
+	if _, ok, _ := st.Get("sip", "future"); !ok {
+		t.Error("the record of a newer version was removed")
+	}
+	for _, k := range []string{"broken", "garbage"} {
+		if _, ok, _ := st.Get("sip", k); ok {
+			t.Errorf("unusable record %q left in the store", k)
+		}
+	}
+	// The B2BUA works.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	d.Bye(ctx)
+	if cdr := h.cdr(); cdr.Disposition != call.Answered {
+		t.Errorf("CDR %+v", cdr)
+	}
+}
