@@ -157,3 +157,19 @@ func TestDetachLeavesFlows(t *testing.T) {
 		t.Errorf("after Detach: %d flows in the data plane (want 2), %d owned (want 0)", xdp.Len(), len(tb.Matches()))
 	}
 }
+
+func TestNewAfterRestoreGetsFreshID(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	probe := tb.New(netip.AddrPort{}, "", "") // the ID the next run's first call would get
+	id := probe.ID
+	tb2 := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	if _, err := tb2.Restore(Snapshot{ID: id, Created: probe.Created, State: StateAnswered}); err != nil {
+		t.Fatal(err)
+	}
+	if c := tb2.New(netip.AddrPort{}, "", ""); c.ID == id || tb2.Len() != 2 {
+		t.Errorf("new call got the restored call's id %s (%d calls)", c.ID, tb2.Len())
+	}
+	if _, err := tb2.Restore(Snapshot{ID: id}); err == nil {
+		t.Error("a call restored twice")
+	}
+}

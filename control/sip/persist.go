@@ -323,9 +323,10 @@ func (s *Server) restoreCall(rec *record) error {
 	s.setDialog(bc, call.A, a.ID)
 	s.setDialog(bc, call.B, b.ID)
 	if limit := s.cfg.MaxDuration; limit > 0 {
-		left := limit - time.Since(rec.Call.Answered)
+		// Past due: once the listeners are up.
+		left := max(limit-time.Since(rec.Call.Answered), time.Second)
 		bc.mu.Lock()
-		bc.maxTimer = time.AfterFunc(max(left, 0), func() { bc.terminate(call.MaxDuration, 0, "maximum call duration") })
+		bc.maxTimer = time.AfterFunc(left, func() { bc.terminate(call.MaxDuration, 0, "maximum call duration") })
 		bc.mu.Unlock()
 	}
 	// The record again at once: counters the data planes lost in the
