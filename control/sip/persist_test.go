@@ -477,11 +477,24 @@ func TestCrashKeepsAnsweredCall(t *testing.T) {
 	}
 	d.Ack(ctx)
 	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
-	// The crash: the stack goes away at once, the process's state with it.
+	waitFor(t, "the ACK handled", func() bool {
+		calls := h.srv.calls()
+		if len(calls) != 1 {
+			return false
+		}
+		calls[0].mu.Lock()
+		defer calls[0].mu.Unlock()
+		return calls[0].negotiated
+	})
+	// The crash: the stack goes away at once, and (as a dead process would)
+	// the old server runs no more code after its goroutines return.
+	old := h.srv
 	h.cancel()
 	h.cancel = nil
 	<-h.done
-	h.srv.ua.Close()
+	old.ua.Close()
+	old.wg.Wait()
+	old.inflight.Wait()
 	h.start()
 	if h.calls.Len() != 1 || h.xdp.Len() != 4 {
 		t.Fatalf("after the crash: %d calls, %d flows", h.calls.Len(), h.xdp.Len())
