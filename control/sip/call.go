@@ -158,8 +158,6 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	fromTag, _ := req.From().Params.Get("tag")
 	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
 	s.setDialog(bc, call.A, dlg.ID)
-	s.wg.Add(1)
-	defer s.wg.Done()
 	if err := dlg.Respond(sip.StatusTrying, "Trying", nil); err != nil {
 		bc.log.Debug("100 Trying", zap.Error(err))
 	}

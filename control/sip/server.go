@@ -233,24 +233,25 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	return func(req *sip.Request, tx sip.ServerTransaction) {
 		s.mu.Lock()
-		// ACKs still count while stopping: a 2xx waits for one.
-		if s.drained && !req.IsAck() {
+		// A new call's handler lasts as long as its setup: s.wg counts
+		// those, inflight the others. Both are added to under mu only
+		// while Shutdown has not begun waiting for them.
+		setup := req.IsInvite() && (req.To() == nil || !req.To().Params.Has("tag"))
+		switch {
+		case setup && s.closing, !setup && s.drained && !req.IsAck(): // ACKs still count: a 2xx waits for one
 			s.mu.Unlock()
 			if !req.IsAck() {
-				respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down")
+				respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down", s.retryAfter())
 			}
 			return
-		}
-		// A new call's handler lasts as long as its setup (s.wg counts
-		// those); inflight counts the others.
-		setup := req.IsInvite() && (req.To() == nil || !req.To().Params.Has("tag"))
-		if !setup {
+		case setup:
+			s.wg.Add(1)
+			defer s.wg.Done()
+		case !s.drained:
 			s.inflight.Add(1)
-		}
-		s.mu.Unlock()
-		if !setup {
 			defer s.inflight.Done()
 		}
+		s.mu.Unlock()
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("SIP handler panic", zap.Any("panic", v), zap.String("method", string(req.Method)), zap.Stack("stack"))
