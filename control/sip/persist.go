@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -312,13 +311,12 @@ func (s *Server) restoreCall(rec *record) error {
 		bc.origin[i] = sdp.Origin{SessionID: o.SessionID, Version: o.Version}
 	}
 	// The TCP connections of the previous run are gone: relayd may open
-	// new ones to both peers (see peerSet).
-	for _, hp := range []string{a.InviteRequest.Contact().Address.HostPort(), src.String(), rec.B.Dest} {
-		if ap, err := netip.ParseAddrPort(hp); err == nil {
-			s.peers.allow(ap.Addr())
-		} else if ip, err := netip.ParseAddr(strings.Split(hp, ":")[0]); err == nil {
-			s.peers.allow(ip)
-		}
+	// new ones to both peers (see peerSet): the caller's source address
+	// (its Contact is where the requests go; a Contact elsewhere is not
+	// trusted more than before the restart) and the callee.
+	s.peers.allow(src.Addr())
+	if ap, err := netip.ParseAddrPort(rec.B.Dest); err == nil {
+		s.peers.allow(ap.Addr())
 	}
 	s.setDialog(bc, call.A, a.ID)
 	s.setDialog(bc, call.B, b.ID)
