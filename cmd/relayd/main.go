@@ -193,7 +193,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	mgrRef.Store(mgr)
 
 	// Every listener binds before READY=1: one that cannot fails the start.
-	b2b, err := startB2BUA(ctx, cfg, log, planes)
+	b2b, err := startB2BUA(ctx, cfg, log, planes, mgr)
 	if err == nil && b2b.calls != nil {
 		callsRef.Store(b2b.calls)
 	}
