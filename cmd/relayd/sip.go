@@ -150,13 +150,10 @@ func (b *b2bua) control() admin.CallControl {
 	if b.srv == nil {
 		return nil
 	}
-	// *sip.Server implements it once it has Hangup, Drain and DrainStatus
-	// (the persist branch); until then the API answers 501.
-	if c, ok := any(b.srv).(admin.CallControl); ok {
-		return c
-	}
-	return nil
+	return b.srv
 }
+
+var _ admin.CallControl = (*sip.Server)(nil)
 
 // cdrStats returns the CDR writer's counters for /metrics; nil without
 // the B2BUA.
