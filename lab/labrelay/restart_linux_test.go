@@ -282,7 +282,7 @@ path = %q
 			t.Errorf("CDR of an unknown call %+v", c)
 		}
 	}
-	if v, err := r.Metric(`relayd_calls_total{disposition="answered"}`); err != nil || v != 2 {
-		t.Errorf("relayd_calls_total answered = %v, %v", v, err)
+	if v, err := r.Metric(`relayd_sip_calls_total{disposition="answered"}`); err != nil || v != 2 {
+		t.Errorf("relayd_sip_calls_total answered = %v, %v", v, err)
 	}
 }
