@@ -14,10 +14,11 @@ all: build
 # Debian packages the build, tests and demo use. Packages that ship daemons
 # must not start them: policy-rc.d refuses while we install.
 # lintian checks the packages (make deb-check); nftables is what relayd
-# -prepare drives; qemu-system-x86, mmdebstrap and e2fsprogs build and boot
-# the Debian 12 guest of the appliance test (lab/appliance).
+# -prepare drives; qemu-system-x86, busybox-static and kmod boot Debian's
+# kernel for lab/vm; mmdebstrap and e2fsprogs build the Debian 12 guest of
+# the appliance test (lab/appliance); promtool checks the metrics.
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon \
-	dpkg-dev lintian nftables qemu-system-x86 mmdebstrap e2fsprogs
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -25,11 +26,14 @@ deps:
 	@# rtpengine-daemon is only a peer to compare against, run by the tests
 	@# on lab addresses: never let its packaged service start.
 	-systemctl disable rtpengine-daemon.service >/dev/null 2>&1; systemctl mask rtpengine-daemon.service >/dev/null 2>&1; true
+	@# prometheus is installed for promtool (the metrics test); its server
+	@# must not run either.
+	-systemctl disable prometheus.service >/dev/null 2>&1; systemctl mask prometheus.service >/dev/null 2>&1; true
 	$(GO) mod download
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool nft lintian mmdebstrap qemu-system-x86_64 dpkg-shlibdeps
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
@@ -64,7 +68,7 @@ test: need
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for t in \
-		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow \
+		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
 		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
 		cmd/voipgen:FuzzParseSDP; do \

@@ -12,9 +12,12 @@ require (
 	github.com/pion/transport/v5 v5.1.1
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	go.etcd.io/bbolt v1.5.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.48.0
 )
+
+require github.com/kylelemons/godebug v1.1.0 // indirect
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect

@@ -545,6 +545,19 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 	return bpf_redirect_map(&tx_ports, fib.ifindex, 0);
 }
 
+/* bounded_ntohs byte-swaps a 16-bit length and bounds the result where the
+ * verifier can see it. Debian 12's 6.1 verifier loses the bounds of a byte
+ * swap, then refuses pointer arithmetic with the result ("math between pkt
+ * pointer and register with unbounded min value"); newer kernels track
+ * them. The mask is in asm so that clang, which knows the swap fits in 16
+ * bits, cannot drop it. */
+static __always_inline __u32 bounded_ntohs(__be16 v)
+{
+	__u64 r = bpf_ntohs(v);
+	asm volatile("%0 &= 0xffff" : "+r"(r));
+	return r;
+}
+
 static __always_inline int handle_ipv4(struct pkt *p)
 {
 	struct iphdr *ip = (void *)(p->eth + 1);
@@ -562,7 +575,7 @@ static __always_inline int handle_ipv4(struct pkt *p)
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return count(COUNTER_PUNT_FRAGMENT, p->frame_len, XDP_PASS);
 
-	__u32 tot_len = bpf_ntohs(ip->tot_len);
+	__u32 tot_len = bounded_ntohs(ip->tot_len);
 	if (tot_len < sizeof(*ip) + sizeof(struct udphdr) ||
 	    (void *)ip + tot_len > p->end)
 		return count(COUNTER_PASS_MALFORMED, p->frame_len, XDP_PASS);
@@ -629,7 +642,7 @@ static __always_inline int handle_ipv6(struct pkt *p)
 		return count(COUNTER_PUNT_IPV6_EXT, p->frame_len, XDP_PASS);
 	}
 
-	__u32 plen = bpf_ntohs(ip6->payload_len);
+	__u32 plen = bounded_ntohs(ip6->payload_len);
 	struct udphdr *udp = (void *)(ip6 + 1);
 	if ((void *)(udp + 1) > p->end || plen < sizeof(*udp) ||
 	    (void *)udp + plen > p->end)

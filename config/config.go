@@ -39,6 +39,8 @@ type Config struct {
 	Routes      []Route     `toml:"route"`
 	RouteServer RouteServer `toml:"route_server"`
 	CDR         CDR         `toml:"cdr"`
+	// Calls kept across restarts; off without [state] path.
+	State State `toml:"state"`
 }
 
 // Log is the [log] section.
@@ -309,6 +311,7 @@ func (c *Config) validate(lines map[string]int) error {
 		bad("media.latch_window", "%s is negative", m.LatchWindow)
 	}
 	c.validateSIP(bad)
+	c.validateState(bad)
 	return errors.Join(errs...)
 }
 

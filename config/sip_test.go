@@ -33,6 +33,8 @@ url = "http://127.0.0.1:8090/route"
 path = "/var/log/relayd/cdr.jsonl"
 post_url = "http://127.0.0.1:8090/cdr"
 fsync_interval = "200ms"
+[state]
+path = "/var/lib/relayd/state.db"
 `
 
 func TestParseSIP(t *testing.T) {
@@ -60,6 +62,9 @@ func TestParseSIP(t *testing.T) {
 	if d.Order != "ordered" || d.SRTP != "off" || d.AttemptTimeoutDuration != 2*time.Second || len(d.FailoverOn) != len(DefaultFailoverOn) {
 		t.Errorf("route 1 defaults %+v", d)
 	}
+	if c.State.Path != "/var/lib/relayd/state.db" {
+		t.Errorf("state path %q", c.State.Path)
+	}
 	if c.RouteServer.TimeoutDuration != time.Second || c.CDR.FsyncDuration != 200*time.Millisecond {
 		t.Errorf("route server %+v cdr %+v", c.RouteServer, c.CDR)
 	}
@@ -82,6 +87,8 @@ func TestParseSIPErrors(t *testing.T) {
 		{"unknown route key", "[[route]]\nname = \"a\"\nbogus = 1\n", "route.bogus", 3, "unknown key"},
 		{"route server", "[route_server]\nurl = \"ftp://x\"\n", "route_server.url", 2, "http(s) URL"},
 		{"cdr path", "[cdr]\npath = \"cdr.jsonl\"\n", "cdr.path", 2, "absolute"},
+		{"state path", "[state]\npath = \"state.db\"\n", "state.path", 2, "absolute"},
+		{"state key", "[state]\nfile = \"/x\"\n", "state.file", 2, "unknown key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(minimal + tc.doc))

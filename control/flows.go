@@ -49,9 +49,10 @@ type ManagerConfig struct {
 	PortMin, PortMax uint16
 	// CallFlowIDBase, when not zero, is where the B2BUA's flow ids start.
 	// Flows at or above it found in the data planes at start belong to
-	// calls of a previous run, whose state is gone: they keep carrying
-	// media and are removed once idle (SweepIdle), instead of being
-	// adopted as static flows.
+	// calls of a previous run: those the restored calls claim
+	// (ClaimCallFlows) are theirs; the others, whose calls are gone, keep
+	// carrying media and are removed once idle (SweepIdle), instead of
+	// being adopted as static flows.
 	CallFlowIDBase uint64
 }
 
@@ -219,6 +220,27 @@ func (m *Manager) adopt() error {
 			zap.Int("flows", len(m.orphans)))
 	}
 	return nil
+}
+
+// ClaimCallFlows hands call flows of a previous run to the calls restored
+// from the store (control/state): the manager forgets them and no longer
+// removes them when idle; the flows no restored call claims stay its to
+// sweep. It returns how many of matches it held.
+func (m *Manager) ClaimCallFlows(matches []netip.AddrPort) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, match := range matches {
+		if _, ok := m.orphans[match]; ok {
+			delete(m.orphans, match)
+			n++
+		}
+	}
+	if n > 0 || len(m.orphans) > 0 {
+		m.log.Info("call flows of the previous run", zap.Int("claimed_by_restored_calls", n),
+			zap.Int("unclaimed_removed_once_idle", len(m.orphans)))
+	}
+	return n
 }
 
 // sweepOrphans removes the call flows of a previous run that carried no

@@ -471,3 +471,33 @@ func TestManagerOrphanCallFlows(t *testing.T) {
 		t.Errorf("data plane has %d flows after the sweep, want the static one only", xdp.Len())
 	}
 }
+
+// TestManagerClaimedCallFlows: call flows a restored call claims are not
+// swept, however idle; unclaimed ones are.
+func TestManagerClaimedCallFlows(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	kept := dataplane.Flow{ID: 1<<40 + 1, Match: ap("198.18.1.1:30010"), SendFrom: ap("198.18.1.1:30012"), SendTo: ap("198.18.2.2:5002")}
+	gone := dataplane.Flow{ID: 1<<40 + 2, Match: ap("198.18.1.1:30020"), SendFrom: ap("198.18.1.1:30022"), SendTo: ap("198.18.2.2:5004")}
+	for _, fl := range []dataplane.Flow{kept, gone} {
+		if err := xdp.Install(fl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := NewManager(ManagerConfig{Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999, CallFlowIDBase: 1 << 40},
+		zaptest.NewLogger(t), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.ClaimCallFlows([]netip.AddrPort{kept.Match, ap("198.18.1.1:30100")}); n != 1 {
+		t.Errorf("claimed %d, want 1", n)
+	}
+	now := time.Now().Add(time.Hour)
+	m.now = func() time.Time { return now }
+	m.SweepIdle(30 * time.Second)
+	if _, err := xdp.Stats(kept.Match); err != nil {
+		t.Errorf("claimed flow swept: %v", err)
+	}
+	if _, err := xdp.Stats(gone.Match); err == nil {
+		t.Error("unclaimed idle flow of a previous run kept")
+	}
+}

@@ -121,6 +121,10 @@ type SRTP struct {
 	Key   []byte // master key
 	Salt  []byte // master salt
 	MKI   []byte // master key identifier, usually empty
+	// SSRC and ROC, when ROC is not zero, are where the stream's
+	// rollover counter starts: a flow installed again after a restart
+	// continues the packet index of its stream. Not compared by Equal.
+	SSRC, ROC uint32
 }
 
 // Equal reports whether s and o key the same way (nil equals nil).

@@ -14,6 +14,8 @@ import (
 	"github.com/vishvananda/netns"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/lab"
 )
 
 // testEnv is a private network namespace in which the XDP program runs
@@ -53,10 +55,10 @@ var (
 func requireBPF(tb testing.TB) {
 	tb.Helper()
 	if os.Geteuid() != 0 {
-		tb.Skip("needs root: loads BPF programs and creates network namespaces")
+		lab.SkipOrFail(tb, "needs root: loads BPF programs and creates network namespaces")
 	}
 	if _, err := os.Stat("/proc/self/ns/net"); err != nil {
-		tb.Skip("no network namespace support:", err)
+		lab.SkipOrFail(tb, "no network namespace support: "+err.Error())
 	}
 }
 

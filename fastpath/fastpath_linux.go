@@ -67,10 +67,14 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 	if err := ensureBPFFS(cfg.PinPath, log); err != nil {
 		return nil, err
 	}
+	_, statErr := os.Stat(f.dir)
 	if err := os.MkdirAll(f.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
 	if err := f.load(true); err != nil {
+		if errors.Is(statErr, os.ErrNotExist) {
+			os.Remove(f.dir) // only when empty: a refused load pins nothing
+		}
 		return nil, err
 	}
 	if err := f.adopt(); err != nil {
@@ -90,10 +94,13 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 	return f, nil
 }
 
+// loadSpec returns the program's collection spec; tests replace it.
+var loadSpec = loadRelay
+
 // load loads the collection. With pin set, maps are taken over from (or
 // pinned to) f.dir; without it they are private (tests).
 func (f *Fastpath) load(pin bool) error {
-	spec, err := loadRelay()
+	spec, err := loadSpec()
 	if err != nil {
 		return fmt.Errorf("load BPF spec: %w", err)
 	}
@@ -107,15 +114,13 @@ func (f *Fastpath) load(pin bool) error {
 			m.Pinning = ebpf.PinNone
 		}
 	}
+	// cilium/ebpf unpins the maps it created when a program is refused;
+	// New removes the directory it made.
 	if err := spec.LoadAndAssign(&f.objs, opts); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("load XDP program: %+v", ve)
-		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return fmt.Errorf("take over maps pinned in %s (max_flows changed?): %w; run relayd -detach first", f.dir, err)
 		}
-		return fmt.Errorf("load XDP program: %w", err)
+		return explainLoad(err)
 	}
 	if pin {
 		path := filepath.Join(f.dir, "prog")
@@ -188,15 +193,13 @@ func (f *Fastpath) attach(name string) error {
 
 	var l link.Link
 	path := f.linkPath(name)
-	if old, err := link.LoadPinnedLink(path, nil); err == nil {
-		if err := old.Update(f.objs.RelayXdp); err != nil {
-			old.Close()
-			return fmt.Errorf("replace program on %s: %w", name, err)
-		}
+	old, err := f.adoptLink(path, name, attrs.Index, log)
+	if err != nil {
+		return err
+	}
+	if old != nil {
 		l = old
 		iface.Adopted = true
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("load pinned link %s: %w", path, err)
 	} else {
 		flags := link.XDPDriverMode
 		if f.cfg.XDPMode == "generic" {
@@ -231,6 +234,47 @@ func (f *Fastpath) attach(name string) error {
 	f.links = append(f.links, l)
 	f.mu.Unlock()
 	return nil
+}
+
+// adoptLink takes over the link pinned at path for interface name (index
+// ifindex), putting the new program on it: forwarding never stops. It
+// returns nil, nil when there is no pinned link, or when the pinned one
+// cannot be kept and was removed: severed (the interface was deleted and
+// re-created while relayd was stopped) or attached to another ifindex. The
+// caller then attaches afresh; the maps, and so every pinned flow, stay.
+func (f *Fastpath) adoptLink(path, name string, ifindex int, log *zap.Logger) (link.Link, error) {
+	old, err := link.LoadPinnedLink(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load pinned link %s: %w", path, err)
+	}
+	var stale string
+	const severed = "severed: the interface was deleted (and re-created) while relayd was stopped"
+	if info, err := old.Info(); err == nil && info.XDP() != nil && int(info.XDP().Ifindex) != ifindex {
+		stale = fmt.Sprintf("pinned for ifindex %d, the interface now has %d", info.XDP().Ifindex, ifindex)
+		if info.XDP().Ifindex == 0 {
+			stale = severed
+		}
+	} else if err := old.Update(f.objs.RelayXdp); errors.Is(err, unix.ENOLINK) {
+		stale = severed
+	} else if err != nil {
+		old.Close()
+		return nil, fmt.Errorf("replace program on %s: %w", name, err)
+	} else {
+		return old, nil
+	}
+	// Unpinning drops the last reference: a link still attached elsewhere
+	// (an ifindex now another device's) detaches from it.
+	if err := old.Unpin(); err != nil {
+		old.Close()
+		return nil, fmt.Errorf("remove stale pinned link of %s (%s): %w", name, stale, err)
+	}
+	old.Close()
+	log.Warn("replacing the stale pinned XDP link with a fresh attachment; pinned flows are kept",
+		zap.String("reason", stale), zap.String("pin", path))
+	return nil, nil
 }
 
 // checkForwarding warns when forwarding is off on an interface: the fib
@@ -832,14 +876,65 @@ func ensureBPFFS(dir string, log *zap.Logger) error {
 	}
 	const root = "/sys/fs/bpf"
 	if dir != root && !strings.HasPrefix(dir, root+"/") {
-		return fmt.Errorf("pin path %s is not on a bpf filesystem", dir)
+		return fmt.Errorf("pin path %s is not on a bpf filesystem: mount one on it before relayd starts (mount -t bpf bpffs DIR), or pin under %s", dir, root)
+	}
+	// A bpffs mounted in a private mount namespace (a systemd service's,
+	// with ProtectSystem= and friends) vanishes when relayd exits, taking
+	// the pinned program, maps and links with it: media would stop at
+	// every restart. It must be mounted in the host's namespace.
+	const howto = "mount it in the host's mount namespace before relayd starts: systemd does at boot; " +
+		"the unit's ExecStartPre=+relayd -prepare does it, or run mount -t bpf bpffs " + root
+	if private, err := privateMountNS(root); err == nil && private {
+		return fmt.Errorf("%s is not a bpf filesystem and relayd runs in a private mount namespace, where a mount "+
+			"would vanish with the pinned state when relayd exits: %s", root, howto)
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", root, err)
+		return fmt.Errorf("create %s: %w; %s", root, err, howto)
 	}
 	if err := unix.Mount("bpffs", root, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpf filesystem on %s: %w", root, err)
+		return fmt.Errorf("mount bpf filesystem on %s: %w; %s", root, err, howto)
 	}
 	log.Info("mounted bpf filesystem", zap.String("path", root))
 	return nil
+}
+
+// privateMountNS reports whether a mount on dir would stay in relayd's
+// own mount namespace: the namespace is not init's (PID 1's, when that can
+// be read), or the mount under dir is a slave ("master:" in mountinfo), as
+// in a systemd service with ProtectSystem=, PrivateMounts= and friends.
+func privateMountNS(dir string) (bool, error) {
+	var self, init unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/mnt", &self) == nil && unix.Stat("/proc/1/ns/mnt", &init) == nil &&
+		(self.Ino != init.Ino || self.Dev != init.Dev) {
+		return true, nil
+	}
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	best, slave := "", false
+	for _, line := range strings.Split(string(b), "\n") {
+		// id parent major:minor root mountpoint options [optional...] - fs ...
+		f := strings.Fields(line)
+		if len(f) < 7 {
+			continue
+		}
+		mp := f[4]
+		if mp != "/" && dir != mp && !strings.HasPrefix(dir, mp+"/") {
+			continue
+		}
+		if len(mp) < len(best) {
+			continue
+		}
+		best, slave = mp, false // later lines are mounted on top
+		for _, o := range f[6:] {
+			if o == "-" {
+				break
+			}
+			if strings.HasPrefix(o, "master:") {
+				slave = true
+			}
+		}
+	}
+	return slave, nil
 }

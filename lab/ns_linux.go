@@ -241,8 +241,11 @@ func (ns *NS) Sysctl(key string) (string, error) {
 }
 
 // handle returns a netlink handle for the namespace; the caller closes it.
+// It speaks rtnetlink only: without a family list netlink opens xfrm and
+// netfilter sockets too, which fail on kernels where those are modules not
+// yet loaded (Debian's).
 func (ns *NS) handle() (*netlink.Handle, error) {
-	h, err := netlink.NewHandleAt(ns.fd)
+	h, err := netlink.NewHandleAt(ns.fd, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", ns.name, err)
 	}

@@ -316,5 +316,5 @@ func srtpConfig(s *dataplane.SRTP) (srtpflow.Config, error) {
 	if err != nil {
 		return srtpflow.Config{}, err
 	}
-	return srtpflow.Config{Suite: suite, Key: s.Key, Salt: s.Salt, MKI: s.MKI}, nil
+	return srtpflow.Config{Suite: suite, Key: s.Key, Salt: s.Salt, MKI: s.MKI, SSRC: s.SSRC, ROC: s.ROC}, nil
 }

@@ -1,6 +1,7 @@
 package slowpath
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -314,6 +315,24 @@ func (p *Pool) Counters() ([]dataplane.Counter, error) {
 	return out, nil
 }
 
+// Ping asks every worker for an answer through its control queue, as a
+// flow change would, and returns an error naming each worker that did not
+// answer before ctx is done (a worker stuck in a batch or on its CPU). The
+// workers are asked at once, so a ping takes as long as the slowest one.
+func (p *Pool) Ping(ctx context.Context) error {
+	errs := make([]error, len(p.workers))
+	var wg sync.WaitGroup
+	for i, w := range p.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = w.callCtx(ctx, ctrl{op: opPing})
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Interfaces implements dataplane.Observer: the userspace data plane
 // attaches to no interface.
 func (p *Pool) Interfaces() []dataplane.Interface { return nil }
@@ -326,6 +345,7 @@ const (
 	opRemove
 	opGet
 	opList
+	opPing // answers nothing: the worker's loop is alive
 )
 
 type ctrl struct {
@@ -484,8 +504,17 @@ func (w *worker) flushLatched() bool {
 // latchRetry is how soon an idle worker retries a latch backlog.
 const latchRetry = 10 * time.Millisecond
 
-// call hands a control request to the worker and waits for its answer.
+// call hands a control request to the worker and waits up to 5 s for its
+// answer.
 func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return w.callCtx(ctx, c)
+}
+
+// callCtx hands a control request to the worker and waits for its answer
+// until ctx is done.
+func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, error) {
 	if w.closed.Load() {
 		return nil, errWorkerClosed
 	}
@@ -499,8 +528,8 @@ func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
 	select {
 	case r := <-c.reply:
 		return r.flows, r.err
-	case <-time.After(5 * time.Second):
-		return nil, fmt.Errorf("worker %d did not answer", w.id)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("worker %d did not answer: %w", w.id, ctx.Err())
 	}
 }
 

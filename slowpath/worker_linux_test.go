@@ -1,15 +1,20 @@
 package slowpath
 
 import (
+	"context"
 	"encoding/binary"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/testenv"
 )
 
 // fillRx writes a received packet into slot i of rx as recvmmsg would:
@@ -79,4 +84,46 @@ func TestRelayBatch(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("%v allocations per batch, want 0", allocs)
 	}
+}
+
+// TestPing: Ping answers while every worker runs its loop, and names the
+// worker that does not (here one that was never started: the same as one
+// stuck in a batch).
+func TestPing(t *testing.T) {
+	testenv.NeedRoot(t) // raw sockets
+	var ws []*worker
+	for i := range 2 {
+		w, err := newWorker(i, 0, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	var wg sync.WaitGroup
+	start := func(w *worker) {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run() }()
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.close()
+		}
+		wg.Wait()
+	})
+	p := &Pool{workers: ws}
+	start(ws[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	err := p.Ping(ctx)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "worker 1 did not answer") || strings.Contains(err.Error(), "worker 0") {
+		t.Fatalf("Ping with worker 1 stopped: %v, want worker 1 (only) named", err)
+	}
+	start(ws[1])
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := p.Ping(ctx); err != nil {
+		t.Fatalf("Ping with both workers running: %v", err)
+	}
+	t.Logf("ping round trip %v", time.Since(t0))
 }

@@ -5,8 +5,13 @@
 //	relayctl flow add --match A:P [--send-from A:P --send-to A:P] [--expect-source A:P]
 //	                  [--mode xdp|userspace] [--action forward|drop|reflect] [--clock-rate N]
 //	relayctl flow del ID
+//	relayctl calls
+//	relayctl call ID    (relayd's call id or either leg's SIP Call-ID)
+//	relayctl hangup ID
+//	relayctl drain [--timeout 10m] | drain --status
 //	relayctl stats      (raw Prometheus metrics)
 //	relayctl health
+//	relayctl --version | --help
 package main
 
 import (
@@ -21,6 +26,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -38,9 +44,16 @@ commands:
            [--mode xdp|userspace] [--action forward|drop|reflect] [--clock-rate N]
   flow del ID                remove a flow
   calls                      list calls in progress (SIP B2BUA)
-  call ID                    show one call with its legs, attempts, flows and media (JSON)
+  call ID                    show one call with its legs, attempts, flows and media (JSON);
+                             ID is relayd's call id or the SIP Call-ID of either leg
+  hangup ID                  end a call (BYE on both legs, CDR written)
+  drain [--timeout 10m]      refuse new calls (503 with Retry-After); calls in progress go on
+                             until they end or the timeout passes, then are hung up
+  drain --status             whether a drain is on and how many calls remain
   stats                      print /metrics (Prometheus text)
   health                     check /healthz
+  help                       print this help
+options: --version, --help
 `
 
 func main() {
@@ -59,8 +72,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	api := fs.String("api", envOr("RELAYCTL_API", "http://127.0.0.1:9900"), "admin API: http://host:port or unix:/path/to.sock")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "relayctl", getVersion())
+		return 0
+	}
+	if fs.NArg() > 0 && (fs.Arg(0) == "help" || fs.Arg(0) == "--help" || fs.Arg(0) == "-h") {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
 	c, err := newClient(*api, *timeout)
 	if err != nil {
@@ -78,6 +104,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func getVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
 }
 
 func envOr(k, def string) string {
@@ -136,6 +175,21 @@ func dispatch(c *client, args []string, asJSON bool, stdout, stderr io.Writer) e
 			return err
 		}
 		return printJSON(stdout, info)
+	case "hangup":
+		if len(args) != 2 {
+			return usageError{"hangup: need a call id"}
+		}
+		var info call.Info
+		if err := c.do("POST", "/v1/calls/"+url.PathEscape(args[1])+"/hangup", nil, &info); err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(stdout, info)
+		}
+		fmt.Fprintf(stdout, "hung up %s (%s)\n", info.ID, info.Legs[call.A].CallID)
+		return nil
+	case "drain":
+		return drainCmd(c, args[1:], asJSON, stdout)
 	case "stats":
 		body, err := c.raw("GET", "/metrics")
 		if err != nil {
@@ -155,6 +209,44 @@ func dispatch(c *client, args []string, asJSON bool, stdout, stderr io.Writer) e
 		return nil
 	}
 	return usageError{fmt.Sprintf("unknown command %q", args[0])}
+}
+
+func drainCmd(c *client, args []string, asJSON bool, stdout io.Writer) error {
+	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	status := fs.Bool("status", false, "show the drain status")
+	timeout := fs.Duration("timeout", admin.DefaultDrainTimeout, "how long calls in progress may go on")
+	if err := fs.Parse(args); err != nil {
+		return usageError{"drain: " + err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("drain: unexpected arguments %q", fs.Args())}
+	}
+	var st admin.DrainStatus
+	if *status {
+		if err := c.do("GET", "/v1/drain", nil, &st); err != nil {
+			return err
+		}
+	} else {
+		if *timeout <= 0 {
+			return usageError{"drain: --timeout must be positive"}
+		}
+		if err := c.do("POST", "/v1/drain", admin.DrainRequest{Timeout: timeout.String()}, &st); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		return printJSON(stdout, st)
+	}
+	switch {
+	case !*status:
+		fmt.Fprintf(stdout, "draining: new calls get 503; %d calls in progress, hung up after %s\n", st.Calls, st.Timeout)
+	case st.Draining:
+		fmt.Fprintf(stdout, "draining: %d calls in progress\n", st.Calls)
+	default:
+		fmt.Fprintf(stdout, "not draining: %d calls in progress\n", st.Calls)
+	}
+	return nil
 }
 
 func flowCmd(c *client, sub string, args []string, asJSON bool, stdout, stderr io.Writer) error {

@@ -25,7 +25,6 @@ import (
 
 	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control"
@@ -82,21 +81,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "relayd", getVersion())
 		return 0
 	}
+	f, _ := stderr.(*os.File)
+	journal := toJournal(os.Getenv("JOURNAL_STREAM"), f)
 	if *prepare {
-		return runPrepare(*cfgPath, stderr)
+		return runPrepare(*cfgPath, stderr, journal)
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
 		return 1
 	}
 	if *check {
 		fmt.Fprintln(stdout, "config OK")
 		return 0
 	}
-	log, err := newLogger(cfg.Log)
+	log, level, err := newLogger(cfg.Log, stderr, journal)
 	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
 		return 1
 	}
 	defer log.Sync()
@@ -108,35 +109,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		log.Info("detached", zap.String("pin_path", cfg.Dataplane.PinPath))
 		return 0
 	}
-	if err := serve(ctx, cfg, log); err != nil {
+	r := &reloader{path: *cfgPath, log: log.Named("reload"), level: level, cur: cfg}
+	if err := serve(ctx, cfg, r, log); err != nil {
 		log.Error("relayd stopped", zap.Error(err))
 		return 1
 	}
 	return 0
 }
 
-func newLogger(c config.Log) (*zap.Logger, error) {
-	level, err := zapcore.ParseLevel(c.Level)
-	if err != nil {
-		return nil, fmt.Errorf("log level: %w", err)
-	}
-	zc := zap.NewProductionConfig()
-	if c.Format == "console" {
-		zc = zap.NewDevelopmentConfig()
-		zc.Development = false
-	}
-	zc.Level = zap.NewAtomicLevelAt(level)
-	zc.Sampling = nil
-	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	log, err := zc.Build()
-	if err != nil {
-		return nil, fmt.Errorf("build logger: %w", err)
-	}
-	return log, nil
-}
-
-// serve runs the daemon until ctx is done.
-func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error) {
+// serve runs the daemon until ctx is done. It reports ready to systemd
+// once every listener is bound and the data planes are up, pets the
+// watchdog while the probes answer, and reloads on SIGHUP.
+func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.Logger) (err error) {
+	// SIGHUP's default would end the process: catch it from the start.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	log.Info("relayd starting", zap.String("version", getVersion()), zap.String("mode", cfg.Dataplane.Mode))
 
 	var planes []dataplane.DataPlane
@@ -209,28 +197,37 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	}
 	mgrRef.Store(mgr)
 
-	b2b, err := startB2BUA(ctx, cfg, log, planes)
+	// Every listener binds before READY=1: one that cannot fails the start.
+	b2b, err := startB2BUA(ctx, cfg, log, planes, mgr)
 	if err == nil && b2b.calls != nil {
 		callsRef.Store(b2b.calls)
 	}
 	if err != nil {
 		return fmt.Errorf("start SIP B2BUA: %w", err)
 	}
-	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: b2b.calls, Collectors: b2b.metrics},
-		mgr, log.Named("admin"))
 	l, err := admin.Listen(cfg.Admin.Listen)
 	if err != nil {
-		return err
+		shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return errors.Join(err, b2b.stop(shCtx))
 	}
+	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: b2b.calls, Collectors: b2b.metrics,
+		Control: b2b.control(), CDRStats: b2b.cdrStats()}, mgr, log.Named("admin"))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
+	reload.router = b2b.router
 
 	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify READY", zap.Error(err))
 	} else if ok {
 		log.Debug("notified systemd: ready")
 	}
-
+	wdCtx, stopWatchdog := context.WithCancel(ctx)
+	wdDone := make(chan struct{})
+	go func() {
+		defer close(wdDone)
+		runWatchdog(wdCtx, cfg, pool, log.Named("watchdog"))
+	}()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	sweepDone := make(chan struct{})
 	go func() {
@@ -239,19 +236,12 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 	}()
 	log.Info("relayd ready", zap.String("admin", cfg.Admin.Listen))
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case runErr = <-serveErr:
-		log.Error("admin API stopped", zap.Error(runErr))
-	case <-b2b.Done():
-		runErr = fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
-		log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
-	}
+	runErr := waitStop(ctx, hup, reload, serveErr, b2b, log)
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyStopping); err != nil {
 		log.Warn("sd_notify STOPPING", zap.Error(err))
 	}
+	stopWatchdog()
+	<-wdDone
 	stopSweep()
 	<-sweepDone
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -263,4 +253,26 @@ func serve(ctx context.Context, cfg *config.Config, log *zap.Logger) (err error)
 		runErr = errors.Join(runErr, err)
 	}
 	return runErr
+}
+
+// waitStop reloads on each SIGHUP until ctx is done or a front end stops;
+// it returns why it stopped (nil for ctx).
+func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serveErr <-chan error, b2b *b2bua, log *zap.Logger) error {
+	for {
+		select {
+		case <-hup:
+			if err := reload.reload(); err != nil {
+				log.Error("reload: config not applied", zap.Error(err))
+			}
+		case <-ctx.Done():
+			log.Info("shutting down")
+			return nil
+		case err := <-serveErr:
+			log.Error("admin API stopped", zap.Error(err))
+			return err
+		case <-b2b.Done():
+			log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
+			return fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/internal/hostprep"
@@ -18,13 +17,18 @@ import (
 // mounts bpffs on /sys/fs/bpf when missing and installs the forward-drop
 // rule (see internal/hostprep). It validates the config first, so a start
 // with a config that is not ready fails here, naming the file and the key.
-func runPrepare(cfgPath string, stderr io.Writer) int {
+// journal says stderr is the journal (priorities from the log levels).
+func runPrepare(cfgPath string, stderr io.Writer, journal bool) int {
 	cfg, err := config.Load(cfgPath)
 	if err != nil {
-		fmt.Fprintf(stderr, "relayd: %v\n", err)
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
 		return 1
 	}
-	log := prepareLogger(cfg.Log, stderr)
+	log, _, err := newLogger(cfg.Log, stderr, journal)
+	if err != nil {
+		printError(stderr, journal, fmt.Sprintf("relayd: %v", err))
+		return 1
+	}
 	defer log.Sync()
 	hc := hostprep.Config{PinPath: cfg.Dataplane.PinPath}
 	if cfg.Dataplane.Mode == "xdp" {
@@ -35,20 +39,4 @@ func runPrepare(cfgPath string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// prepareLogger logs -prepare's few lines to stderr (the journal under
-// systemd) at the config's level and format.
-func prepareLogger(c config.Log, stderr io.Writer) *zap.Logger {
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	enc := zapcore.NewJSONEncoder(ec)
-	if c.Format == "console" {
-		enc = zapcore.NewConsoleEncoder(ec)
-	}
-	level, err := zapcore.ParseLevel(c.Level)
-	if err != nil {
-		level = zapcore.InfoLevel // config.Load accepts only valid levels
-	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(stderr), level))
 }

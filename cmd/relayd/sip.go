@@ -9,10 +9,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/control/sip"
+	"github.com/relayd/relayd/control/state"
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -22,14 +25,18 @@ type b2bua struct {
 	calls   *call.Table
 	srv     *sip.Server
 	cdrs    *cdr.Writer
+	store   *state.Store // nil without [state] path
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when Serve returned
 	err     error         // what Serve returned, once done is closed
 	metrics []prometheus.Collector
+	router  *route.Router
 }
 
-// startB2BUA starts the B2BUA when the config has SIP listeners.
-func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes []dataplane.DataPlane) (*b2bua, error) {
+// startB2BUA starts the B2BUA when the config has SIP listeners. With a
+// [state] path it takes back the calls the previous run kept, and their
+// flows from the flow manager's call flows of a previous run.
+func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes []dataplane.DataPlane, mgr *control.Manager) (*b2bua, error) {
 	b := &b2bua{}
 	if !cfg.SIP.Enabled() {
 		return b, nil
@@ -45,12 +52,24 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes
 	if err != nil {
 		return nil, err
 	}
+	b.router = router
 	b.cdrs, err = cdr.New(cdr.Config{
 		Path: cfg.CDR.Path, PostURL: cfg.CDR.PostURL, MaxSize: cfg.CDR.MaxSize, Keep: cfg.CDR.Keep,
 		FsyncInterval: cfg.CDR.FsyncDuration, QueueSize: cfg.CDR.QueueSize,
 	}, log.Named("cdr"))
 	if err != nil {
 		return nil, err
+	}
+	var store sip.Store
+	if cfg.State.Path != "" {
+		b.store, err = state.Open(state.Config{Path: cfg.State.Path, Version: getVersion()}, log.Named("state"))
+		if err != nil {
+			b.cdrs.Close(ctx)
+			return nil, err
+		}
+		store = b.store
+	} else {
+		log.Warn("no [state] path: a restart of relayd hangs up every call")
 	}
 	b.srv, err = sip.New(sip.Config{
 		Listeners:    cfg.SIP.Listeners,
@@ -64,12 +83,25 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes
 		RetryAfter:   cfg.SIP.RetryAfterDur,
 		OnEnd:        b.cdrs.Write,
 		UserAgent:    "relayd/" + getVersion(),
+		Store:        store,
 	}, log.Named("sip"))
 	if err != nil {
 		b.cdrs.Close(ctx)
+		if b.store != nil {
+			b.store.Close()
+		}
 		return nil, err
 	}
+	if mgr != nil {
+		mgr.ClaimCallFlows(b.calls.Matches())
+	}
 	b.metrics = []prometheus.Collector{b.srv.Metrics()}
+	// Bind before reporting ready: a listener that cannot bind fails the
+	// start with its address.
+	if err := b.srv.Listen(); err != nil {
+		b.cdrs.Close(ctx)
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	b.cancel = cancel
 	b.done = make(chan struct{})
@@ -87,20 +119,47 @@ func (b *b2bua) Done() <-chan struct{} { return b.done }
 // Error returns why the listeners stopped, once Done is closed.
 func (b *b2bua) Error() error { return b.err }
 
-// stop ends every call (BYE both legs), stops the listeners and flushes
-// the CDRs.
+// stop stops the B2BUA: with a store, answered calls are kept for the
+// next run (persisted, flows in place, no BYE); without one they are hung
+// up. Calls being set up get 503 and a CDR either way. Shutdown runs while
+// the listeners are open (its final responses, CANCELs and BYEs need
+// them); then the listeners stop, the CDRs are flushed and the store
+// closed.
 func (b *b2bua) stop(ctx context.Context) error {
 	if b.srv == nil {
 		return nil
 	}
+	errs := []error{b.srv.Shutdown(ctx)}
 	b.cancel()
-	var errs []error
 	select {
 	case <-b.done:
 		errs = append(errs, b.err)
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("sip stop: %w", ctx.Err()))
 	}
-	errs = append(errs, b.srv.Shutdown(ctx), b.cdrs.Close(ctx))
+	errs = append(errs, b.cdrs.Close(ctx))
+	if b.store != nil {
+		errs = append(errs, b.store.Close())
+	}
 	return errors.Join(errs...)
+}
+
+// control returns what the admin API hangs up and drains calls with; nil
+// (501 from the API) without the B2BUA.
+func (b *b2bua) control() admin.CallControl {
+	if b.srv == nil {
+		return nil
+	}
+	return b.srv
+}
+
+var _ admin.CallControl = (*sip.Server)(nil)
+
+// cdrStats returns the CDR writer's counters for /metrics; nil without
+// the B2BUA.
+func (b *b2bua) cdrStats() func() cdr.Stats {
+	if b.cdrs == nil {
+		return nil
+	}
+	return b.cdrs.Stats
 }

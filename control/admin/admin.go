@@ -3,6 +3,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -47,6 +49,23 @@ type Config struct {
 	// Collectors are further Prometheus collectors for /metrics (the
 	// B2BUA's call metrics).
 	Collectors []prometheus.Collector
+	// Control, when set, serves hangup and drain (the SIP B2BUA).
+	Control CallControl
+	// CDRStats, when set, exports the CDR writer's counters.
+	CDRStats func() cdr.Stats
+}
+
+// CallControl acts on calls: the SIP B2BUA implements it.
+type CallControl interface {
+	// Hangup ends the call with relayd's call id (BYE on both legs, CDR
+	// written); an error wrapping the B2BUA's "no such call" when unknown.
+	Hangup(id string) error
+	// Drain makes new INVITEs get 503 with Retry-After; calls in progress
+	// go on until they end or timeout passes, then they are hung up with
+	// their CDRs written.
+	Drain(timeout time.Duration)
+	// DrainStatus reports whether a drain is on and how many calls remain.
+	DrainStatus() (draining bool, calls int)
 }
 
 // Server is the admin HTTP API. Create it with New; it is safe for
@@ -67,7 +86,8 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&collector{mgr: mgr, observers: cfg.Observers, log: log},
+		&collector{mgr: mgr, observers: cfg.Observers, calls: cfg.Calls, cdr: cfg.CDRStats, log: log},
+		buildInfo(cfg.Version),
 	)
 	for _, c := range cfg.Collectors {
 		reg.MustRegister(c)
@@ -86,12 +106,15 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 	mux.HandleFunc("DELETE /v1/flows/{id}", s.deleteFlow)
 	mux.HandleFunc("GET /v1/calls", s.listCalls)
 	mux.HandleFunc("GET /v1/calls/{id}", s.getCall)
+	mux.HandleFunc("POST /v1/calls/{id}/hangup", s.hangup)
+	mux.HandleFunc("GET /v1/drain", s.drainStatus)
+	mux.HandleFunc("POST /v1/drain", s.drain)
 	// Method-less patterns are less specific than the ones above: they
 	// catch the other methods on known paths, and "/" every other path,
 	// so that every error has a JSON body.
 	for p, allow := range map[string]string{
 		"/healthz": "GET", "/metrics": "GET", "/v1/flows": "GET, POST", "/v1/flows/{id}": "GET, DELETE",
-		"/v1/calls": "GET", "/v1/calls/{id}": "GET",
+		"/v1/calls": "GET", "/v1/calls/{id}": "GET", "/v1/calls/{id}/hangup": "POST", "/v1/drain": "GET, POST",
 	} {
 		mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -194,7 +217,18 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": s.cfg.Version, "flows": s.mgr.Counts()})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "version": s.cfg.Version, "flows": flowCounts(s.mgr, s.cfg.Calls)})
+}
+
+// flowCounts counts static and call flows by data path.
+func flowCounts(mgr *control.Manager, calls *call.Table) map[dataplane.Path]int {
+	out := mgr.Counts()
+	if calls != nil {
+		for p, n := range calls.FlowCounts() {
+			out[p] += n
+		}
+	}
+	return out
 }
 
 func (s *Server) listFlows(w http.ResponseWriter, r *http.Request) {
@@ -273,14 +307,104 @@ func (s *Server) listCalls(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getCall(w http.ResponseWriter, r *http.Request) {
+	if c := s.findCall(r.PathValue("id")); c != nil {
+		writeJSON(w, http.StatusOK, c.Info())
+		return
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no call %q in progress", r.PathValue("id")))
+}
+
+// findCall finds a call by relayd's call id or by either leg's SIP
+// Call-ID.
+func (s *Server) findCall(id string) *call.Call {
+	if s.cfg.Calls == nil || id == "" {
+		return nil
+	}
+	if c, ok := s.cfg.Calls.Get(id); ok {
+		return c
+	}
+	for _, c := range s.cfg.Calls.List() {
+		if c.Leg(call.A).CallID == id || c.Leg(call.B).CallID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func (s *Server) hangup(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Control == nil {
+		writeError(w, http.StatusNotImplemented, "no SIP B2BUA: calls cannot be hung up")
+		return
+	}
 	id := r.PathValue("id")
-	if s.cfg.Calls != nil {
-		if c, ok := s.cfg.Calls.Get(id); ok {
-			writeJSON(w, http.StatusOK, c.Info())
+	c := s.findCall(id)
+	if c == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no call %q in progress", id))
+		return
+	}
+	if err := s.cfg.Control.Hangup(c.ID); err != nil {
+		if _, still := s.cfg.Calls.Get(c.ID); !still {
+			// It ended meanwhile.
+			writeError(w, http.StatusNotFound, fmt.Sprintf("no call %q in progress: %v", id, err))
+			return
+		}
+		s.log.Warn("hang up", zap.String("call", c.ID), zap.Error(err))
+		writeError(w, http.StatusInternalServerError, fmt.Sprintf("hang up %s: %v", c.ID, err))
+		return
+	}
+	s.log.Info("call hung up through the admin API", zap.String("call", c.ID), zap.String("sip_call_id", c.Leg(call.A).CallID))
+	writeJSON(w, http.StatusOK, c.Info())
+}
+
+// DefaultDrainTimeout is the drain timeout of a POST /v1/drain without one.
+const DefaultDrainTimeout = 10 * time.Minute
+
+func (s *Server) drainStatus(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Control == nil {
+		writeError(w, http.StatusNotImplemented, "no SIP B2BUA: nothing to drain")
+		return
+	}
+	draining, calls := s.cfg.Control.DrainStatus()
+	writeJSON(w, http.StatusOK, DrainStatus{Draining: draining, Calls: calls})
+}
+
+func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Control == nil {
+		writeError(w, http.StatusNotImplemented, "no SIP B2BUA: nothing to drain")
+		return
+	}
+	var req DrainRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes", mbe.Limit))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("read body: %v", err))
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 { // no body: the default timeout
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("bad JSON: %v", err))
 			return
 		}
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("no call %q in progress", id))
+	timeout := DefaultDrainTimeout
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout: %q is not a positive duration (such as 10m)", req.Timeout))
+			return
+		}
+		timeout = d
+	}
+	s.cfg.Control.Drain(timeout)
+	draining, calls := s.cfg.Control.DrainStatus()
+	s.log.Info("drain started through the admin API", zap.Duration("timeout", timeout), zap.Int("calls", calls))
+	writeJSON(w, http.StatusAccepted, DrainStatus{Draining: draining, Calls: calls, Timeout: timeout.String()})
 }
 
 // fail answers with the status for err.

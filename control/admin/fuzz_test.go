@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/control/admin/admintest"
+	"github.com/relayd/relayd/control/call"
 )
 
 // FuzzPostFlow checks that no request body makes POST /v1/flows answer
@@ -33,4 +36,41 @@ func FuzzPostFlow(f *testing.F) {
 			t.Fatalf("body %q: %d without error body: %s", body, rec.Code, rec.Body)
 		}
 	})
+}
+
+// FuzzDrain checks that no body makes POST /v1/drain fail with a 5xx or
+// panic, and that only a valid positive timeout starts a drain.
+func FuzzDrain(f *testing.F) {
+	f.Add(``)
+	f.Add(`{"timeout":"10m"}`)
+	f.Add(`{"timeout":"-1s"}`)
+	f.Add(`{"timeout":"1e400h"}`)
+	f.Add(`{"timeout":null}`)
+	f.Add(`{} {}`)
+	log := zap.NewNop()
+	fx := newFixtureLog(f, log)
+	f.Fuzz(func(t *testing.T, body string) {
+		ctl := &admintest.Control{Calls: mustTable(t)}
+		h := New(Config{Version: "fuzz", Control: ctl, Calls: ctl.Calls}, fx.mgr, log).Handler()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/drain", strings.NewReader(body)))
+		on, _ := ctl.Draining()
+		switch {
+		case rec.Code >= 500:
+			t.Fatalf("body %q: %d %s", body, rec.Code, rec.Body)
+		case rec.Code == http.StatusAccepted && !on, rec.Code != http.StatusAccepted && on:
+			t.Fatalf("body %q: %d but draining %v", body, rec.Code, on)
+		case rec.Code >= 400 && !strings.Contains(rec.Body.String(), `"error"`):
+			t.Fatalf("body %q: %d without error body: %s", body, rec.Code, rec.Body)
+		}
+	})
+}
+
+func mustTable(t *testing.T) *call.Table {
+	t.Helper()
+	tb, err := call.NewTable(call.Config{Addr: mgrCfg.Addr, PortMin: 30000, PortMax: 30099}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
 }

@@ -1,10 +1,14 @@
 package admin
 
 import (
+	"runtime"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -14,28 +18,79 @@ var (
 	bytesDesc = prometheus.NewDesc("relayd_bytes_total",
 		"Bytes (IP layer) seen by the data planes, by verdict and reason.", []string{"verdict", "reason"}, nil)
 	flowsDesc = prometheus.NewDesc("relayd_flows",
-		"Flows installed, by data path.", []string{"path"}, nil)
+		"Flows installed (static and call flows), by data path.", []string{"path"}, nil)
 	attachedDesc = prometheus.NewDesc("relayd_xdp_attached",
 		"1 for each interface the XDP program is attached to, with its mode.", []string{"interface", "mode"}, nil)
+	portsDesc = prometheus.NewDesc("relayd_media_ports",
+		"Relay media ports of the call port range (RTP and RTCP), by state.", []string{"state"}, nil)
+	slotsUsedDesc = prometheus.NewDesc("relayd_flow_slots_used",
+		"Entries used in a data plane's flow table (the userspace one also holds the shadows of XDP flows).", []string{"path"}, nil)
+	slotsMaxDesc = prometheus.NewDesc("relayd_flow_slots_max",
+		"Size of a data plane's flow table (dataplane.max_flows).", []string{"path"}, nil)
+	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
+	cdrWriteErrorsDesc = prometheus.NewDesc("relayd_cdr_write_errors_total", "CDRs that could not be written to the file.", nil, nil)
+	cdrPostedDesc      = prometheus.NewDesc("relayd_cdr_posted_total", "CDRs the collector (cdr.post_url) accepted.", nil, nil)
+	cdrPostErrorsDesc  = prometheus.NewDesc("relayd_cdr_post_errors_total", "Failed POSTs to the collector (each retry counts).", nil, nil)
+	cdrDroppedDesc     = prometheus.NewDesc("relayd_cdr_dropped_total", "CDRs not posted because the queue was full.", nil, nil)
 )
 
-// collector reads the data planes at scrape time.
+// buildInfo is relayd_build_info{version, goversion} 1.
+func buildInfo(version string) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "relayd_build_info",
+		Help:        "relayd's version (git describe) and Go version; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+}
+
+// capacity is implemented by data planes with a bounded flow table.
+type capacity interface {
+	Path() dataplane.Path
+	Capacity() (used, max int)
+}
+
+// collector reads the data planes, the call table and the CDR writer at
+// scrape time.
 type collector struct {
 	mgr       *control.Manager
 	observers []dataplane.Observer
+	calls     *call.Table      // nil without the B2BUA
+	cdr       func() cdr.Stats // nil without the B2BUA
 	log       *zap.Logger
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- packetsDesc
-	ch <- bytesDesc
-	ch <- flowsDesc
-	ch <- attachedDesc
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc} {
+		ch <- d
+	}
+	if c.calls != nil {
+		ch <- portsDesc
+	}
+	if c.cdr != nil {
+		for _, d := range []*prometheus.Desc{cdrWrittenDesc, cdrWriteErrorsDesc, cdrPostedDesc, cdrPostErrorsDesc, cdrDroppedDesc} {
+			ch <- d
+		}
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	for path, n := range c.mgr.Counts() {
+	for path, n := range flowCounts(c.mgr, c.calls) {
 		ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(n), string(path))
+	}
+	if c.calls != nil {
+		p := c.calls.Ports()
+		free := 2 * p.Free()
+		ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(2*p.Pairs()-free), "in_use")
+		ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(free), "free")
+	}
+	if c.cdr != nil {
+		st := c.cdr()
+		for _, m := range []struct {
+			d *prometheus.Desc
+			v uint64
+		}{{cdrWrittenDesc, st.Written}, {cdrWriteErrorsDesc, st.WriteErrors}, {cdrPostedDesc, st.Posted}, {cdrPostErrorsDesc, st.PostErrors}, {cdrDroppedDesc, st.Dropped}} {
+			ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v))
+		}
 	}
 	// Several observers may report the same verdict and reason: sum them,
 	// since a metric may appear only once per label set.
@@ -45,6 +100,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	var order []key
 	attached := make(map[[2]string]bool)
 	for _, o := range c.observers {
+		if cp, ok := o.(capacity); ok {
+			used, max := cp.Capacity()
+			ch <- prometheus.MustNewConstMetric(slotsUsedDesc, prometheus.GaugeValue, float64(used), string(cp.Path()))
+			ch <- prometheus.MustNewConstMetric(slotsMaxDesc, prometheus.GaugeValue, float64(max), string(cp.Path()))
+		}
 		counters, err := o.Counters()
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(packetsDesc, err)

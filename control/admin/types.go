@@ -70,3 +70,17 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 type CallList struct {
 	Calls []call.Info `json:"calls"`
 }
+
+// DrainRequest is the body of POST /v1/drain (optional).
+type DrainRequest struct {
+	// Timeout is how long calls in progress may go on, as a Go duration
+	// ("10m"); default 10m.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// DrainStatus is the body of GET /v1/drain and of POST /v1/drain's answer.
+type DrainStatus struct {
+	Draining bool   `json:"draining"`
+	Calls    int    `json:"calls"`             // calls still in progress
+	Timeout  string `json:"timeout,omitempty"` // in POST's answer: the timeout applied
+}

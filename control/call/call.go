@@ -30,7 +30,9 @@ const (
 	Rejected     Disposition = "rejected"      // refused by relayd (400, 415, 488, 503...)
 	MediaTimeout Disposition = "media_timeout" // no media for media.timeout
 	MaxDuration  Disposition = "max_duration"  // the maximum call duration passed
-	Shutdown     Disposition = "shutdown"      // relayd stopped
+	Shutdown     Disposition = "shutdown"      // relayd stopped (calls not kept: no store, or not answered yet)
+	Hangup       Disposition = "hangup"        // ended by the operator (admin API)
+	Drained      Disposition = "drained"       // still up when a drain timed out
 )
 
 // Leg is the signalling identity of one leg.

@@ -94,6 +94,19 @@ type Media struct {
 	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
 	learned map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
 	closed  bool
+	// restoreIDs are the flow IDs of a restored call, used by the Sync
+	// of Restore for flows it installs again.
+	restoreIDs map[netip.AddrPort]uint64
+	restoreROC map[netip.AddrPort][2]uint32 // SSRC and ROC of restored SRTP flows
+	revision   uint64                       // counts changes to the flows and learned sources
+}
+
+// Revision counts the changes to the media's flows and learned sources: a
+// front end persists the call again when it moved.
+func (m *Media) Revision() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.revision
 }
 
 // learned is a source a latching flow learned, and whether it is locked.
@@ -231,6 +244,7 @@ func (m *Media) Latched(match, source netip.AddrPort, locked bool) error {
 		return nil
 	}
 	m.learned[match] = learned{source, locked}
+	m.revision++
 	m.mu.Unlock()
 	return m.Sync()
 }
@@ -256,6 +270,7 @@ func (m *Media) Sync() error {
 		return err
 	}
 	var errs []error
+	m.revision++
 	for match, rec := range m.flows {
 		if _, ok := want[match]; ok {
 			continue
@@ -271,6 +286,13 @@ func (m *Media) Sync() error {
 	for _, match := range sortedKeys(want) {
 		w := want[match]
 		w.flow.Decrypt, w.flow.Encrypt = toSRTP(w.dec), toSRTP(w.enc)
+		if r, ok := m.restoreROC[match]; ok {
+			for _, k := range []*dataplane.SRTP{w.flow.Decrypt, w.flow.Encrypt} {
+				if k != nil {
+					k.SSRC, k.ROC = r[0], r[1]
+				}
+			}
+		}
 		plane := m.t.planeFor(w.flow)
 		if plane == nil {
 			if w.flow.HasSRTP() {
@@ -304,6 +326,8 @@ func (m *Media) Sync() error {
 			m.keepLast(rec, st)
 			w.flow.ID = rec.flow.ID
 			delete(m.flows, match)
+		} else if id, ok := m.restoreIDs[match]; ok {
+			w.flow.ID = id
 		} else {
 			w.flow.ID = m.t.flowID()
 		}

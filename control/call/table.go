@@ -196,6 +196,11 @@ func (t *Table) New(source netip.AddrPort, from, to string) *Call {
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	t.mu.Lock()
+	// A call restored from the previous run may have the ID this run's
+	// counter just made (a restart within the second the call began).
+	for _, taken := t.calls[c.ID]; taken; _, taken = t.calls[c.ID] {
+		c.ID = strconv.FormatInt(c.Created.Unix(), 36) + "-" + strconv.FormatUint(t.nextCall.Add(1), 10)
+	}
 	t.calls[c.ID] = c
 	t.mu.Unlock()
 	return c

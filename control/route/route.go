@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -160,12 +161,11 @@ type Decision struct {
 	Destinations []Destination
 }
 
-// Router routes calls. Create it with New; safe for concurrent use.
+// Router routes calls. Create it with New, replace its routes with
+// Reload; safe for concurrent use.
 type Router struct {
-	routes []Route
-	server string
-	client *http.Client
-	log    *zap.Logger
+	log *zap.Logger
+	tab atomic.Pointer[table]
 
 	mu  sync.Mutex // guards rnd
 	rnd *rand.Rand
@@ -174,9 +174,37 @@ type Router struct {
 // MaxDestinations bounds what a route server may return.
 const MaxDestinations = 16
 
+// table is one compiled set of routes and route server; never changed
+// once built.
+type table struct {
+	routes []Route
+	server string
+	client *http.Client
+}
+
 // New compiles the routes (validated by config) and the route server.
 func New(routes []config.Route, rs config.RouteServer, log *zap.Logger) (*Router, error) {
-	r := &Router{server: rs.URL, log: log, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	r := &Router{log: log, rnd: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))}
+	if err := r.Reload(routes, rs); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reload compiles routes and rs and, if they are valid, makes them the
+// ones every later Lookup uses; lookups in progress finish with the old
+// ones. On error the routes in use stay.
+func (r *Router) Reload(routes []config.Route, rs config.RouteServer) error {
+	t, err := compile(routes, rs)
+	if err != nil {
+		return err
+	}
+	r.tab.Store(t)
+	return nil
+}
+
+func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
+	r := &table{server: rs.URL}
 	timeout := rs.TimeoutDuration
 	if timeout <= 0 {
 		timeout = time.Second
@@ -218,22 +246,23 @@ func New(routes []config.Route, rs config.RouteServer, log *zap.Logger) (*Router
 // first route whose match accepts the user part; then, with a route
 // server, the server's answer (bounded by its timeout and ctx).
 func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
+	t := r.tab.Load()
 	var d Decision
 	found := false
-	for i := range r.routes {
-		if r.routes[i].match(f.User) {
-			d.Route = r.routes[i]
-			d.Destinations = r.ordered(&r.routes[i])
+	for i := range t.routes {
+		if t.routes[i].match(f.User) {
+			d.Route = t.routes[i]
+			d.Destinations = r.ordered(&t.routes[i])
 			found = true
 			break
 		}
 	}
-	if r.server != "" {
+	if t.server != "" {
 		if !found {
 			d.Route = defaultRoute
 		}
 		f.Route = d.Route.Name
-		return r.ask(ctx, f, d)
+		return r.ask(ctx, t, f, d)
 	}
 	if !found {
 		return d, fmt.Errorf("user %q: %w", f.User, ErrNoRoute)
@@ -244,9 +273,10 @@ func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 // Destinations returns every configured destination (for the addresses
 // relayd may connect to).
 func (r *Router) Destinations() []Destination {
+	t := r.tab.Load()
 	var out []Destination
-	for i := range r.routes {
-		out = append(out, r.routes[i].destinations...)
+	for i := range t.routes {
+		out = append(out, t.routes[i].destinations...)
 	}
 	return out
 }
@@ -299,15 +329,15 @@ type ServerResponse struct {
 }
 
 // ask posts the facts to the route server and merges its answer into d.
-func (r *Router) ask(ctx context.Context, f Facts, d Decision) (Decision, error) {
+func (r *Router) ask(ctx context.Context, t *table, f Facts, d Decision) (Decision, error) {
 	body, _ := json.Marshal(f)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.server, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.server, bytes.NewReader(body))
 	if err != nil {
 		return d, fmt.Errorf("%w: %w", ErrServer, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := r.client.Do(req)
+	resp, err := t.client.Do(req)
 	if err != nil {
 		return d, fmt.Errorf("%w: %w", ErrServer, err)
 	}

@@ -173,3 +173,45 @@ func TestLookupServer(t *testing.T) {
 		}
 	}
 }
+
+// TestReload: a reload replaces the routes for later lookups; a reload
+// with a bad destination keeps the routes in use.
+func TestReload(t *testing.T) {
+	c := parseConfig(t, `
+[[route]]
+name = "old"
+match = "^1"
+destinations = ["sip:198.18.2.2"]
+`)
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := parseConfig(t, `
+[[route]]
+name = "new"
+match = "^2"
+destinations = ["sip:198.18.3.2:5070"]
+`)
+	if err := r.Reload(c2.Routes, c2.RouteServer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Lookup(context.Background(), Facts{User: "100"}); !errors.Is(err, ErrNoRoute) {
+		t.Errorf("old route still answers after reload: %v", err)
+	}
+	d, err := r.Lookup(context.Background(), Facts{User: "200"})
+	if err != nil || d.Route.Name != "new" || len(d.Destinations) != 1 || d.Destinations[0].HostPort() != "198.18.3.2:5070" {
+		t.Errorf("after reload: %+v, %v", d, err)
+	}
+	bad := c2.Routes
+	bad[0].Destinations = []string{"tel:1"}
+	if err := r.Reload(bad, c2.RouteServer); err == nil {
+		t.Error("reload with a bad destination accepted")
+	}
+	if d, err := r.Lookup(context.Background(), Facts{User: "200"}); err != nil || d.Route.Name != "new" {
+		t.Errorf("failed reload changed the routes: %+v, %v", d, err)
+	}
+	if got := uris(r.Destinations()); len(got) != 1 {
+		t.Errorf("destinations %v", got)
+	}
+}

@@ -64,6 +64,11 @@ type b2bCall struct {
 	negs       map[int]neg      // per stream of the pending offer
 	earlySDP   *sdp.Description // SDP of the last 18x from B, for a 200 without one
 	maxTimer   *time.Timer
+	aRes       *sip.Response // the 2xx relayd sent A, once answered
+	savedRev   uint64        // the media revision last persisted
+	savedAt    time.Time     // when
+	restored   bool          // taken back from the store after a restart
+	detached   bool          // kept up for the next run: this one lets go of it
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -139,7 +144,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	bc := &b2bCall{
 		s:       s,
 		c:       c,
-		log:     s.log.With(zap.String("call", c.ID)),
+		log:     s.log.With(zap.String("call", c.ID), zap.String("sip_call_id", req.CallID().Value())),
 		start:   time.Now(),
 		a:       dlg,
 		aUA:     aUA,
@@ -153,8 +158,6 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	fromTag, _ := req.From().Params.Get("tag")
 	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
 	s.setDialog(bc, call.A, dlg.ID)
-	s.wg.Add(1)
-	defer s.wg.Done()
 	if err := dlg.Respond(sip.StatusTrying, "Trying", nil); err != nil {
 		bc.log.Debug("100 Trying", zap.Error(err))
 	}
@@ -280,6 +283,10 @@ func (bc *b2bCall) fail(d call.Disposition, code int, reason string, headers ...
 // forgotten.
 func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
 	bc.mu.Lock()
+	if bc.detached {
+		bc.mu.Unlock()
+		return // the next run has it
+	}
 	answered := bc.answered
 	if bc.maxTimer != nil {
 		bc.maxTimer.Stop()
@@ -291,6 +298,9 @@ func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
 	s := bc.s
 	s.unregister(bc)
 	s.cfg.Calls.Remove(bc.c)
+	if answered {
+		bc.forget()
+	}
 	s.metrics.callEnded(d, answered)
 	info := bc.c.Info()
 	bc.log.Info("call ended", zap.String("disposition", string(d)), zap.Int("code", code), zap.String("reason", reason),
@@ -566,10 +576,17 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	ok.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 	ok.AppendHeader(sip.NewHeader("Allow", allowed))
 	ok.AppendHeader(sip.NewHeader("Server", bc.s.cfg.UserAgent))
+	// WriteResponse would add it; the stored 2xx must have it.
+	contact := bc.aUA.ContactHDR
+	ok.AppendHeader(&contact)
 	bc.mu.Lock()
 	bc.answered = true
+	bc.aRes = ok
 	bc.mu.Unlock()
 	bc.c.SetState(call.StateAnswered)
+	// The call is durable before the caller hears it answered: a kill -9
+	// from here on loses no answered call (see docs/state.md).
+	bc.persist()
 	bc.s.metrics.setup.Observe(time.Since(bc.start).Seconds())
 	if max := bc.s.cfg.MaxDuration; max > 0 {
 		bc.mu.Lock()
@@ -577,7 +594,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 		bc.mu.Unlock()
 	}
 	if err := bc.a.WriteResponse(ok); err != nil {
-		if bc.a.LoadState() == sip.DialogStateEnded || bc.c.State() == call.StateEnded {
+		if bc.a.LoadState() == sip.DialogStateEnded || bc.c.State() == call.StateEnded || bc.isDetached() {
 			return // the caller hung up before its ACK was seen
 		}
 		bc.log.Info("200 OK to caller not acknowledged", zap.Error(err))
@@ -616,6 +633,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	bc.pending, bc.earlySDP, bc.negs = nil, nil, nil
 	bc.negotiated = true
 	bc.mu.Unlock()
+	bc.persist()
 	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {
 		bc.terminate(call.Shutdown, 0, "relayd stopping")
@@ -633,8 +651,11 @@ func ackTarget(d *sipgo.DialogClientSession) sip.Uri {
 // answered, else the setup is cut short.
 func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	bc.mu.Lock()
-	answered, b, cancel := bc.answered, bc.b, bc.setupCancel
+	answered, b, cancel, detached := bc.answered, bc.b, bc.setupCancel, bc.detached
 	bc.mu.Unlock()
+	if detached {
+		return
+	}
 	if !answered {
 		if cancel != nil {
 			cancel(terminateCause{d})

@@ -28,6 +28,7 @@ import (
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/dataplane"
 )
 
 // MaxMessageSize is the largest SIP message relayd sends over UDP: the
@@ -58,8 +59,13 @@ type Config struct {
 	OnEnd func(call.Info)
 	// UserAgent is sent in User-Agent and Server headers; default relayd.
 	UserAgent string
-	// SweepInterval is how often media timeouts are checked; default 2s.
+	// SweepInterval is how often media timeouts are checked (and changed
+	// media persisted); default 2s.
 	SweepInterval time.Duration
+	// Store keeps answered calls across restarts; optional. With it,
+	// New takes back the calls stored by the previous run and Shutdown
+	// keeps answered calls up; without it, Shutdown hangs them up.
+	Store Store
 }
 
 func (c *Config) validate() error {
@@ -103,12 +109,21 @@ type Server struct {
 	wg       sync.WaitGroup // call setups
 	inflight sync.WaitGroup // request handlers; Add only under mu while !drained
 
+	stopped  chan struct{} // closed by Shutdown
+	stopOnce sync.Once
+
 	mu       sync.Mutex          // guards the following
 	byDialog map[string]*b2bCall // by leg A's and leg B's dialog IDs
 	byCall   map[string]*b2bCall // by call ID
 	closing  bool
-	drained  bool // Shutdown waits for inflight: no new handlers
+	drained  bool    // Shutdown waits for inflight: no new handlers
+	draining bool    // Drain: new INVITEs get 503
+	drainGen int     // the latest Drain
+	bound    []bound // by Listen
 }
+
+// ErrNoCall: Hangup was given an id no call has.
+var ErrNoCall = errors.New("no such call")
 
 // New returns a B2BUA; it does not listen yet.
 func New(cfg Config, log *zap.Logger) (*Server, error) {
@@ -148,6 +163,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		loops:    newBranchSet(),
 		byDialog: make(map[string]*b2bCall),
 		byCall:   make(map[string]*b2bCall),
+		stopped:  make(chan struct{}),
 	}
 	s.metrics.active = cfg.Calls.Len
 	if cfg.RateLimit > 0 {
@@ -191,6 +207,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		res.AppendHeader(sip.NewHeader("Allow", allowed))
 		tx.Respond(res)
 	}))
+	s.restore()
 	return s, nil
 }
 
@@ -217,16 +234,25 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	return func(req *sip.Request, tx sip.ServerTransaction) {
 		s.mu.Lock()
-		if s.drained {
+		// A new call's handler lasts as long as its setup: s.wg counts
+		// those, inflight the others. Both are added to under mu only
+		// while Shutdown has not begun waiting for them.
+		setup := req.IsInvite() && (req.To() == nil || !req.To().Params.Has("tag"))
+		switch {
+		case setup && s.closing, !setup && s.drained && !req.IsAck(): // ACKs still count: a 2xx waits for one
 			s.mu.Unlock()
 			if !req.IsAck() {
-				respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down")
+				respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down", s.retryAfter())
 			}
 			return
+		case setup:
+			s.wg.Add(1)
+			defer s.wg.Done()
+		case !s.drained:
+			s.inflight.Add(1)
+			defer s.inflight.Done()
 		}
-		s.inflight.Add(1)
 		s.mu.Unlock()
-		defer s.inflight.Done()
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("SIP handler panic", zap.Any("panic", v), zap.String("method", string(req.Method)), zap.Stack("stack"))
@@ -239,38 +265,74 @@ func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	}
 }
 
-// Serve listens on the configured addresses and serves until ctx is done
-// or a listener fails. Call Shutdown after it returns.
-func (s *Server) Serve(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, len(s.cfg.Listeners))
-	var wg sync.WaitGroup
+// bound is one listener opened by Listen.
+type bound struct {
+	l  config.Listener
+	pc net.PacketConn // udp
+	ln net.Listener   // tcp
+}
+
+func (b bound) close() error {
+	if b.pc != nil {
+		return b.pc.Close()
+	}
+	return b.ln.Close()
+}
+
+// Listen binds every configured listener and returns the first bind error
+// (closing what it had bound), so that a daemon can refuse to start, and
+// report ready only once SIP is reachable. Serve calls it if it was not
+// called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bound != nil {
+		return nil
+	}
+	var out []bound
 	for _, l := range s.cfg.Listeners {
 		network := l.Network + family(l.Addr.Addr())
-		var pc net.PacketConn
-		var ln net.Listener
+		b := bound{l: l}
 		var err error
 		if l.Network == "udp" {
-			pc, err = net.ListenPacket(network, l.Addr.String())
+			b.pc, err = net.ListenPacket(network, l.Addr.String())
 		} else {
-			ln, err = net.Listen(network, l.Addr.String())
+			b.ln, err = net.Listen(network, l.Addr.String())
 		}
 		if err != nil {
-			cancel()
-			wg.Wait()
+			for _, o := range out {
+				o.close()
+			}
 			return fmt.Errorf("sip listen %s:%s: %w", l.Network, l.Addr, err)
 		}
 		s.log.Info("SIP listening", zap.String("network", l.Network), zap.Stringer("addr", l.Addr))
+		out = append(out, b)
+	}
+	s.bound = out
+	return nil
+}
+
+// Serve serves the listeners bound by Listen (binding them first if
+// needed) until ctx is done or a listener fails. Call Shutdown after it
+// returns.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	listeners := s.bound
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, len(listeners))
+	var wg sync.WaitGroup
+	for _, b := range listeners {
+		l, pc, ln := b.l, b.pc, b.ln
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			<-ctx.Done()
-			if pc != nil {
-				pc.Close()
-			} else {
-				ln.Close()
-			}
+			b.close()
 		}()
 		go func() {
 			defer wg.Done()
@@ -320,34 +382,99 @@ func (s *Server) sweep(ctx context.Context) {
 		}
 		for _, c := range idle {
 			if bc := s.lookupCall(c.ID); bc != nil {
-				s.log.Info("media timeout", zap.String("call", c.ID), zap.Duration("timeout", s.cfg.MediaTimeout))
+				bc.log.Info("media timeout", zap.Duration("timeout", s.cfg.MediaTimeout))
 				go bc.terminate(call.MediaTimeout, 0, "no media")
 			}
+		}
+		s.persistChanged()
+	}
+}
+
+// countsInterval is how often a call with userspace flows is written
+// again for their counters, which die with the process: what a kill -9
+// may lose of them.
+const countsInterval = 10 * time.Second
+
+// persistChanged writes the calls whose media changed since their last
+// record (latched sources, flows moved by the data planes), and those
+// with userspace flows every countsInterval.
+func (s *Server) persistChanged() {
+	if s.cfg.Store == nil {
+		return
+	}
+	for _, bc := range s.calls() {
+		rev := bc.c.Media.Revision()
+		bc.mu.Lock()
+		due := bc.negotiated && (bc.savedRev != rev || time.Since(bc.savedAt) >= countsInterval)
+		bc.mu.Unlock()
+		if due && (bc.savedRev != rev || bc.c.Media.HasPath(dataplane.PathUserspace)) {
+			bc.persist()
 		}
 	}
 }
 
-// Shutdown ends every call (BYE on both legs, bounded by ctx), waits for
-// the call goroutines and closes the SIP stack.
+func (s *Server) calls() []*b2bCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*b2bCall, 0, len(s.byCall))
+	for _, bc := range s.byCall {
+		out = append(out, bc)
+	}
+	return out
+}
+
+// Shutdown stops the B2BUA, bounded by ctx. New INVITEs get 503; calls
+// being set up get a final response (503 to the caller, CANCEL toward the
+// callee) and a CDR. With a Store, answered calls stay up: their records
+// are written a last time and their flows keep carrying media for the
+// next run to take back. Without one they are hung up (BYE on both legs,
+// CDR). It then closes the SIP stack.
 func (s *Server) Shutdown(ctx context.Context) error {
+	keep := s.cfg.Store != nil
 	s.mu.Lock()
 	s.closing = true
+	if keep {
+		// In-dialog requests from now on get 503: their senders retry,
+		// and the next run, which has the calls, answers them.
+		s.drained = true
+	}
 	calls := make([]*b2bCall, 0, len(s.byCall))
 	for _, bc := range s.byCall {
 		calls = append(calls, bc)
 	}
 	s.mu.Unlock()
+	s.stopOnce.Do(func() { close(s.stopped) })
 	for _, bc := range calls {
+		if keep && bc.isAnswered() {
+			continue
+		}
 		go bc.terminate(call.Shutdown, 0, "relayd stopping")
 	}
 	done := make(chan struct{})
 	go func() {
+		defer close(done)
+		if keep {
+			// Handlers in progress (a BYE, a re-INVITE) finish; setups
+			// end or reach the answer.
+			s.inflight.Wait()
+			for {
+				pending := 0
+				for _, bc := range s.calls() {
+					if !bc.isAnswered() {
+						pending++
+					}
+				}
+				if pending == 0 {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
 		s.wg.Wait()
 		s.mu.Lock()
 		s.drained = true
 		s.mu.Unlock()
 		s.inflight.Wait()
-		close(done)
 	}()
 	var err error
 	select {
@@ -355,10 +482,116 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("sip shutdown: %w", ctx.Err())
 	}
+	if keep {
+		kept := 0
+		for _, bc := range s.calls() {
+			if bc.detach() {
+				kept++
+			}
+		}
+		s.log.Info("calls kept for the next run", zap.Int("calls", kept))
+	}
 	if cerr := s.ua.Close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("sip close: %w", cerr))
 	}
 	return err
+}
+
+// Drain stops taking calls: from now new INVITEs get 503 with
+// Retry-After, while calls in progress go on until they end or timeout
+// passes; then they are hung up (BYE on both legs, CDR with disposition
+// drained). A later Drain restarts the timeout from its own call.
+func (s *Server) Drain(timeout time.Duration) {
+	s.mu.Lock()
+	s.draining = true
+	s.drainGen++
+	gen := s.drainGen
+	n := len(s.byCall)
+	s.mu.Unlock()
+	s.log.Info("draining", zap.Int("calls", n), zap.Duration("timeout", timeout))
+	go func() {
+		deadline := time.NewTimer(timeout)
+		defer deadline.Stop()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stopped:
+				return
+			case <-tick.C:
+				s.mu.Lock()
+				later, left := s.drainGen != gen, len(s.byCall)
+				s.mu.Unlock()
+				if later {
+					return
+				}
+				if left == 0 {
+					s.log.Info("drained: no call left")
+					return
+				}
+			case <-deadline.C:
+				calls := s.calls()
+				s.log.Info("drain timeout: hanging up the calls left", zap.Int("calls", len(calls)))
+				var wg sync.WaitGroup
+				for _, bc := range calls {
+					wg.Go(func() { bc.terminate(call.Drained, 0, "drain timeout") })
+				}
+				wg.Wait()
+				return
+			}
+		}
+	}()
+}
+
+// DrainStatus reports whether the B2BUA drains and how many calls it has
+// (in setup or answered).
+func (s *Server) DrainStatus() (draining bool, calls int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining, len(s.byCall)
+}
+
+// LookupCall finds a call by relayd's call id or by either leg's SIP
+// Call-ID.
+func (s *Server) LookupCall(id string) (*call.Call, bool) {
+	if bc := s.find(id); bc != nil {
+		return bc.c, true
+	}
+	return nil, false
+}
+
+func (s *Server) find(id string) *b2bCall {
+	if id == "" {
+		return nil
+	}
+	if bc := s.lookupCall(id); bc != nil {
+		return bc
+	}
+	for _, bc := range s.calls() {
+		if bc.c.Leg(call.A).CallID == id || bc.c.Leg(call.B).CallID == id {
+			return bc
+		}
+	}
+	return nil
+}
+
+// Hangup ends a call (id: relayd's call id or either leg's SIP Call-ID):
+// an answered call gets BYE on both legs, one being set up 503 toward
+// the caller and CANCEL toward the callee; the CDR (disposition hangup)
+// is written before Hangup returns, or within a few seconds when a peer
+// does not answer. ErrNoCall when no call has the id.
+func (s *Server) Hangup(id string) error {
+	bc := s.find(id)
+	if bc == nil {
+		return fmt.Errorf("hang up %q: %w", id, ErrNoCall)
+	}
+	bc.log.Info("hangup requested", zap.String("id", id))
+	bc.terminate(call.Hangup, 0, "hung up by the operator")
+	select {
+	case <-bc.c.Context().Done():
+	case <-time.After(byeTimeout + time.Second):
+	}
+	return nil
 }
 
 func (s *Server) unregister(bc *b2bCall) {
@@ -445,6 +678,7 @@ func (s *Server) onUpdate(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	bc.onReoffer(side, req, tx)
+	bc.persist()
 }
 
 func (s *Server) onInvite(req *sip.Request, tx sip.ServerTransaction) {
@@ -455,6 +689,7 @@ func (s *Server) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 			return
 		}
 		bc.onReoffer(side, req, tx)
+		bc.persist() // CSeq, media, SDP versions
 		return
 	}
 	s.newCall(req, tx)
@@ -464,11 +699,14 @@ func (s *Server) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 // reports whether the INVITE may go on.
 func (s *Server) checkInvite(req *sip.Request, tx sip.ServerTransaction, src netip.AddrPort) bool {
 	s.mu.Lock()
-	closing := s.closing
+	closing, draining := s.closing, s.draining
 	s.mu.Unlock()
 	switch {
 	case closing:
 		respond(tx, req, sip.StatusServiceUnavailable, "Shutting Down", s.retryAfter())
+		return false
+	case draining:
+		respond(tx, req, sip.StatusServiceUnavailable, "Draining", s.retryAfter())
 		return false
 	case req.From() == nil || req.To() == nil || req.CallID() == nil || req.CSeq() == nil:
 		respond(tx, req, sip.StatusBadRequest, "Missing Mandatory Header")

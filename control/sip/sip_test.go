@@ -67,6 +67,7 @@ type callee struct {
 	mu       sync.Mutex
 	invites  []*sip.Request
 	byes     int
+	byeVia   []string                                             // transports the BYEs came over
 	behave   func(d *sipgo.DialogServerSession, req *sip.Request) // nil: answer at once
 	reinvite func(req *sip.Request, tx sip.ServerTransaction)
 	acked    chan []byte // ACK bodies, when set
@@ -128,6 +129,7 @@ func newCallee(t *testing.T) *callee {
 	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
 		ce.mu.Lock()
 		ce.byes++
+		ce.byeVia = append(ce.byeVia, req.Transport())
 		ce.mu.Unlock()
 		if err := ce.dialogs.ReadBye(req, tx); err != nil {
 			tx.Respond(sip.NewResponseFromRequest(req, 481, "No Dialog", nil))
@@ -165,6 +167,10 @@ func (ce *callee) lastInvite() *sip.Request {
 
 type harness struct {
 	t      *testing.T
+	o      opts
+	router *route.Router
+	cancel context.CancelFunc // stops Serve
+	done   chan error         // what Serve returned
 	srv    *Server
 	addr   string
 	xdp    *dataplanetest.DataPlane
@@ -189,6 +195,80 @@ type opts struct {
 	userspace    bool // a userspace data plane too (SRTP termination)
 	rateLimit    float64
 	rateBurst    int
+	log          *zap.Logger // the B2BUA's; default a test logger at info
+	store        Store
+}
+
+// start makes the call table and the B2BUA (as a new relayd process
+// would, over the same data planes) and serves.
+func (h *harness) start() {
+	t := h.t
+	t.Helper()
+	planes := []dataplane.DataPlane{h.xdp}
+	if h.us != nil {
+		planes = append(planes, h.us)
+	}
+	var err error
+	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}, zaptest.NewLogger(t), planes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv, err = New(Config{
+		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
+		Router:        h.router,
+		Calls:         h.calls,
+		MediaTimeout:  h.o.mediaTimeout,
+		MaxDuration:   h.o.maxDuration,
+		SweepInterval: 100 * time.Millisecond,
+		RateLimit:     h.o.rateLimit,
+		RateBurst:     h.o.rateBurst,
+		OnEnd:         func(i call.Info) { h.ended <- i },
+		Store:         h.o.store,
+	}, h.o.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sipgo's process-wide default logger must not outlive this test's
+	// logger: the callees and callers of other tests use it too.
+	defaultTarget.Store(slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() { h.done <- h.srv.Serve(ctx) }()
+	waitListening(t, h.addr)
+}
+
+// stop stops Serve and shuts the B2BUA down, as SIGTERM does.
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+	defer c()
+	if err := h.srv.Shutdown(sctx); err != nil {
+		h.t.Errorf("Shutdown: %v", err)
+	}
+	h.cancel()
+	h.cancel = nil
+	if err := <-h.done; err != nil {
+		h.t.Errorf("Serve: %v", err)
+	}
+}
+
+// waitListening waits until something listens on TCP addr.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B2BUA not listening on %s: %v", addr, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func newHarness(t *testing.T, o opts) *harness {
@@ -197,15 +277,8 @@ func newHarness(t *testing.T, o opts) *harness {
 	if o.ports == [2]uint16{} {
 		o.ports = [2]uint16{30000, 30099}
 	}
-	var err error
-	planes := []dataplane.DataPlane{h.xdp}
 	if o.userspace {
 		h.us = dataplanetest.New(dataplane.PathUserspace)
-		planes = append(planes, h.us)
-	}
-	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: o.ports[0], PortMax: o.ports[1]}, zaptest.NewLogger(t), planes...)
-	if err != nil {
-		t.Fatal(err)
 	}
 	var dests []string
 	for _, d := range o.destinations {
@@ -221,39 +294,13 @@ func newHarness(t *testing.T, o opts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
-	h.addr = fmt.Sprintf("127.0.0.1:%d", port)
-	h.srv, err = New(Config{
-		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
-		Router:        router,
-		Calls:         h.calls,
-		MediaTimeout:  o.mediaTimeout,
-		MaxDuration:   o.maxDuration,
-		SweepInterval: 100 * time.Millisecond,
-		RateLimit:     o.rateLimit,
-		RateBurst:     o.rateBurst,
-		OnEnd:         func(i call.Info) { h.ended <- i },
-	}, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))) // sipgo's readers log at debug after Shutdown returns
-	if err != nil {
-		t.Fatal(err)
+	if o.log == nil {
+		o.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) // sipgo's readers log at debug after Shutdown returns
 	}
-	// sipgo's process-wide default logger must not outlive this test's
-	// logger: the callees and callers of other tests use it too.
-	defaultTarget.Store(slog.New(slog.DiscardHandler))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
-		defer c()
-		if err := h.srv.Shutdown(sctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-	})
+	h.o, h.router = o, router
+	h.addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	h.start()
+	t.Cleanup(h.stop)
 	// The caller.
 	h.cport = freePort(t)
 	ua, _ := sipgo.NewUA(sipgo.WithUserAgent("caller"))

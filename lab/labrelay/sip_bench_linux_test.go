@@ -97,7 +97,7 @@ path = %[3]q
 	heap1 := minHeap(t, r)
 	flows, _ := r.Metric(`relayd_flows{path="xdp"}`)
 	rss := procRSS(t, r.Pid())
-	t.Logf("held %.0f calls (want %d): heap %.1f MiB idle -> %.1f MiB = %.1f KiB per call; RSS %.1f MiB; static flows %.0f",
+	t.Logf("held %.0f calls (want %d): heap %.1f MiB idle -> %.1f MiB = %.1f KiB per call; RSS %.1f MiB; XDP flows (static and call) %.0f",
 		active, hold, heap0/(1<<20), heap1/(1<<20), (heap1-heap0)/1024/max(active, 1), float64(rss)/(1<<20), flows)
 	stopHold()
 	<-done

@@ -103,7 +103,7 @@ Content-Length: 0
 func needSIPp(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("sipp"); err != nil {
-		t.Skip("sipp not installed (Debian package sip-tester)")
+		lab.SkipOrFail(t, "sipp not installed (Debian package sip-tester)")
 	}
 }
 
@@ -276,8 +276,8 @@ func TestSIPCallsThroughXDP(t *testing.T) {
 			t.Errorf("call %s media: caller leg %+v, callee leg %+v; want ~100 packets each way through xdp", c.ID, a, b)
 		}
 	}
-	if v, err := r.Metric(`relayd_calls_total{disposition="answered"}`); err != nil || v != n {
-		t.Errorf("relayd_calls_total answered = %v, %v", v, err)
+	if v, err := r.Metric(`relayd_sip_calls_total{disposition="answered"}`); err != nil || v != n {
+		t.Errorf("relayd_sip_calls_total answered = %v, %v", v, err)
 	}
 	if flows, _ := r.Flows(); len(flows) != 0 {
 		t.Errorf("%d static flows; call flows must not show there", len(flows))

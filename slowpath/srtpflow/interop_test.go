@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/sdes"
 )
 
@@ -58,7 +59,7 @@ func libsrtpHelper(t *testing.T) string {
 		}
 	})
 	if helper.skip != "" {
-		t.Skip(helper.skip)
+		lab.SkipOrFail(t, helper.skip)
 	}
 	if helper.err != nil {
 		t.Fatal(helper.err)

@@ -70,6 +70,10 @@ type Config struct {
 	// packet (RFC 3711 section 3.1): the Encrypter appends it, the
 	// Decrypter requires it.
 	MKI []byte
+	// ROC, when not zero, is the rollover counter stream SSRC starts
+	// with: a flow taken over after a restart continues its stream's
+	// packet index (RFC 3711 section 3.3.1) instead of restarting at 0.
+	SSRC, ROC uint32
 }
 
 // ConfigFromCrypto returns the Config for an SDES attribute, refusing session
@@ -150,6 +154,9 @@ func (t *transform) init(cfg Config) error {
 	ctx, err := srtp.CreateContext(cfg.Key, cfg.Salt, p, opts...)
 	if err != nil {
 		return fmt.Errorf("create SRTP context for %s: %w", cfg.Suite, err)
+	}
+	if cfg.ROC != 0 {
+		ctx.SetROC(cfg.SSRC, cfg.ROC)
 	}
 	t.ctx = ctx
 	return nil

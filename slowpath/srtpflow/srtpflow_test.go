@@ -352,3 +352,46 @@ func BenchmarkEncryptDecryptRTCP(b *testing.B) {
 		})
 	}
 }
+
+// TestRolloverCounterTakenOver: a stream whose sender passed a rollover
+// before a restart decrypts with transforms made afresh with its ROC, and
+// not without; an Encrypter made with the ROC produces what the old one
+// would have.
+func TestRolloverCounterTakenOver(t *testing.T) {
+	c, err := sdes.Generate(1, sdes.AES_CM_128_HMAC_SHA1_80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ssrc = 0x5eed
+	cfg := Config{Suite: c.Suite, Key: c.Key, Salt: c.Salt}
+	old, _ := NewEncrypter(cfg)
+	for seq := uint16(65500); seq != 100; seq++ { // ROC 0 -> 1
+		if _, err = old.EncryptRTP(make([]byte, 0, 256), rtpPacket(seq, ssrc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next, err := old.EncryptRTP(make([]byte, 0, 256), rtpPacket(100, ssrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := NewDecrypter(cfg)
+	if _, err := fresh.DecryptRTP(make([]byte, 0, 256), next); err != ErrAuth {
+		t.Fatalf("a decrypter without the ROC: %v, want ErrAuth", err)
+	}
+	withROC := cfg
+	withROC.SSRC, withROC.ROC = ssrc, 1
+	d, _ := NewDecrypter(withROC)
+	got, err := d.DecryptRTP(make([]byte, 0, 256), next)
+	if err != nil || !bytes.Equal(got, rtpPacket(100, ssrc)) {
+		t.Fatalf("a decrypter with ROC 1: %v", err)
+	}
+	e, _ := NewEncrypter(withROC)
+	again, err := e.EncryptRTP(make([]byte, 0, 256), rtpPacket(101, ssrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := old.EncryptRTP(make([]byte, 0, 256), rtpPacket(101, ssrc))
+	if !bytes.Equal(again, want) {
+		t.Error("an encrypter with ROC 1 does not continue the old one's packet index")
+	}
+}

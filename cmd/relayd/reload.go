@@ -1,0 +1,122 @@
+package main
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/route"
+)
+
+// reloader applies a re-read config on SIGHUP (systemctl reload): the log
+// level, the routes and the route server take effect at once, without
+// touching calls; every other key that changed is named in a warning as
+// needing a restart.
+type reloader struct {
+	path   string
+	log    *zap.Logger
+	level  zap.AtomicLevel
+	router *route.Router // nil without the B2BUA
+
+	cur *config.Config // what is applied; reload's goroutine only
+}
+
+// reloadable reports whether a reload applies key: log.level, the
+// [[route]] tables and the [route_server] section.
+func reloadable(key string) bool {
+	return key == "log.level" || key == "route" || strings.HasPrefix(key, "route_server.")
+}
+
+// reload re-reads the config file and applies it. A config that does not
+// load changes nothing.
+func (r *reloader) reload() error {
+	next, err := config.Load(r.path)
+	if err != nil {
+		return err // names the file, line and key
+	}
+	changed := changedKeys(r.cur, next)
+	if len(changed) == 0 {
+		r.log.Info("config reloaded: nothing changed", zap.String("config", r.path))
+		return nil
+	}
+	var applied, restart []string
+	for _, k := range changed {
+		if reloadable(k) {
+			applied = append(applied, k)
+		} else {
+			restart = append(restart, k)
+		}
+	}
+	if slices.ContainsFunc(applied, func(k string) bool { return k != "log.level" }) {
+		if r.router == nil {
+			restart = append(restart, "route (the SIP B2BUA is off)")
+		} else if err := r.router.Reload(next.Routes, next.RouteServer); err != nil {
+			return fmt.Errorf("reload routes: %w", err)
+		}
+		r.cur.Routes, r.cur.RouteServer = next.Routes, next.RouteServer
+	}
+	if slices.Contains(applied, "log.level") {
+		lvl, err := zapcore.ParseLevel(next.Log.Level)
+		if err != nil {
+			return fmt.Errorf("reload log level: %w", err)
+		}
+		r.level.SetLevel(lvl)
+		r.cur.Log.Level = next.Log.Level
+	}
+	r.log.Info("config reloaded", zap.String("config", r.path), zap.Strings("applied", applied))
+	if len(restart) > 0 {
+		r.log.Warn("config changes that need a restart (systemctl restart relayd) were not applied",
+			zap.String("config", r.path), zap.Strings("keys", restart))
+	}
+	return nil
+}
+
+// changedKeys names the config keys whose values differ between a and b:
+// "section.key" for the keys of a section, "section" for arrays of tables
+// ([[route]]) and whole-section values.
+func changedKeys(a, b *config.Config) []string {
+	var out []string
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		name := tomlName(f)
+		if name == "" {
+			continue
+		}
+		fa, fb := va.Field(i), vb.Field(i)
+		if f.Type.Kind() != reflect.Struct {
+			if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+				out = append(out, name)
+			}
+			continue
+		}
+		for j := range fa.NumField() {
+			sf := f.Type.Field(j)
+			key := tomlName(sf)
+			if key == "" {
+				continue
+			}
+			if !reflect.DeepEqual(fa.Field(j).Interface(), fb.Field(j).Interface()) {
+				out = append(out, name+"."+key)
+			}
+		}
+	}
+	return out
+}
+
+// tomlName returns a field's TOML key, "" for fields not in the file.
+func tomlName(f reflect.StructField) string {
+	tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+	if tag == "-" || !f.IsExported() {
+		return ""
+	}
+	if tag == "" {
+		return strings.ToLower(f.Name)
+	}
+	return tag
+}

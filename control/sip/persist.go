@@ -1,0 +1,451 @@
+package sip
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+	"go.uber.org/zap"
+
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/control/sdp"
+)
+
+// Store keeps call records across restarts (control/state implements it).
+// Put returns once the record is durable.
+type Store interface {
+	Put(namespace, key string, value []byte) error
+	Delete(namespace, key string) error
+	ForEach(namespace string, f func(key string, value []byte) error) error
+}
+
+// storeNamespace is the B2BUA's namespace in the store.
+const storeNamespace = "sip"
+
+// recordVersion is the layout of record. A record of a newer version is
+// left in the store, untouched, and reported.
+const recordVersion = 1
+
+// record is an answered call as persisted: what relayd needs to take the
+// call back after a restart. Both dialogs are kept as the wire text of the
+// INVITE and its 2xx (re-parsed on restore) plus what the text does not
+// carry: transport, addresses and both CSeq numbers.
+type record struct {
+	V        int             `json:"v"`
+	Call     call.Snapshot   `json:"call"`
+	A        dialogRecord    `json:"a"` // relayd is UAS
+	B        dialogRecord    `json:"b"` // relayd is UAC
+	Relay    [2]netip.Addr   `json:"relay"`
+	Origin   [2]originRecord `json:"origin"`
+	LastSent [2][]byte       `json:"last_sent"`
+	Route    routeRecord     `json:"route"`
+	Saved    time.Time       `json:"saved"`
+}
+
+type dialogRecord struct {
+	Invite     string `json:"invite"`
+	Response   string `json:"response"`
+	Transport  string `json:"transport"`
+	Source     string `json:"source,omitempty"`      // of the INVITE (leg A) or of the 2xx (leg B)
+	Dest       string `json:"destination,omitempty"` // where the INVITE went (leg B)
+	LocalCSeq  uint32 `json:"local_cseq"`
+	RemoteCSeq uint32 `json:"remote_cseq"`
+}
+
+type originRecord struct {
+	SessionID uint64 `json:"session_id"`
+	Version   uint64 `json:"version"`
+}
+
+// routeRecord is what re-offers need of the route.
+type routeRecord struct {
+	Name   string       `json:"name"`
+	SRTP   route.Policy `json:"srtp"`
+	Codecs []string     `json:"codecs,omitempty"`
+}
+
+// persist writes the call's record. It is a no-op without a store or
+// before the answer; an error is logged: the call goes on, it just would
+// not survive a restart.
+func (bc *b2bCall) persist() error {
+	st := bc.s.cfg.Store
+	if st == nil {
+		return nil
+	}
+	rev := bc.c.Media.Revision()
+	rec, ok := bc.record()
+	if !ok {
+		return nil
+	}
+	data, err := json.Marshal(rec)
+	if err == nil {
+		err = st.Put(storeNamespace, bc.c.ID, data)
+	}
+	if err != nil {
+		bc.log.Error("persist call: it will not survive a restart", zap.Error(err))
+		return err
+	}
+	bc.mu.Lock()
+	bc.savedRev, bc.savedAt = rev, rec.Saved
+	bc.mu.Unlock()
+	return nil
+}
+
+// forget removes the call's record.
+func (bc *b2bCall) forget() {
+	if st := bc.s.cfg.Store; st != nil {
+		if err := st.Delete(storeNamespace, bc.c.ID); err != nil {
+			bc.log.Warn("remove call record", zap.Error(err))
+		}
+	}
+}
+
+func (bc *b2bCall) record() (record, bool) {
+	bc.mu.Lock()
+	b, aRes, dec := bc.b, bc.aRes, bc.dec
+	rec := record{
+		V:        recordVersion,
+		Relay:    bc.relay,
+		LastSent: bc.lastSent,
+		Route:    routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs},
+		Saved:    time.Now(),
+	}
+	for i, o := range bc.origin {
+		rec.Origin[i] = originRecord{o.SessionID, o.Version}
+	}
+	bc.mu.Unlock()
+	if b == nil || aRes == nil || b.InviteResponse == nil {
+		return record{}, false
+	}
+	rec.Call = bc.c.Snapshot()
+	rec.A = dialogRecord{
+		Invite: bc.a.InviteRequest.String(), Response: aRes.String(),
+		Transport: bc.a.InviteRequest.Transport(), Source: bc.a.InviteRequest.Source(),
+		LocalCSeq: bc.a.CSEQ(), RemoteCSeq: remoteCSeq(&bc.a.Dialog),
+	}
+	rec.B = dialogRecord{
+		Invite: b.InviteRequest.String(), Response: b.InviteResponse.String(),
+		Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
+		LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
+	}
+	return rec, true
+}
+
+// restore takes back the calls of the store; it returns how many.
+// Records it cannot use are reported and removed, except those of a newer
+// record version, which stay for the relayd that wrote them.
+func (s *Server) restore() int {
+	st := s.cfg.Store
+	if st == nil {
+		return 0
+	}
+	type raw struct {
+		key  string
+		data []byte
+	}
+	var all []raw
+	if err := st.ForEach(storeNamespace, func(k string, v []byte) error {
+		all = append(all, raw{k, append([]byte(nil), v...)})
+		return nil
+	}); err != nil {
+		s.log.Error("read stored calls", zap.Error(err))
+		return 0
+	}
+	n := 0
+	for _, r := range all {
+		var rec record
+		err := json.Unmarshal(r.data, &rec)
+		switch {
+		case err == nil && rec.V > recordVersion:
+			s.log.Error("stored call of a newer record version: left in the store", zap.String("call", r.key),
+				zap.Int("version", rec.V), zap.Int("known", recordVersion))
+			continue
+		case err == nil && rec.Call.ID != r.key:
+			err = fmt.Errorf("record of call %q under key %q", rec.Call.ID, r.key)
+		}
+		if err == nil {
+			err = s.restoreCall(&rec)
+		}
+		if err != nil {
+			s.log.Error("stored call not restored: removed", zap.String("call", r.key), zap.Error(err))
+			if derr := st.Delete(storeNamespace, r.key); derr != nil {
+				s.log.Warn("remove stored call", zap.String("call", r.key), zap.Error(derr))
+			}
+			continue
+		}
+		n++
+	}
+	if len(all) > 0 {
+		s.log.Info("calls restored", zap.Int("calls", n), zap.Int("records", len(all)))
+	}
+	return n
+}
+
+func parseRequest(text, what string) (*sip.Request, error) {
+	m, err := sip.ParseMessage([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	req, ok := m.(*sip.Request)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a request", what)
+	}
+	return req, nil
+}
+
+func parseResponse(text, what string) (*sip.Response, error) {
+	m, err := sip.ParseMessage([]byte(text))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	res, ok := m.(*sip.Response)
+	if !ok {
+		return nil, fmt.Errorf("%s: not a response", what)
+	}
+	return res, nil
+}
+
+// restoreCall rebuilds one call: both sipgo dialogs in state confirmed
+// with their CSeq numbers, the call and its flows in the table, the
+// dialog IDs registered, the maximum duration timer running.
+func (s *Server) restoreCall(rec *record) error {
+	aInv, err := parseRequest(rec.A.Invite, "leg A INVITE")
+	if err != nil {
+		return err
+	}
+	aRes, err := parseResponse(rec.A.Response, "leg A 2xx")
+	if err != nil {
+		return err
+	}
+	bInv, err := parseRequest(rec.B.Invite, "leg B INVITE")
+	if err != nil {
+		return err
+	}
+	bRes, err := parseResponse(rec.B.Response, "leg B 2xx")
+	if err != nil {
+		return err
+	}
+	if aInv.CallID() == nil || aInv.To() == nil || aInv.From() == nil || aInv.CSeq() == nil || aInv.Contact() == nil {
+		return errors.New("leg A INVITE lacks a dialog header")
+	}
+	aInv.SetTransport(rec.A.Transport)
+	aInv.SetSource(rec.A.Source)
+	src := sourceOf(aInv)
+	aUA := s.dialogUA(rec.A.Transport, src.Addr())
+	if aUA == nil {
+		return errors.New("no SIP listener for leg A")
+	}
+	tag, _ := aInv.To().Params.Get("tag")
+	if tag == "" {
+		return errors.New("leg A INVITE without relayd's To tag")
+	}
+	a, err := aUA.ReadInvite(aInv, endedTx{})
+	if err != nil {
+		return fmt.Errorf("leg A dialog: %w", err)
+	}
+	a.InviteRequest.To().Params.Add("tag", tag) // ReadInvite made a new one
+	if a.ID, err = sip.DialogIDFromRequestUAS(a.InviteRequest); err != nil {
+		return fmt.Errorf("leg A dialog: %w", err)
+	}
+	a.InviteResponse = aRes
+	a.InitWithState(sip.DialogStateConfirmed)
+	if err := setCSeq(&a.Dialog, rec.A.LocalCSeq, rec.A.RemoteCSeq); err != nil {
+		return err
+	}
+
+	bInv.SetTransport(rec.B.Transport)
+	bInv.SetDestination(rec.B.Dest)
+	bRes.SetSource(rec.B.Source)
+	bRes.SetTransport(rec.B.Transport)
+	dst, _ := netip.ParseAddrPort(rec.B.Dest)
+	bUA := s.dialogUA(rec.B.Transport, dst.Addr())
+	b := &sipgo.DialogClientSession{Dialog: sipgo.Dialog{InviteRequest: bInv, InviteResponse: bRes}, UA: bUA}
+	if b.ID, err = sip.DialogIDFromResponse(bRes); err != nil {
+		return fmt.Errorf("leg B dialog: %w", err)
+	}
+	b.InitWithState(sip.DialogStateConfirmed)
+	if err := setCSeq(&b.Dialog, rec.B.LocalCSeq, rec.B.RemoteCSeq); err != nil {
+		return err
+	}
+	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
+		return err
+	}
+
+	c, err := s.cfg.Calls.Restore(rec.Call)
+	if c == nil {
+		return err
+	}
+	if err != nil {
+		// The call is back; some flow is not: media may be cut, the
+		// signalling is not. Say so and go on.
+		s.log.Warn("restored call has flows missing", zap.String("call", c.ID), zap.Error(err))
+	}
+	bc := &b2bCall{
+		s:          s,
+		c:          c,
+		log:        s.log.With(zap.String("call", c.ID)),
+		start:      c.Created,
+		a:          a,
+		aUA:        aUA,
+		aTx:        endedTx{},
+		aRes:       aRes,
+		relay:      rec.Relay,
+		ackBody:    make(chan []byte, 1),
+		reAck:      make(chan struct{}, 1),
+		b:          b,
+		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs}},
+		answered:   true,
+		negotiated: true,
+		lastSent:   rec.LastSent,
+		restored:   true,
+	}
+	for i, o := range rec.Origin {
+		bc.origin[i] = sdp.Origin{SessionID: o.SessionID, Version: o.Version}
+	}
+	// The TCP connections of the previous run are gone: relayd may open
+	// new ones to both peers (see peerSet): the caller's source address
+	// (its Contact is where the requests go; a Contact elsewhere is not
+	// trusted more than before the restart) and the callee.
+	s.peers.allow(src.Addr())
+	if ap, err := netip.ParseAddrPort(rec.B.Dest); err == nil {
+		s.peers.allow(ap.Addr())
+	}
+	s.setDialog(bc, call.A, a.ID)
+	s.setDialog(bc, call.B, b.ID)
+	if limit := s.cfg.MaxDuration; limit > 0 {
+		// Past due: once the listeners are up.
+		left := max(limit-time.Since(rec.Call.Answered), time.Second)
+		bc.mu.Lock()
+		bc.maxTimer = time.AfterFunc(left, func() { bc.terminate(call.MaxDuration, 0, "maximum call duration") })
+		bc.mu.Unlock()
+	}
+	// The record again at once: counters the data planes lost in the
+	// restart (an XDP flow's shadow) are now carried by the call, and a
+	// crash before the next write must not lose them.
+	bc.persist()
+	bc.log.Info("call restored", zap.String("call_id", c.Leg(call.A).CallID), zap.String("call_id_b", c.Leg(call.B).CallID),
+		zap.Int("flows", len(c.Media.Flows())), zap.Duration("age", time.Since(rec.Call.Answered)))
+	return nil
+}
+
+// endedTx stands for the INVITE transaction of a dialog restored from the
+// store: it ended with the previous run.
+type endedTx struct{}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (endedTx) Terminate()                             {}
+func (endedTx) OnTerminate(sip.FnTxTerminate) bool     { return true }
+func (endedTx) Done() <-chan struct{}                  { return closedChan }
+func (endedTx) Err() error                             { return nil }
+func (endedTx) Respond(*sip.Response) error            { return errTxEnded }
+func (endedTx) Acks() <-chan *sip.Request              { return nil }
+func (endedTx) OnCancel(sip.FnTxCancel) bool           { return true }
+func (endedTx) Responses() <-chan *sip.Response        { return nil }
+func (endedTx) OnRetransmission(sip.FnTxResponse) bool { return true }
+
+var errTxEnded = errors.New("the INVITE transaction ended with the previous run")
+
+// sipgo (v1.7) has no API to rebuild a dialog: its CSeq counters and a
+// client dialog's INVITE transaction are unexported. These set them by
+// name; a sipgo that renames them makes restore fail with an error (and
+// TestRestoreDialogFields), never silently.
+
+func setCSeq(d *sipgo.Dialog, local, remote uint32) error {
+	for name, v := range map[string]uint32{"lastCSeqNo": local, "remoteCSeqNo": remote} {
+		f, err := field(d, name)
+		if err != nil {
+			return err
+		}
+		p, ok := f.Addr().Interface().(*atomic.Uint32)
+		if !ok {
+			return fmt.Errorf("sipgo.Dialog.%s is not an atomic.Uint32", name)
+		}
+		p.Store(v)
+	}
+	return nil
+}
+
+func remoteCSeq(d *sipgo.Dialog) uint32 {
+	f, err := field(d, "remoteCSeqNo")
+	if err != nil {
+		return 0
+	}
+	if p, ok := f.Addr().Interface().(*atomic.Uint32); ok {
+		return p.Load()
+	}
+	return 0
+}
+
+func setField(ptr any, name string, v any) error {
+	f, err := field(ptr, name)
+	if err != nil {
+		return err
+	}
+	val := reflect.ValueOf(v)
+	if !val.Type().AssignableTo(f.Type()) {
+		return fmt.Errorf("sipgo field %s: %s is not assignable to %s", name, val.Type(), f.Type())
+	}
+	f.Set(val)
+	return nil
+}
+
+// field returns a settable view of an unexported field of *ptr.
+func field(ptr any, name string) (reflect.Value, error) {
+	v := reflect.ValueOf(ptr).Elem()
+	f := v.FieldByName(name)
+	if !f.IsValid() {
+		return reflect.Value{}, fmt.Errorf("restore dialog: sipgo %s has no field %s (sipgo changed: check control/sip/persist.go)", v.Type(), name)
+	}
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem(), nil
+}
+
+func (bc *b2bCall) isDetached() bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return bc.detached
+}
+
+func (bc *b2bCall) isAnswered() bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return bc.answered
+}
+
+// detach lets go of an answered call at shutdown, leaving it up: its
+// record written a last time (with the userspace flows' counters), its
+// flows and ports left in place, no BYE, no CDR. It reports false if the
+// call was not answered or had ended.
+func (bc *b2bCall) detach() bool {
+	if !bc.isAnswered() || bc.c.State() == call.StateEnded {
+		return false
+	}
+	if err := bc.persist(); err != nil {
+		return false
+	}
+	bc.mu.Lock()
+	if bc.maxTimer != nil {
+		bc.maxTimer.Stop()
+	}
+	bc.detached = true
+	negotiated := bc.negotiated
+	bc.mu.Unlock()
+	if !bc.c.Detach() {
+		return false
+	}
+	if !negotiated {
+		// The answer's goroutine waits for the caller's ACK: let it go.
+		bc.aTx.Terminate()
+	}
+	bc.s.unregister(bc)
+	bc.s.cfg.Calls.Remove(bc.c)
+	return true
+}

@@ -1,0 +1,70 @@
+package labrelay
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/relayd/relayd/lab"
+)
+
+// TestRelayInterfaceRecreated: the caller-side interface is deleted and
+// re-created while relayd is stopped, which severs its pinned XDP link.
+// The next start replaces that link with a fresh attachment instead of
+// failing, leaves the other interface's link alone (adopted), and keeps
+// every pinned flow with its counters; media flows through XDP again.
+func TestRelayInterfaceRecreated(t *testing.T) {
+	l, r := startRelay(t, "native")
+	caller, callee, flows := call(t, l, r, false, 30800)
+	if a, b := exchange(t, caller, callee, 100, 5000); a != 100 || b != 100 {
+		t.Fatalf("before: %d and %d packets, want 100", a, b)
+	}
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	oldIndex := l.RelayCallerIf.Index
+	if err := l.RecreateCallerLink(); err != nil {
+		t.Fatal(err)
+	}
+	if l.RelayCallerIf.Index == oldIndex {
+		t.Fatalf("%s kept ifindex %d", lab.RelayCallerIfName, oldIndex)
+	}
+	if xdpAttached(t, l, lab.RelayCallerIfName) {
+		t.Fatal("XDP attached to the new interface before relayd started")
+	}
+	before := len(r.Log())
+	if err := r.Start(); err != nil {
+		t.Fatalf("start after the interface was re-created: %v", err)
+	}
+	log := r.Log()[before:]
+	if !strings.Contains(log, "replacing the stale pinned XDP link") || !strings.Contains(log, `"reason":"severed`) || !strings.Contains(log, `"interface":"`+lab.RelayCallerIfName+`"`) {
+		t.Errorf("no replacement logged for %s:\n%s", lab.RelayCallerIfName, log)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"XDP attached"`) && strings.Contains(line, `"interface":"`+lab.RelayCalleeIfName+`"`) &&
+			!strings.Contains(line, `"adopted":true`) {
+			t.Errorf("%s's link was not adopted: %s", lab.RelayCalleeIfName, line)
+		}
+	}
+	for _, ifname := range []string{lab.RelayCallerIfName, lab.RelayCalleeIfName} {
+		if !xdpAttached(t, l, ifname) {
+			t.Errorf("XDP not attached to %s after the start", ifname)
+		}
+	}
+	for _, want := range flows {
+		f := flowByID(t, r, want.ID)
+		if f.Match != want.Match || f.SendTo != want.SendTo || f.Packets != 100 {
+			t.Errorf("flow %d after the restart: %+v, want the same addresses and its 100 packets", want.ID, f)
+		}
+	}
+	// The caller's sockets lost their address with c0: open new ones on
+	// the same addresses.
+	caller.conn.Close()
+	caller2 := openLeg(t, l.Caller, caller.local, caller.relay)
+	if a, b := exchange(t, caller2, callee, 100, 5000); a != 100 || b != 100 {
+		t.Errorf("after: %d and %d packets, want 100", a, b)
+	}
+	f := flowByID(t, r, flows[0].ID)
+	if f.Path != "xdp" || f.Packets != 200 {
+		t.Errorf("caller's flow after: path %s, %d packets; want xdp and 200", f.Path, f.Packets)
+	}
+}
