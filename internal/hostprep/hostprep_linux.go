@@ -110,11 +110,39 @@ func ensureBPFFS(dir string, log *zap.Logger) error {
 	if err := os.MkdirAll(bpffsRoot, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", bpffsRoot, err)
 	}
-	if err := unix.Mount("bpffs", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpf filesystem on %s: %w", bpffsRoot, err)
+	if err := mountBPFFS(log); err != nil {
+		return err
 	}
-	log.Info("mounted bpf filesystem", zap.String("path", bpffsRoot))
+	if err := unix.Statfs(bpffsRoot, &st); err != nil || st.Type != bpffsMagic {
+		return fmt.Errorf("mounted a bpf filesystem on %s in the system's mount namespace, but it does not show here (statfs: %v)", bpffsRoot, err)
+	}
 	return mkdirPins(dir)
+}
+
+// mountBPFFS mounts bpffs on /sys/fs/bpf in the system's mount namespace
+// (PID 1's). systemd 252 runs even ExecStartPre=+ commands in a mount
+// namespace of their own when the unit has ProtectSystem= and the like: a
+// mount made there would vanish with the command, and the pins with it. A
+// Go process cannot setns(2) into another mount namespace (it has
+// threads), so nsenter (util-linux, essential) makes the mount there; the
+// mount propagates back into this namespace, a slave of the system's.
+func mountBPFFS(log *zap.Logger) error {
+	self, err1 := os.Readlink("/proc/self/ns/mnt")
+	pid1, err2 := os.Readlink("/proc/1/ns/mnt")
+	if err1 != nil || err2 != nil || self == pid1 {
+		if err := unix.Mount("bpffs", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount bpf filesystem on %s: %w", bpffsRoot, err)
+		}
+		log.Info("mounted bpf filesystem", zap.String("path", bpffsRoot))
+		return nil
+	}
+	out, err := exec.Command("nsenter", "--target", "1", "--mount", "--",
+		"mount", "-t", "bpf", "-o", "mode=0700", "bpffs", bpffsRoot).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("mount bpf filesystem on %s in the system's mount namespace (nsenter -t 1 -m): %w: %s", bpffsRoot, err, bytes.TrimSpace(out))
+	}
+	log.Info("mounted bpf filesystem in the system's mount namespace", zap.String("path", bpffsRoot))
+	return nil
 }
 
 // mkdirPins creates the pin directory: the unit makes it, not all of
