@@ -17,7 +17,7 @@ import (
 var guestChecks = []string{
 	"boot", "install", "topology", "configure", "start", "relayctl",
 	"journal", "forward_drop", "xdp_media", "xdp_media6", "capabilities",
-	"bpffs", "upgrade", "remove", "purge",
+	"bpffs", "watchdog", "upgrade", "remove", "purge",
 }
 
 // TestAppliance builds the two .debs (or takes them from RELAYD_VM_DEBS),

@@ -258,6 +258,28 @@ purge() {
 	done
 }
 
+# watchdog: a relayd stopped with SIGSTOP stops petting the watchdog and
+# systemd restarts it (WatchdogSec, then SIGKILL after TimeoutStopSec).
+watchdog() {
+	pid=$(systemctl show -p MainPID --value relayd)
+	n=$(systemctl show -p NRestarts --value relayd)
+	must kill -STOP "$pid" || return 1
+	t0=$(ms)
+	i=0
+	while [ $i -lt 90 ]; do
+		sleep 1
+		i=$((i + 1))
+		new=$(systemctl show -p MainPID --value relayd)
+		if [ "$new" != "$pid" ] && [ "$new" != 0 ] && systemctl is-active --quiet relayd; then
+			figure watchdog_restart_ms $(( $(ms) - t0 ))
+			must test "$(systemctl show -p NRestarts --value relayd)" -gt "$n"
+			return
+		fi
+	done
+	echo "relayd (pid $pid, SIGSTOPped) not restarted within 90 s" >&2
+	return 1
+}
+
 check boot boot
 check install install_debs
 check topology topology
@@ -270,6 +292,7 @@ check xdp_media xdp_media
 check xdp_media6 xdp_media6
 check capabilities capabilities
 check bpffs bpffs
+check watchdog watchdog
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
 check upgrade upgrade
 check remove remove
