@@ -127,7 +127,7 @@ chmod 0644 "$r/DEBIAN/conffiles"
 deps=$(depends "$r/usr/bin/relayd" "$r/usr/bin/relayctl")
 # nft: relayd -prepare loads the forward-drop rule with it; procps: the
 # unit's ExecReload= runs /bin/kill.
-deps=${deps:+$deps, }nftables, procps
+deps="${deps:+$deps, }nftables, procps"
 control relayd "$r" "$deps" "Description: VoIP media relay with an XDP fast path and a SIP B2BUA
  relayd anchors the media of VoIP calls and relays plain RTP and RTCP in an
  XDP program (addresses and ports rewritten, checksums updated, RFC 3550
