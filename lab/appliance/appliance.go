@@ -37,7 +37,7 @@ const CacheDir = "/var/cache/relayd-vm"
 // script uses.
 var BasePackages = []string{
 	"systemd-sysv", "udev", "kmod", "linux-image-amd64", "initramfs-tools",
-	"iproute2", "iputils-ping", "ethtool", "nftables", "sip-tester",
+	"iproute2", "iputils-ping", "ethtool", "nftables", "sip-tester", "jq",
 }
 
 // Image is a cached guest root tree.

@@ -263,6 +263,7 @@ purge() {
 watchdog() {
 	pid=$(systemctl show -p MainPID --value relayd)
 	n=$(systemctl show -p NRestarts --value relayd)
+	[ "${pid:-0}" -gt 1 ] || { echo "relayd not running" >&2; return 1; }
 	must kill -STOP "$pid" || return 1
 	t0=$(ms)
 	i=0
@@ -280,6 +281,152 @@ watchdog() {
 	return 1
 }
 
+# sip: the B2BUA on the caller side's relay addresses, IPv4 and IPv6, one
+# route to the callee; the shipped config keeps calls in
+# /var/lib/relayd/state.db.
+sip() {
+	must grep -q '^path = "/var/lib/relayd/state.db"' "$config" || return 1
+	must sed -i 's|^listen = \[\] .*|listen = ["udp:198.18.0.1:5060", "udp:[2001:2::1]:5060"]|' "$config" || return 1
+	cat >> "$config" <<'EOT'
+[[route]]
+name = "callee6"
+match = "^callee6$"
+destinations = ["sip:[2001:2:0:2::2]:5060"]
+[[route]]
+name = "callee"
+match = "."
+destinations = ["sip:198.18.2.2:5060"]
+EOT
+	must relayd -check -config "$config" && must systemctl restart relayd && must systemctl is-active --quiet relayd
+}
+
+# calls_across NAME ACTION...: two IPv4 calls and one IPv6 call, 24 s of
+# G.711 each way, answered by voipgen in the callee namespace, through
+# relayd's B2BUA and XDP; ACTION runs 8 s into the calls. Every call must
+# complete (BYE from the caller after the action, 200 from the callee
+# through the new relayd), no RTP packet may be lost either way, and the
+# CDR file gets one complete line per call.
+calls_across() {
+	act=$1
+	shift
+	cdrs=$(cat /var/log/relayd/cdr.jsonl 2>/dev/null | wc -l)
+	ip netns exec callee voipgen answer --sip 198.18.2.2:5060 --duration 90s --max-calls 2 --json > /tmp/answer4.json 2>/tmp/answer4.err &
+	a4=$!
+	ip netns exec callee voipgen answer --sip '[2001:2:0:2::2]:5060' --duration 90s --max-calls 1 --json > /tmp/answer6.json 2>/tmp/answer6.err &
+	a6=$!
+	sleep 2
+	ip netns exec caller voipgen call --sip 198.18.0.2:5070 --target sip:callee@198.18.0.1:5060 \
+		--calls 2 --rate 4 --call-duration 24s --json > /tmp/call4.json 2>/tmp/call4.err &
+	c4=$!
+	ip netns exec caller voipgen call --sip '[2001:2::2]:5070' --target 'sip:callee6@[2001:2::1]:5060' \
+		--rtp-port 21000 --calls 1 --call-duration 24s --json > /tmp/call6.json 2>/tmp/call6.err &
+	c6=$!
+	sleep 8
+	t0=$(ms)
+	"$@" || { echo "$act: the action failed" >&2; kill $c4 $c6 $a4 $a6 2>/dev/null; return 1; }
+	# Back when the admin API answers again.
+	i=0
+	until relayctl health >/dev/null 2>&1; do
+		i=$((i + 1))
+		[ $i -lt 300 ] || { echo "$act: relayd not back within 30 s" >&2; return 1; }
+		sleep 0.1
+	done
+	figure ${act}_back_ms $(( $(ms) - t0 ))
+	wait $c4; wait $c6; wait $a4; wait $a6
+	ok=0
+	for f in /tmp/call4.json /tmp/call6.json /tmp/answer4.json /tmp/answer6.json; do
+		echo "$f: $(jq -c .summary "$f")"
+		want=2
+		case $f in *6.json) want=1 ;; esac
+		got=$(jq .summary.succeeded "$f")
+		both=$(jq .summary.calls_with_media_both_ways "$f")
+		lost=$(jq .summary.lost "$f")
+		gap=$(jq .summary.max_gap_ms.max "$f")
+		figure "${act}_$(basename "$f" .json)_lost" "$lost"
+		figure "${act}_$(basename "$f" .json)_max_gap_ms" "$gap"
+		[ "$got" = "$want" ] && [ "$both" = "$want" ] || { echo "$f: $got of $want calls succeeded, $both with media both ways" >&2; ok=1; }
+		[ "$lost" = 0 ] || { echo "$f: $lost RTP packets lost across $act" >&2; ok=1; }
+	done
+	jq -e '[.calls[] | select(.bye_from == "local")] | length == 2' /tmp/call4.json >/dev/null ||
+		{ echo "the caller did not end both IPv4 calls with its own BYE" >&2; ok=1; }
+	new=$(tail -n +"$((cdrs + 1))" /var/log/relayd/cdr.jsonl 2>/dev/null)
+	echo "$new"
+	n=$(echo "$new" | jq -s '[.[] | select(.disposition == "answered" and .answer != null and .end != null and (.legs | length) == 2 and (.legs[1].call_id | length) > 0)] | length')
+	[ "$n" = 3 ] || { echo "$n complete answered CDRs after $act, want 3" >&2; ok=1; }
+	return $ok
+}
+
+restart_relayd() { systemctl restart relayd; }
+# kill9: SIGKILL; systemd restarts relayd (Restart=on-failure).
+kill9() {
+	pid=$(systemctl show -p MainPID --value relayd)
+	# MainPID 0 (not running) would make kill signal this whole script.
+	[ "${pid:-0}" -gt 1 ] || { echo "relayd not running" >&2; return 1; }
+	kill -9 "$pid" || return 1
+	i=0
+	while [ $i -lt 300 ]; do
+		new=$(systemctl show -p MainPID --value relayd)
+		[ "$new" != "$pid" ] && [ "$new" != 0 ] && return 0
+		i=$((i + 1))
+		sleep 0.1
+	done
+	echo "relayd not restarted after SIGKILL" >&2
+	return 1
+}
+reinstall() {
+	env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb
+}
+
+# journal_err: an error relayd logs (a reload of a config that does not
+# parse) reaches the journal at priority err.
+journal_err() {
+	since=$(date +%s)
+	cp "$config" /tmp/relayd.toml.good
+	echo 'this is not toml' >> "$config"
+	must systemctl reload relayd || return 1
+	i=0
+	until journalctl -u relayd --no-pager -o cat -p err --since=@"$since" | grep -q 'reload: config not applied'; do
+		i=$((i + 1))
+		if [ $i -ge 30 ]; then
+			cp /tmp/relayd.toml.good "$config"
+			echo "no error about the reload in journalctl -u relayd -p err within 15 s; the entries:" >&2
+			journalctl -u relayd --no-pager -o json --since=@"$since" | jq -c '{PRIORITY, MESSAGE}' >&2
+			return 1
+		fi
+		sleep 0.5
+	done
+	cp /tmp/relayd.toml.good "$config"
+	must systemctl is-active --quiet relayd
+}
+
+# drain: relayctl drain makes a new call get 503 while the call in progress
+# goes on until the drain times out, then relayd hangs it up (BYE to both
+# sides) with a CDR saying drained. The restart of the next check ends the
+# drain (it is not kept across restarts).
+drain() {
+	cdrs=$(cat /var/log/relayd/cdr.jsonl 2>/dev/null | wc -l)
+	ip netns exec callee voipgen answer --sip 198.18.2.2:5060 --duration 60s --max-calls 1 --json > /tmp/danswer.json 2>/tmp/danswer.err &
+	a=$!
+	sleep 2
+	ip netns exec caller voipgen call --sip 198.18.0.2:5070 --target sip:callee@198.18.0.1:5060 \
+		--calls 1 --call-duration 40s --json > /tmp/dcall.json 2>/tmp/dcall.err &
+	c=$!
+	sleep 5
+	must relayctl drain --timeout 8s || return 1
+	relayctl drain --status
+	ip netns exec caller voipgen call --sip 198.18.0.2:5072 --rtp-port 22000 --target sip:callee@198.18.0.1:5060 \
+		--calls 1 --json > /tmp/drefused.json 2>/dev/null
+	wait $c; wait $a
+	ok=0
+	jq -e '.calls[0].status == 503' /tmp/drefused.json >/dev/null ||
+		{ echo "a call during the drain got $(jq .calls[0].status /tmp/drefused.json), want 503" >&2; ok=1; }
+	jq -e '.calls[0].success and .calls[0].bye_from == "remote" and .calls[0].duration_s < 30' /tmp/dcall.json >/dev/null ||
+		{ echo "the call in progress was not ended by relayd at the drain timeout: $(jq -c .calls[0] /tmp/dcall.json)" >&2; ok=1; }
+	d=$(tail -n +"$((cdrs + 1))" /var/log/relayd/cdr.jsonl | jq -s '[.[] | select(.disposition == "drained")] | length')
+	[ "$d" = 1 ] || { echo "$d CDRs with disposition drained, want 1" >&2; ok=1; }
+	return $ok
+}
+
 check boot boot
 check install install_debs
 check topology topology
@@ -293,6 +440,12 @@ check xdp_media6 xdp_media6
 check capabilities capabilities
 check bpffs bpffs
 check watchdog watchdog
+check sip sip
+check calls_across_restart calls_across restart restart_relayd
+check calls_across_kill9 calls_across kill9 kill9
+check calls_across_upgrade calls_across upgrade reinstall
+check journal_err journal_err
+check drain drain
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
 check upgrade upgrade
 check remove remove
