@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/bpffs"
 	"github.com/relayd/relayd/internal/flowkey"
 )
 
@@ -850,31 +851,18 @@ func (f *Fastpath) Sweep(idle time.Duration) ([]dataplane.FlowStats, error) {
 // xdpAttachedSKB is IFLA_XDP_ATTACHED's value for generic (SKB) mode.
 const xdpAttachedSKB = 2
 
-const bpffsMagic = 0xcafe4a11
-
 // ensureBPFFS checks that dir (or the nearest existing parent) is on a bpf
 // filesystem, mounting one on /sys/fs/bpf when that is where it belongs and
 // nothing is mounted there yet (systemd normally does this at boot).
 func ensureBPFFS(dir string, log *zap.Logger) error {
-	p := dir
-	for {
-		if _, err := os.Stat(p); err == nil {
-			break
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			break
-		}
-		p = parent
+	on, err := bpffs.On(dir)
+	if err != nil {
+		return err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return fmt.Errorf("statfs %s: %w", p, err)
-	}
-	if st.Type == bpffsMagic {
+	if on {
 		return nil
 	}
-	const root = "/sys/fs/bpf"
+	const root = bpffs.Root
 	if dir != root && !strings.HasPrefix(dir, root+"/") {
 		return fmt.Errorf("pin path %s is not on a bpf filesystem: mount one on it before relayd starts (mount -t bpf bpffs DIR), or pin under %s", dir, root)
 	}

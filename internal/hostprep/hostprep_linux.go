@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/bpffs"
 )
 
 // Prepare prepares the host for cfg; see the package documentation. It
@@ -77,31 +79,17 @@ func writeSysctl(path string, log *zap.Logger) error {
 	return nil
 }
 
-const bpffsMagic = 0xcafe4a11
-
-// bpffsRoot is where systemd mounts the bpf filesystem.
-const bpffsRoot = "/sys/fs/bpf"
+const bpffsRoot = bpffs.Root
 
 // ensureBPFFS makes sure dir is on a bpf filesystem: it mounts one on
 // /sys/fs/bpf when dir is below it and /sys/fs/bpf is not one yet. A pin
 // path elsewhere must already be on a bpffs.
 func ensureBPFFS(dir string, log *zap.Logger) error {
-	p := dir
-	for {
-		if _, err := os.Stat(p); err == nil {
-			break
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			break
-		}
-		p = parent
+	on, err := bpffs.On(dir)
+	if err != nil {
+		return err
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return fmt.Errorf("statfs %s: %w", p, err)
-	}
-	if st.Type == bpffsMagic {
+	if on {
 		return mkdirPins(dir)
 	}
 	if dir != bpffsRoot && !strings.HasPrefix(dir, bpffsRoot+"/") {
@@ -113,7 +101,7 @@ func ensureBPFFS(dir string, log *zap.Logger) error {
 	if err := mountBPFFS(log); err != nil {
 		return err
 	}
-	if err := unix.Statfs(bpffsRoot, &st); err != nil || st.Type != bpffsMagic {
+	if on, err := bpffs.On(bpffsRoot); err != nil || !on {
 		return fmt.Errorf("mounted a bpf filesystem on %s in the system's mount namespace, but it does not show here (statfs: %v)", bpffsRoot, err)
 	}
 	return mkdirPins(dir)
