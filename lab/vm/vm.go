@@ -6,7 +6,7 @@
 // virtio, 9p and overlay modules) mounts the host's root file system
 // read-only over 9p under a tmpfs overlay (the guest may write anywhere; the
 // host sees none of it), mounts the guest kernel's modules on /lib/modules,
-// fresh /tmp, /run, /proc, /sys, /dev and a bpffs, and chroots into it to
+// a fresh /run, /proc, /sys, /dev and a bpffs, and chroots into it to
 // run the command. The host's binaries (test binaries built with `go test
 // -c`, relayd, ip, ethtool) therefore run unchanged under the guest kernel.
 // One host directory, Options.Dir, is shared read-write at the same path:
@@ -199,7 +199,7 @@ mount -t tmpfs shm /mnt/dev/shm
 mount -t bpf bpffs /mnt/sys/fs/bpf
 mount -t cgroup2 cgroup2 /mnt/sys/fs/cgroup 2>/dev/null
 mount -t debugfs debugfs /mnt/sys/kernel/debug 2>/dev/null
-for d in /tmp /run; do mount -t tmpfs tmpfs /mnt$d; done
+mount -t tmpfs tmpfs /mnt/run
 mkdir -p /mnt$dir
 mount -t 9p -o $opts out /mnt$dir || { echo "vm: mount $dir failed"; poweroff -f; }
 hostname relayd-vm
