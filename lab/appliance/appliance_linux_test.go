@@ -17,7 +17,9 @@ import (
 var guestChecks = []string{
 	"boot", "install", "topology", "configure", "start", "relayctl",
 	"journal", "forward_drop", "xdp_media", "xdp_media6", "capabilities",
-	"bpffs", "watchdog", "upgrade", "remove", "purge",
+	"bpffs", "watchdog", "sip", "calls_across_restart", "calls_across_kill9",
+	"calls_across_upgrade", "calls_across_rollback", "journal_err", "drain",
+	"upgrade", "remove", "purge",
 }
 
 // TestAppliance builds the two .debs (or takes them from RELAYD_VM_DEBS),
@@ -68,6 +70,7 @@ func TestAppliance(t *testing.T) {
 		copyFile(t, m[0], filepath.Join(share, filepath.Base(m[0])))
 	}
 	copyFile(t, "testdata/guest.sh", filepath.Join(share, "guest.sh"))
+	nextVersion(t, share)
 
 	start := time.Now()
 	img, built, err := EnsureImage(ctx, deps, t.Logf)
@@ -130,6 +133,49 @@ func TestAppliance(t *testing.T) {
 	status, err := os.ReadFile(filepath.Join(share, "status"))
 	if err != nil || strings.TrimSpace(string(status)) != "0" {
 		t.Errorf("guest status %q (%v), want 0", status, err)
+	}
+}
+
+// nextVersion repacks the relayd .deb in share with a higher version into
+// share/next, for the guest's upgrade across versions and the rollback to
+// the version before.
+func nextVersion(t *testing.T, share string) {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(share, "relayd_*_amd64.deb"))
+	if len(m) != 1 {
+		t.Fatalf("want one relayd .deb in %s, have %v", share, m)
+	}
+	tree := filepath.Join(t.TempDir(), "tree")
+	if out, err := exec.Command("dpkg-deb", "-R", m[0], tree).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -R: %v\n%s", err, out)
+	}
+	control := filepath.Join(tree, "DEBIAN", "control")
+	b, err := os.ReadFile(control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var version string
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Version: "); ok {
+			version = v
+			l = "Version: " + v + "+next1"
+		}
+		lines = append(lines, l)
+	}
+	if version == "" {
+		t.Fatalf("no Version in %s", control)
+	}
+	if err := os.WriteFile(control, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(share, "next")
+	if err := os.MkdirAll(next, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(next, "relayd_"+version+"+next1_amd64.deb")
+	if b, err := exec.Command("dpkg-deb", "--root-owner-group", "-b", tree, out).CombinedOutput(); err != nil {
+		t.Fatalf("dpkg-deb -b: %v\n%s", err, b)
 	}
 }
 

@@ -373,8 +373,16 @@ kill9() {
 	echo "relayd not restarted after SIGKILL" >&2
 	return 1
 }
-reinstall() {
-	env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb
+# next_version: apt upgrades relayd to the same package with a higher
+# version (the host repacked it); postinst restarts relayd.
+next_version() {
+	env DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Use-Pty=0 "$share"/next/relayd_*.deb &&
+	dpkg-query -W -f='${Version}\n' relayd | grep -q '+next1$'
+}
+# previous_version: the rollback, apt installs the version before again.
+previous_version() {
+	env DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb &&
+	! dpkg-query -W -f='${Version}\n' relayd | grep -q '+next1$'
 }
 
 # journal_err: an error relayd logs (a reload of a config that does not
@@ -443,7 +451,8 @@ check watchdog watchdog
 check sip sip
 check calls_across_restart calls_across restart restart_relayd
 check calls_across_kill9 calls_across kill9 kill9
-check calls_across_upgrade calls_across upgrade reinstall
+check calls_across_upgrade calls_across upgrade next_version
+check calls_across_rollback calls_across rollback previous_version
 check journal_err journal_err
 check drain drain
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
