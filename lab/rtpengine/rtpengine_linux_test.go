@@ -292,9 +292,26 @@ func relayRTP(t *testing.T, src, dstConn *net.UDPConn, dst, from netip.AddrPort,
 // is true.
 func checkSockets(t *testing.T, e *Engine, media bool) {
 	t.Helper()
-	socks, err := inetSockets(e.Pid())
-	if err != nil {
-		t.Fatal(err)
+	// rtpengine closes a deleted call's sockets shortly after it answers
+	// the delete: wait up to 2 s for the media sockets to match.
+	var socks []inetSocket
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		var err error
+		socks, err = inetSockets(e.Pid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range socks {
+			if s.proto == "udp" && (s.local.Addr() == e.Relay4 || s.local.Addr() == e.Relay6) {
+				n++
+			}
+		}
+		if media == (n > 0) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	ng, nmedia := false, 0
 	for _, s := range socks {
