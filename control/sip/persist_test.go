@@ -159,21 +159,7 @@ func TestRestartKeepsCallByeFromCallee(t *testing.T) {
 	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var calleeDialog *sipgo.DialogServerSession
-	got := make(chan struct{})
-	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
-		calleeDialog = d
-		answerSDP(d, req, 6000)
-		close(got)
-		<-d.Context().Done()
-	})
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Ack(ctx)
-	<-got
-	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	d, calleeDialog := h.answered(ctx, ce)
 	h.restart()
 	h.noCDR("restart")
 	if err := calleeDialog.Bye(ctx); err != nil {

@@ -389,6 +389,28 @@ func (h *harness) cdr() call.Info {
 	return call.Info{}
 }
 
+// answered places a call that the callee answers with SDP (port 6000),
+// ACKs it, waits for its four flows and returns both ends' dialogs.
+func (h *harness) answered(ctx context.Context, ce *callee) (*sipgo.DialogClientSession, *sipgo.DialogServerSession) {
+	h.t.Helper()
+	var calleeDialog *sipgo.DialogServerSession
+	got := make(chan struct{})
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		calleeDialog = d
+		answerSDP(d, req, 6000)
+		close(got)
+		<-d.Context().Done()
+	})
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	d.Ack(ctx)
+	<-got
+	waitFor(h.t, "flows", func() bool { return h.xdp.Len() == 4 })
+	return d, calleeDialog
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -452,21 +474,7 @@ func TestByeFromCallee(t *testing.T) {
 	h := newHarness(t, opts{destinations: []string{ce.addr}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var calleeDialog *sipgo.DialogServerSession
-	got := make(chan struct{})
-	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
-		calleeDialog = d
-		answerSDP(d, req, 6000)
-		close(got)
-		<-d.Context().Done()
-	})
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Ack(ctx)
-	<-got
-	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	d, calleeDialog := h.answered(ctx, ce)
 	if err := calleeDialog.Bye(ctx); err != nil {
 		t.Fatal(err)
 	}
