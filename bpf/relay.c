@@ -123,7 +123,7 @@ struct flow_value {
 	__u8 action;     /* enum flow_action */
 	__u8 flags;      /* enum flow_flags */
 	__u8 family;     /* egress family */
-	__u8 pad;
+	__u8 owner;      /* the control plane's: who installed the flow (the program ignores it) */
 	__be16 src_port;
 	__be16 dst_port;
 	__u8 src_addr[16];

@@ -11,16 +11,20 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )
 
-var testCfg = ManagerConfig{
+var testCfg = registry.Config{Interfaces: []registry.Interface{{
 	Addr:    netip.MustParseAddr("198.18.1.1"),
 	Addr6:   netip.MustParseAddr("2001:2::1"),
 	PortMin: 30000,
 	PortMax: 39999,
-}
+}}}
+
+var relayAddr = testCfg.Interfaces[0].Addr
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
@@ -36,11 +40,25 @@ func goodSpec() FlowSpec {
 
 func newTestManager(t *testing.T, planes ...dataplane.DataPlane) *Manager {
 	t.Helper()
-	m, err := NewManager(testCfg, zaptest.NewLogger(t), planes...)
+	m, err := newManager(testCfg, zaptest.NewLogger(t), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
+}
+
+func newManager(cfg registry.Config, log *zap.Logger, planes ...dataplane.DataPlane) (*Manager, error) {
+	reg, err := registry.New(cfg, log, planes...)
+	if err != nil {
+		return nil, err
+	}
+	return NewManager(reg, log), nil
+}
+
+// setNow sets the clock of the manager and of its registry.
+func setNow(m *Manager, now func() time.Time) {
+	m.now = now
+	m.reg.SetClock(now)
 }
 
 func TestManagerAddGetListRemove(t *testing.T) {
@@ -171,7 +189,7 @@ func TestManagerAddErrors(t *testing.T) {
 func TestManagerDropReflectNeedNoSend(t *testing.T) {
 	m := newTestManager(t, dataplanetest.New(dataplane.PathXDP))
 	for i, a := range []dataplane.Action{dataplane.Drop, dataplane.Reflect} {
-		f, err := m.Add(FlowSpec{Match: netip.AddrPortFrom(testCfg.Addr, uint16(30010+2*i)), Action: a})
+		f, err := m.Add(FlowSpec{Match: netip.AddrPortFrom(relayAddr, uint16(30010+2*i)), Action: a})
 		if err != nil {
 			t.Fatalf("%s: %v", a, err)
 		}
@@ -266,7 +284,7 @@ func TestManagerDataPlaneErrors(t *testing.T) {
 	if _, err := m.Get(1); err != nil {
 		t.Errorf("flow lost after failed Remove: %v", err)
 	}
-	if _, err := NewManager(testCfg, zaptest.NewLogger(t), failing(boom)); !errors.Is(err, boom) {
+	if _, err := newManager(testCfg, zaptest.NewLogger(t), failing(boom)); !errors.Is(err, boom) {
 		t.Errorf("NewManager with failing List: %v, want boom", err)
 	}
 }
@@ -330,12 +348,12 @@ func TestManagerAdopt(t *testing.T) {
 func TestManagerSweepIdle(t *testing.T) {
 	xdp := dataplanetest.New(dataplane.PathXDP)
 	core, logs := observer.New(zap.InfoLevel)
-	m, err := NewManager(testCfg, zap.New(core), xdp)
+	m, err := newManager(testCfg, zap.New(core), xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	m.now = func() time.Time { return now }
+	setNow(m, func() time.Time { return now })
 	a, _ := m.Add(FlowSpec{Match: ap("198.18.1.1:30000"), Action: dataplane.Drop})
 	b, _ := m.Add(FlowSpec{Match: ap("198.18.1.1:30002"), Action: dataplane.Drop})
 	_ = xdp.SetStats(a.Flow.Match, dataplane.Stats{Packets: 1, LastSeen: now.Add(-time.Minute)})
@@ -378,14 +396,14 @@ func TestManagerIdleNeverSeen(t *testing.T) {
 	user := struct{ dataplane.DataPlane }{dataplanetest.New(dataplane.PathUserspace)}
 	m := newTestManager(t, user)
 	now := time.Now()
-	m.now = func() time.Time { return now }
+	setNow(m, func() time.Time { return now })
 	if _, err := m.Add(FlowSpec{Match: ap("198.18.1.1:30000"), Mode: dataplane.PathUserspace, Action: dataplane.Drop}); err != nil {
 		t.Fatal(err)
 	}
 	if idle, _ := m.Idle(time.Minute); len(idle) != 0 {
 		t.Errorf("new flow idle: %+v", idle)
 	}
-	m.now = func() time.Time { return now.Add(2 * time.Minute) }
+	setNow(m, func() time.Time { return now.Add(2 * time.Minute) })
 	if idle, _ := m.Idle(time.Minute); len(idle) != 1 {
 		t.Errorf("never-seen flow created 2m ago not idle: %+v", idle)
 	}
@@ -393,10 +411,10 @@ func TestManagerIdleNeverSeen(t *testing.T) {
 
 func TestNewManagerConfig(t *testing.T) {
 	log := zaptest.NewLogger(t)
-	if _, err := NewManager(ManagerConfig{PortMin: 1, PortMax: 2}, log); err == nil {
+	if _, err := newManager(registry.Config{Interfaces: []registry.Interface{{PortMin: 30000, PortMax: 30001}}}, log); err == nil {
 		t.Error("no media address accepted")
 	}
-	if _, err := NewManager(testCfg, log, dataplanetest.New(dataplane.PathXDP), dataplanetest.New(dataplane.PathXDP)); err == nil {
+	if _, err := newManager(testCfg, log, dataplanetest.New(dataplane.PathXDP), dataplanetest.New(dataplane.PathXDP)); err == nil {
 		t.Error("two xdp planes accepted")
 	}
 }
@@ -443,61 +461,97 @@ func TestManagerLatched(t *testing.T) {
 }
 
 // TestManagerOrphanCallFlows: call flows of a previous run are not adopted
-// as static flows; they stay until idle, then are removed.
+// as static flows; they stay until idle, then are removed. Both the flows
+// that record their owner and those of a relayd from before (ids from
+// 1<<40) count as call flows.
 func TestManagerOrphanCallFlows(t *testing.T) {
 	xdp := dataplanetest.New(dataplane.PathXDP)
 	static := dataplane.Flow{ID: 3, Match: ap("198.18.1.1:30000"), SendFrom: ap("198.18.1.1:30002"), SendTo: ap("198.18.2.2:5000")}
-	callFlow := dataplane.Flow{ID: 1<<40 + 5, Match: ap("198.18.1.1:30010"), SendFrom: ap("198.18.1.1:30012"), SendTo: ap("198.18.2.2:5002")}
-	for _, fl := range []dataplane.Flow{static, callFlow} {
+	legacy := dataplane.Flow{ID: 1<<40 + 5, Match: ap("198.18.1.1:30010"), SendFrom: ap("198.18.1.1:30012"), SendTo: ap("198.18.2.2:5002")}
+	owned := dataplane.Flow{ID: 9, Match: ap("198.18.1.1:30020"), SendFrom: ap("198.18.1.1:30022"), SendTo: ap("198.18.2.2:5004"), Owner: dataplane.OwnerCall}
+	for _, fl := range []dataplane.Flow{static, legacy, owned} {
 		if err := xdp.Install(fl); err != nil {
 			t.Fatal(err)
 		}
 	}
 	now := time.Unix(1000, 0)
-	m, err := NewManager(ManagerConfig{Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999, CallFlowIDBase: 1 << 40},
-		zaptest.NewLogger(t), xdp)
+	reg, err := registry.New(testCfg, zaptest.NewLogger(t), xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.now = func() time.Time { return now }
+	m := NewManager(reg, zaptest.NewLogger(t))
 	list, _ := m.List()
 	if len(list) != 1 || list[0].Flow.ID != 3 {
 		t.Fatalf("static flows %+v, want only id 3", list)
 	}
-	now = now.Add(time.Minute) // idle since adoption (m.now at adoption was the real clock)
-	m.orphans[callFlow.Match].created = time.Unix(1000, 0)
+	if n := reg.Unclaimed(); n != 2 {
+		t.Errorf("%d unclaimed call flows, want 2", n)
+	}
+	// The found flows' ports are taken: a new call or static flow cannot
+	// have them.
+	if err := reg.HoldStatic(legacy.Match); !errors.Is(err, registry.ErrPortInUse) {
+		t.Errorf("static flow on an orphan's port: %v, want ErrPortInUse", err)
+	}
+	// Idle since adoption (the registry's clock at adoption was the real
+	// one, an hour on is idle whatever it was).
+	now = time.Now().Add(time.Hour)
+	setNow(m, func() time.Time { return now })
 	m.SweepIdle(30 * time.Second)
 	if xdp.Len() != 1 {
 		t.Errorf("data plane has %d flows after the sweep, want the static one only", xdp.Len())
 	}
+	if err := reg.HoldStatic(legacy.Match); err != nil {
+		t.Errorf("port of a swept orphan not given back: %v", err)
+	}
 }
 
-// TestManagerClaimedCallFlows: call flows a restored call claims are not
-// swept, however idle; unclaimed ones are.
-func TestManagerClaimedCallFlows(t *testing.T) {
+// TestStaticFlowTakesCallPort: a static flow added after start takes its
+// port pair in the registry, so a call is never given it (a call's
+// install would fail on the taken match), and a static flow cannot take
+// a call's port.
+func TestStaticFlowTakesCallPort(t *testing.T) {
 	xdp := dataplanetest.New(dataplane.PathXDP)
-	kept := dataplane.Flow{ID: 1<<40 + 1, Match: ap("198.18.1.1:30010"), SendFrom: ap("198.18.1.1:30012"), SendTo: ap("198.18.2.2:5002")}
-	gone := dataplane.Flow{ID: 1<<40 + 2, Match: ap("198.18.1.1:30020"), SendFrom: ap("198.18.1.1:30022"), SendTo: ap("198.18.2.2:5004")}
-	for _, fl := range []dataplane.Flow{kept, gone} {
-		if err := xdp.Install(fl); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := NewManager(ManagerConfig{Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999, CallFlowIDBase: 1 << 40},
-		zaptest.NewLogger(t), xdp)
+	cfg := registry.Config{Interfaces: []registry.Interface{{Addr: relayAddr, PortMin: 30000, PortMax: 30005}}}
+	reg, err := registry.New(cfg, zaptest.NewLogger(t), xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := m.ClaimCallFlows([]netip.AddrPort{kept.Match, ap("198.18.1.1:30100")}); n != 1 {
-		t.Errorf("claimed %d, want 1", n)
+	m := NewManager(reg, zaptest.NewLogger(t))
+	calls := call.NewTable(reg, zaptest.NewLogger(t))
+	// RTP and RTCP of one static stream share the pair 30000.
+	for _, match := range []string{"198.18.1.1:30000", "198.18.1.1:30001"} {
+		if _, err := m.Add(FlowSpec{Match: ap(match), Action: dataplane.Drop}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	now := time.Now().Add(time.Hour)
-	m.now = func() time.Time { return now }
-	m.SweepIdle(30 * time.Second)
-	if _, err := xdp.Stats(kept.Match); err != nil {
-		t.Errorf("claimed flow swept: %v", err)
+	c := calls.New(netip.AddrPort{}, "", "")
+	if err := c.Media.Ensure(0, relayAddr, relayAddr); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := xdp.Stats(gone.Match); err == nil {
-		t.Error("unclaimed idle flow of a previous run kept")
+	st := c.Media.Streams()[0]
+	for s, e := range st.Ends {
+		if e.Port == 30000 {
+			t.Errorf("leg %d given the static flow's port %d", s, e.Port)
+		}
 	}
+	// The third pair is the last one: a call's port is not the static API's.
+	if _, err := m.Add(FlowSpec{Match: netip.AddrPortFrom(relayAddr, st.Ends[0].Port), Action: dataplane.Drop}); !errors.Is(err, ErrConflict) {
+		t.Errorf("static flow on a call's port: %v, want ErrConflict", err)
+	}
+	c2 := calls.New(netip.AddrPort{}, "", "")
+	if err := c2.Media.Ensure(0, relayAddr, relayAddr); !errors.Is(err, call.ErrNoPorts) {
+		t.Errorf("a second call: %v, want ErrNoPorts (pairs: static, call a, call b)", err)
+	}
+	c2.End(call.Rejected, 503, "")
+	// Removing both static flows gives the pair back.
+	list, _ := m.List()
+	for _, f := range list {
+		if _, err := m.Remove(f.Flow.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if free := reg.Ports()[0].Free; free != 1 {
+		t.Errorf("%d pairs free after removing the static flows, want 1", free)
+	}
+	c.End(call.Answered, 200, "")
 }

@@ -99,6 +99,30 @@ type Flow struct {
 	// Reverse, when valid, is the match of the flow that carries media
 	// back to this flow's source: its SendTo follows the learned source.
 	Reverse netip.AddrPort
+	// Owner says which part of the control plane installed the flow. Data
+	// planes ignore it but keep it with the flow, so that a control plane
+	// started again finds out which flows belong to calls.
+	Owner Owner
+}
+
+// Owner is the part of the control plane a flow belongs to.
+type Owner uint8
+
+const (
+	// OwnerStatic: a static flow of the admin API.
+	OwnerStatic Owner = iota
+	// OwnerCall: a flow of a call (SIP B2BUA or ng).
+	OwnerCall
+)
+
+func (o Owner) String() string {
+	switch o {
+	case OwnerStatic:
+		return "static"
+	case OwnerCall:
+		return "call"
+	}
+	return fmt.Sprintf("owner(%d)", uint8(o))
 }
 
 // Routable reports whether a is a globally reachable unicast address: not

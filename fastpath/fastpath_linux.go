@@ -493,6 +493,7 @@ func valueOf(fl *dataplane.Flow, slot uint32) relayFlowValue {
 		ClockRate: fl.ClockRate,
 		TicksMult: dataplane.TicksMult(fl.ClockRate),
 		Action:    uint8(fl.Action),
+		Owner:     uint8(fl.Owner),
 	}
 	if fl.SendTo.IsValid() {
 		v.Family = unix.AF_INET6
@@ -529,6 +530,7 @@ func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
 		Match:     addrPortOf(k.Family, k.Addr, k.Port),
 		Action:    dataplane.Action(v.Action),
 		ClockRate: v.ClockRate,
+		Owner:     dataplane.Owner(v.Owner),
 	}
 	if v.Family != 0 {
 		fl.SendFrom = addrPortOf(v.Family, v.SrcAddr, v.SrcPort)

@@ -87,7 +87,7 @@ type relayFlowValue struct {
 	Action     uint8
 	Flags      uint8
 	Family     uint8
-	Pad        uint8
+	Owner      uint8
 	SrcPort    uint16
 	DstPort    uint16
 	SrcAddr    [16]uint8

@@ -201,7 +201,7 @@ func TestReadyWatchdogReload(t *testing.T) {
 	waitMsg(t, msgs, "WATCHDOG=1", 2*time.Second)
 
 	metrics := d.get(t, "/metrics")
-	for _, want := range []string{`relayd_sip_calls_total{disposition="media_timeout"} 0`, `relayd_build_info{`, `relayd_media_ports{state="free"} 100`, `relayd_flow_slots_max{path="userspace"}`} {
+	for _, want := range []string{`relayd_sip_calls_total{disposition="media_timeout"} 0`, `relayd_build_info{`, `relayd_media_ports{interface="default",state="free"} 100`, `relayd_flow_slots_max{path="userspace"}`} {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
 		}

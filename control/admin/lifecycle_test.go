@@ -180,8 +180,8 @@ func TestMetricsLifecycle(t *testing.T) {
 	for _, want := range []string{
 		`relayd_flows{path="xdp"} 3`, // 1 static + 2 of the call (rtcp-mux)
 		`relayd_flows{path="userspace"} 0`,
-		`relayd_media_ports{state="in_use"} 4`, // 2 pairs: one per leg
-		`relayd_media_ports{state="free"} 96`,
+		`relayd_media_ports{interface="default",state="in_use"} 4`, // 2 pairs: one per leg
+		`relayd_media_ports{interface="default",state="free"} 96`,
 		`relayd_flow_slots_used{path="xdp"} 3`,
 		`relayd_flow_slots_max{path="xdp"} 1000`,
 		`relayd_cdr_written_total 7`,

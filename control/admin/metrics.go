@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +23,7 @@ var (
 	attachedDesc = prometheus.NewDesc("relayd_xdp_attached",
 		"1 for each interface the XDP program is attached to, with its mode.", []string{"interface", "mode"}, nil)
 	portsDesc = prometheus.NewDesc("relayd_media_ports",
-		"Relay media ports of the call port range (RTP and RTCP), by state.", []string{"state"}, nil)
+		"Relay media ports (RTP and RTCP) of each media interface's port range, by state.", []string{"interface", "state"}, nil)
 	slotsUsedDesc = prometheus.NewDesc("relayd_flow_slots_used",
 		"Entries used in a data plane's flow table (the userspace one also holds the shadows of XDP flows).", []string{"path"}, nil)
 	slotsMaxDesc = prometheus.NewDesc("relayd_flow_slots_max",
@@ -78,10 +79,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(flowsDesc, prometheus.GaugeValue, float64(n), string(path))
 	}
 	if c.calls != nil {
-		p := c.calls.Ports()
-		free := 2 * p.Free()
-		ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(2*p.Pairs()-free), "in_use")
-		ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(free), "free")
+		for _, p := range c.calls.Registry().Ports() {
+			name := cmp.Or(p.Interface, "default")
+			ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(2*(p.Pairs-p.Free)), name, "in_use")
+			ch <- prometheus.MustNewConstMetric(portsDesc, prometheus.GaugeValue, float64(2*p.Free), name, "free")
+		}
 	}
 	if c.cdr != nil {
 		st := c.cdr()

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 	"github.com/relayd/relayd/sdes"
@@ -20,57 +21,25 @@ var (
 	calleeIP = netip.MustParseAddr("198.18.2.2")
 )
 
-func TestPorts(t *testing.T) {
-	p, err := NewPorts(30000, 30005)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []uint16
-	for range 3 {
-		port, err := p.Alloc()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, port)
-	}
-	if got[0] != 30000 || got[1] != 30002 || got[2] != 30004 {
-		t.Errorf("ports %v, want 30000 30002 30004", got)
-	}
-	if _, err := p.Alloc(); !errors.Is(err, ErrNoPorts) {
-		t.Errorf("exhausted: %v, want ErrNoPorts", err)
-	}
-	p.Release(30002)
-	p.Release(30002) // twice: no effect
-	p.Release(12)    // out of range: no effect
-	if p.Free() != 1 {
-		t.Errorf("free %d, want 1", p.Free())
-	}
-	if port, _ := p.Alloc(); port != 30002 {
-		t.Errorf("after release got %d, want 30002", port)
-	}
-	if _, err := NewPorts(30001, 30005); err == nil {
-		t.Error("odd first port accepted")
-	}
-}
-
-func TestPortsRoundRobin(t *testing.T) {
-	p, _ := NewPorts(30000, 30007)
-	a, _ := p.Alloc()
-	p.Release(a)
-	b, _ := p.Alloc()
-	if a == b {
-		t.Errorf("released pair %d reused at once; want the next one", a)
-	}
-}
 
 func newTable(t *testing.T, planes ...dataplane.DataPlane) *Table {
 	t.Helper()
-	tb, err := NewTable(Config{Addr: relay4, Addr6: relay6, PortMin: 30000, PortMax: 30099}, zaptest.NewLogger(t), planes...)
+	return newTableRange(t, 30000, 30099, planes...)
+}
+
+func newTableRange(t *testing.T, lo, hi uint16, planes ...dataplane.DataPlane) *Table {
+	t.Helper()
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{
+		{Addr: relay4, Addr6: relay6, PortMin: lo, PortMax: hi},
+	}}, zaptest.NewLogger(t), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tb
+	return NewTable(reg, zaptest.NewLogger(t))
 }
+
+// freePairs returns the free port pairs of the default interface.
+func freePairs(tb *Table) int { return tb.Registry().Ports()[0].Free }
 
 func TestMediaFlows(t *testing.T) {
 	xdp := dataplanetest.New(dataplane.PathXDP)
@@ -116,8 +85,8 @@ func TestMediaFlows(t *testing.T) {
 				fs.Flow.ExpectSource != netip.AddrPortFrom(callerIP, 0) || fs.Flow.ClockRate != 8000 {
 				t.Errorf("A->B flow %+v", fs.Flow)
 			}
-			if fs.Flow.ID < 1<<40 {
-				t.Errorf("call flow id %d below the call range", fs.Flow.ID)
+			if fs.Flow.ID == 0 || fs.Flow.Owner != dataplane.OwnerCall {
+				t.Errorf("call flow id %d owner %s, want an id and owner call", fs.Flow.ID, fs.Flow.Owner)
 			}
 		}
 	}
@@ -149,7 +118,7 @@ func TestMediaFlows(t *testing.T) {
 	if info.Media[A].Packets != 10 || info.Media[A].Path != "xdp" || len(info.Flows) != 2 {
 		t.Errorf("info %+v", info)
 	}
-	free := tb.Ports().Free()
+	free := freePairs(tb)
 	if !c.End(Answered, 200, "") {
 		t.Fatal("End returned false")
 	}
@@ -159,8 +128,8 @@ func TestMediaFlows(t *testing.T) {
 	if xdp.Len() != 0 {
 		t.Errorf("%d flows left after the end", xdp.Len())
 	}
-	if tb.Ports().Free() != free+2 {
-		t.Errorf("ports not released: %d free, want %d", tb.Ports().Free(), free+2)
+	if freePairs(tb) != free+2 {
+		t.Errorf("ports not released: %d free, want %d", freePairs(tb), free+2)
 	}
 	info = c.Info()
 	if info.Disposition != Answered || info.Media[A].Packets != 10 || info.End == nil {
@@ -263,10 +232,7 @@ func TestMediaSRTPUserspace(t *testing.T) {
 }
 
 func TestPortExhaustion(t *testing.T) {
-	tb, err := NewTable(Config{Addr: relay4, PortMin: 30000, PortMax: 30003}, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := newTableRange(t, 30000, 30003, dataplanetest.New(dataplane.PathXDP))
 	c1 := tb.New(netip.AddrPort{}, "", "")
 	if err := c1.Media.Ensure(0, relay4, relay4); err != nil {
 		t.Fatal(err)
@@ -277,8 +243,8 @@ func TestPortExhaustion(t *testing.T) {
 	}
 	c2.End(Rejected, 503, "")
 	c1.End(Answered, 200, "")
-	if tb.Ports().Free() != 2 {
-		t.Errorf("%d pairs free, want 2: a failed allocation must give back what it took", tb.Ports().Free())
+	if freePairs(tb) != 2 {
+		t.Errorf("%d pairs free, want 2: a failed allocation must give back what it took", freePairs(tb))
 	}
 }
 
@@ -303,6 +269,7 @@ func TestIdle(t *testing.T) {
 	}
 	quiet, busy := mk(), mk()
 	tb.now = func() time.Time { return now.Add(time.Minute) }
+	tb.Registry().SetClock(tb.now)
 	for _, f := range busy.Media.Flows() {
 		xdp.SetStats(f.Flow.Match, dataplane.Stats{Packets: 1, LastSeen: now.Add(50 * time.Second)})
 	}
@@ -356,14 +323,14 @@ func TestMediaLatching(t *testing.T) {
 		t.Fatalf("callee->caller flow sends to %s before learning, want the signalled %s", f.SendTo, signalled)
 	}
 	public := netip.MustParseAddrPort("198.18.0.2:61000") // the NAT's public side
-	tb.Latched(aIn, public, false)
+	tb.Registry().Latched(aIn, public, false)
 	if f := flow(bIn); f.SendTo != public {
 		t.Errorf("after learning: callee->caller sends to %s, want %s", f.SendTo, public)
 	}
 	if f := flow(aIn); !f.Latch {
 		t.Error("learning ended the latch window")
 	}
-	tb.Latched(aIn, public, true)
+	tb.Registry().Latched(aIn, public, true)
 	if f := flow(aIn); f.Latch || f.ExpectSource != public {
 		t.Errorf("after locking: %+v, want latch off and expect_source %s", f, public)
 	}
@@ -379,5 +346,5 @@ func TestMediaLatching(t *testing.T) {
 		t.Errorf("after a re-offer: callee->caller sends to %s", f.SendTo)
 	}
 	m.Close()
-	tb.Latched(aIn, public, true) // after the call: ignored
+	tb.Registry().Latched(aIn, public, true) // after the call: ignored
 }

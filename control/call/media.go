@@ -53,10 +53,20 @@ func sameFlow(a, b dataplane.Flow) bool {
 	return a == b
 }
 
+// Local is where one leg's media sits on the relay: the media interface
+// its ports come from, the relay address its flows use, and the address
+// SDP names (Advertise: the public side of a 1:1 NAT, else Addr).
+type Local struct {
+	Interface string
+	Addr      netip.Addr
+	Advertise netip.Addr
+}
+
 // End is one leg's end of a stream.
 type End struct {
-	Relay netip.Addr // relay media address on this leg
-	Port  uint16     // relay RTP port on this leg (RTCP is Port+1); 0 until allocated
+	Relay     netip.Addr // relay media address on this leg
+	Interface string     // the media interface Port comes from (Relay's)
+	Port      uint16     // relay RTP port on this leg (RTCP is Port+1); 0 until allocated
 	// RTP and RTCP are the peer's addresses from its SDP; invalid while
 	// unknown or on hold with c=0.0.0.0.
 	RTP, RTCP netip.AddrPort
@@ -78,7 +88,7 @@ type Stream struct {
 // flowRec is a flow relayd installed for a call.
 type flowRec struct {
 	flow      dataplane.Flow
-	plane     dataplane.DataPlane
+	path      dataplane.Path
 	side      Side // the leg the packets arrive from
 	installed time.Time
 }
@@ -117,8 +127,9 @@ type learned struct {
 
 // Ensure makes sure stream i exists (and the streams before it), with a
 // relay port pair on each leg on the given relay addresses (an invalid
-// address keeps the one set before). It fails with ErrNoPorts when the
-// range is exhausted.
+// address keeps the one set before). A leg's port comes from the media
+// interface its address belongs to; a leg moved to another interface gets
+// a port there. It fails with ErrNoPorts when the range is exhausted.
 func (m *Media) Ensure(i int, relayA, relayB netip.Addr) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -134,10 +145,19 @@ func (m *Media) Ensure(i int, relayA, relayB netip.Addr) error {
 		if relay.IsValid() {
 			// A new destination may be of the other family: the flows
 			// move with the next Sync.
+			name, ok := m.t.reg.InterfaceOf(relay)
+			if !ok {
+				return fmt.Errorf("stream %d: %s is not a relay media address", i, relay)
+			}
 			e.Relay = relay
+			if e.Port != 0 && e.Interface != name {
+				m.t.reg.ReleasePort(e.Interface, e.Port)
+				e.Port = 0
+			}
+			e.Interface = name
 		}
 		if e.Port == 0 {
-			p, err := m.t.allocPort()
+			p, err := m.t.reg.AllocPort(e.Interface)
 			if err != nil {
 				return err
 			}
@@ -228,9 +248,16 @@ func (m *Media) applyLatch(fl *dataplane.Flow) {
 	}
 }
 
-// Latched records that the flow with this match learned source (locked:
-// the latch window closed) and applies it to the flows.
-func (m *Media) Latched(match, source netip.AddrPort, locked bool) error {
+// Latched implements registry.Holder: it records that the flow with this
+// match learned source (locked: the latch window closed) and applies it
+// to the flows.
+func (m *Media) Latched(match, source netip.AddrPort, locked bool) {
+	if err := m.latched(match, source, locked); err != nil {
+		m.t.log.Warn("apply latched source", zap.Stringer("match", match), zap.Stringer("source", source), zap.Error(err))
+	}
+}
+
+func (m *Media) latched(match, source netip.AddrPort, locked bool) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -275,16 +302,17 @@ func (m *Media) Sync() error {
 		if _, ok := want[match]; ok {
 			continue
 		}
-		st, err := rec.plane.Remove(match)
+		fs, err := m.t.reg.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("remove flow %s: %w", match, err))
 			continue
 		}
-		m.keepLast(rec, st)
+		m.keepLast(rec, fs.Stats)
 		delete(m.flows, match)
 	}
 	for _, match := range sortedKeys(want) {
 		w := want[match]
+		w.flow.Owner = dataplane.OwnerCall
 		w.flow.Decrypt, w.flow.Encrypt = toSRTP(w.dec), toSRTP(w.enc)
 		if r, ok := m.restoreROC[match]; ok {
 			for _, k := range []*dataplane.SRTP{w.flow.Decrypt, w.flow.Encrypt} {
@@ -293,50 +321,45 @@ func (m *Media) Sync() error {
 				}
 			}
 		}
-		plane := m.t.planeFor(w.flow)
-		if plane == nil {
-			if w.flow.HasSRTP() {
-				errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
-			} else {
-				errs = append(errs, fmt.Errorf("flow %s: no data plane", match))
-			}
+		if w.flow.HasSRTP() && !m.t.CanSRTP() {
+			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
 			continue
 		}
-		rec, ok := m.flows[match]
-		if ok && rec.plane == plane {
+		if rec, ok := m.flows[match]; ok {
 			w.flow.ID = rec.flow.ID
 			if sameFlow(rec.flow, w.flow) {
 				continue
 			}
-			if err := plane.Update(w.flow); err != nil {
+			moved, err := m.t.reg.Update(w.flow)
+			if moved != nil {
+				// Moved between data planes (SRTP on or off).
+				old := *rec
+				old.path = moved.From
+				m.keepLast(&old, moved.Stats)
+			}
+			if err != nil {
+				if moved != nil {
+					delete(m.flows, match)
+				}
 				errs = append(errs, fmt.Errorf("update flow %s: %w", match, err))
 				continue
 			}
 			rec.flow = w.flow
+			if fl, path, ok := m.t.reg.Get(match); ok {
+				rec.flow, rec.path = fl, path
+			}
 			m.t.log.Debug("flow updated", zap.Stringer("match", match), zap.Stringer("send_to", w.flow.SendTo))
 			continue
 		}
-		if ok {
-			// Moving between data planes (SRTP on or off).
-			st, err := rec.plane.Remove(match)
-			if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
-				errs = append(errs, fmt.Errorf("move flow %s: %w", match, err))
-				continue
-			}
-			m.keepLast(rec, st)
-			w.flow.ID = rec.flow.ID
-			delete(m.flows, match)
-		} else if id, ok := m.restoreIDs[match]; ok {
+		if id, ok := m.restoreIDs[match]; ok {
 			w.flow.ID = id
-		} else {
-			w.flow.ID = m.t.flowID()
 		}
-		if err := plane.Install(w.flow); err != nil {
+		fl, path, err := m.t.reg.Install(w.flow, "", m)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("install flow %s: %w", match, err))
 			continue
 		}
-		m.flows[match] = &flowRec{flow: w.flow, plane: plane, side: w.side, installed: m.t.now()}
-		m.t.own(match, m)
+		m.flows[match] = &flowRec{flow: fl, path: path, side: w.side, installed: m.t.now()}
 	}
 	return errors.Join(errs...)
 }
@@ -357,7 +380,7 @@ func (m *Media) keepLast(rec *flowRec, st dataplane.Stats) {
 	}
 	prev := m.last[rec.flow.Match]
 	st.Add(prev.Stats)
-	m.last[rec.flow.Match] = FlowStat{Flow: rec.flow, Path: rec.plane.Path(), Side: rec.side, Stats: st}
+	m.last[rec.flow.Match] = FlowStat{Flow: rec.flow, Path: rec.path, Side: rec.side, Stats: st}
 }
 
 // FlowStat is a call's flow with its statistics.
@@ -379,8 +402,8 @@ func (m *Media) Flows() []FlowStat {
 	m.mu.Unlock()
 	out := make([]FlowStat, 0, len(recs))
 	for _, r := range recs {
-		st, _ := r.plane.Stats(r.flow.Match)
-		out = append(out, FlowStat{Flow: r.flow, Path: r.plane.Path(), Side: r.side, Stats: st})
+		fs, _ := m.t.reg.Stats(r.flow.Match)
+		out = append(out, FlowStat{Flow: r.flow, Path: r.path, Side: r.side, Stats: fs.Stats})
 	}
 	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
 	return out
@@ -414,18 +437,17 @@ func (m *Media) Close() []FlowStat {
 	}
 	m.closed = true
 	for match, rec := range m.flows {
-		m.t.disown(match, m)
-		st, err := rec.plane.Remove(match)
+		fs, err := m.t.reg.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			m.t.log.Warn("remove flow at call end", zap.Stringer("match", match), zap.Error(err))
 		}
-		m.keepLast(rec, st)
+		m.keepLast(rec, fs.Stats)
 	}
 	m.flows = nil
 	for _, st := range m.streams {
 		for s := range st.Ends {
-			if p := st.Ends[s].Port; p != 0 {
-				m.t.ports.Release(p)
+			if e := &st.Ends[s]; e.Port != 0 {
+				m.t.reg.ReleasePort(e.Interface, e.Port)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
 )
@@ -162,14 +163,17 @@ func (m *Media) snapshot() MediaSnapshot {
 	// userspace flows and for the userspace shadows of XDP flows (punted
 	// packets, latching), whose counts the XDP flow's include. Stats
 	// outside the media's lock, as Flows does.
-	shadows, _ := m.t.planes[dataplane.PathUserspace].(dataplane.PuntRelay)
+	up, _ := m.t.reg.Plane(dataplane.PathUserspace)
+	shadows, _ := up.(dataplane.PuntRelay)
 	for _, r := range recs {
-		fsn := FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.plane.Path()}
+		fsn := FlowSnapshot{Match: r.flow.Match, ID: r.flow.ID, Side: r.side, Path: r.path}
 		var st dataplane.Stats
 		var err error
 		switch {
-		case r.plane.Path() == dataplane.PathUserspace:
-			st, err = r.plane.Stats(r.flow.Match)
+		case r.path == dataplane.PathUserspace:
+			var fs registry.FlowState
+			fs, err = m.t.reg.Stats(r.flow.Match)
+			st = fs.Stats
 			if err == nil && r.flow.HasSRTP() {
 				fsn.SSRC, fsn.ROC = rolloverCounter(r.flow, st)
 			}
@@ -186,7 +190,7 @@ func (m *Media) snapshot() MediaSnapshot {
 		}
 		fc := counted[r.flow.Match]
 		if fc.Match != r.flow.Match {
-			fc = flowCount(FlowStat{Flow: r.flow, Path: r.plane.Path(), Side: r.side})
+			fc = flowCount(FlowStat{Flow: r.flow, Path: r.path, Side: r.side})
 		}
 		fc.Packets += st.Packets
 		fc.Bytes += st.Bytes
@@ -257,10 +261,12 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 			if err != nil {
 				return nil, fmt.Errorf("restore call %s: stream %d: %w", s.ID, ss.Index, err)
 			}
-			st.Ends[i] = End{Relay: e.Relay, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send}
+			name, _ := t.reg.InterfaceOf(e.Relay)
+			st.Ends[i] = End{Relay: e.Relay, Interface: name, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send}
 			if e.Port != 0 {
-				// Taken already when a pinned flow uses it (NewTable).
-				t.ports.Reserve(e.Port)
+				// Taken already when a pinned flow uses it (the
+				// registry's adoption).
+				t.reg.ReservePort(name, e.Port)
 			}
 		}
 		m.streams = append(m.streams, st)
@@ -288,9 +294,6 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 				m.restoreROC = make(map[netip.AddrPort][2]uint32)
 			}
 			m.restoreROC[f.Match] = [2]uint32{f.SSRC, f.ROC}
-		}
-		for t.nextFlow.Load() <= f.ID {
-			t.nextFlow.Store(f.ID + 1)
 		}
 	}
 	state := s.State
@@ -321,40 +324,23 @@ func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	carried := make(map[dataplane.Path]map[netip.AddrPort]dataplane.Flow)
-	for path, p := range m.t.planes {
-		list, err := p.List()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s flows: %w", path, err))
+	for match, w := range want {
+		f, path, ok := m.t.reg.Claim(match, m)
+		if !ok {
 			continue
 		}
-		carried[path] = make(map[netip.AddrPort]dataplane.Flow, len(list))
-		for _, fs := range list {
-			carried[path][fs.Flow.Match] = fs.Flow
+		if id, ok := ids[match]; ok && id != f.ID {
+			m.t.log.Warn("restored flow has another id in the data plane; keeping the data plane's",
+				zap.Stringer("match", match), zap.Uint64("stored", id), zap.Uint64("data_plane", f.ID))
 		}
-	}
-	for match, w := range want {
-		for path, flows := range carried {
-			f, ok := flows[match]
-			if !ok {
-				continue
-			}
-			if id, ok := ids[match]; ok && id != f.ID {
-				m.t.log.Warn("restored flow has another id in the data plane; keeping the data plane's",
-					zap.Stringer("match", match), zap.Uint64("stored", id), zap.Uint64("data_plane", f.ID))
-			}
-			m.flows[match] = &flowRec{flow: f, plane: m.t.planes[path], side: w.side, installed: m.t.now()}
-			m.t.own(match, m)
-			break
-		}
+		m.flows[match] = &flowRec{flow: f, path: path, side: w.side, installed: m.t.now()}
 	}
 	m.restoreIDs = ids
 	m.mu.Unlock()
 	err = m.Sync()
 	m.mu.Lock()
 	m.restoreIDs, m.restoreROC = nil, nil
-	return errors.Join(append(errs, err)...)
+	return err
 }
 
 // Detach forgets the media without touching its flows or ports: relayd is
@@ -368,7 +354,7 @@ func (m *Media) Detach() {
 	}
 	m.closed = true
 	for match := range m.flows {
-		m.t.disown(match, m)
+		m.t.reg.Forget(match)
 	}
 	m.flows = nil
 }
@@ -394,11 +380,13 @@ var errDetached = errors.New("relayd stopping: call kept")
 
 // Matches returns the matches of every flow the calls in the table own.
 func (t *Table) Matches() []netip.AddrPort {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]netip.AddrPort, 0, len(t.owners))
-	for match := range t.owners {
-		out = append(out, match)
+	var out []netip.AddrPort
+	for _, c := range t.List() {
+		c.Media.mu.Lock()
+		for match := range c.Media.flows {
+			out = append(out, match)
+		}
+		c.Media.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
 	return out
@@ -409,7 +397,7 @@ func (m *Media) HasPath(p dataplane.Path) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.flows {
-		if r.plane.Path() == p {
+		if r.path == p {
 			return true
 		}
 	}

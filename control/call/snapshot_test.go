@@ -47,7 +47,7 @@ func TestSnapshotRestore(t *testing.T) {
 	streams := c.Media.Streams()
 	aRTP := netip.AddrPortFrom(relay4, streams[0].Ends[A].Port)
 	srtpIn := netip.AddrPortFrom(relay4, streams[1].Ends[A].Port)
-	if err := c.Media.Latched(aRTP, netip.MustParseAddrPort("198.18.0.2:4444"), true); err != nil {
+	if err := c.Media.latched(aRTP, netip.MustParseAddrPort("198.18.0.2:4444"), true); err != nil {
 		t.Fatal(err)
 	}
 	// The SRTP stream from the caller passed two rollovers; the XDP flow

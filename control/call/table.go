@@ -3,8 +3,6 @@ package call
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -14,168 +12,55 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 )
 
-// Config is what the call table needs to know about the relay.
-type Config struct {
-	// Addr and Addr6 are the relay media addresses; at least one valid.
-	Addr, Addr6 netip.Addr
-	// PortMin (even) and PortMax (odd) bound the relay ports.
-	PortMin, PortMax uint16
-	// FlowIDBase is the first flow ID given to call flows, kept apart from
-	// the IDs of static flows. Default 1<<40.
-	FlowIDBase uint64
-}
-
-func (c *Config) validate() error {
-	if !c.Addr.IsValid() && !c.Addr6.IsValid() {
-		return errors.New("need a media address")
-	}
-	if c.FlowIDBase == 0 {
-		c.FlowIDBase = 1 << 40
-	}
-	return nil
-}
-
-// Sweeper is implemented by data planes that find idle flows themselves
-// (fastpath does). It matches control.Sweeper.
-type Sweeper interface {
-	Sweep(idle time.Duration) ([]dataplane.FlowStats, error)
-}
-
-// Table holds the calls in progress, the relay ports and the data planes
-// their flows go to. Create it with NewTable; it is safe for concurrent
-// use.
+// Table holds the calls in progress. Their flows and ports are in the
+// flow registry the table is made over, which the other front ends share.
+// Create it with NewTable; it is safe for concurrent use.
 type Table struct {
-	cfg    Config
-	log    *zap.Logger
-	planes map[dataplane.Path]dataplane.DataPlane
-	ports  *Ports
-	now    func() time.Time
+	reg *registry.Registry
+	log *zap.Logger
+	now func() time.Time
 
-	nextFlow atomic.Uint64
 	nextCall atomic.Uint64
 
-	mu     sync.Mutex // guards the following
-	calls  map[string]*Call
-	owners map[netip.AddrPort]*Media // which call's media installed a flow
+	mu    sync.Mutex // guards the following
+	calls map[string]*Call
 }
 
-// NewTable returns a call table over the given data planes (at most one
-// per path).
-func NewTable(cfg Config, log *zap.Logger, planes ...dataplane.DataPlane) (*Table, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("call table: %w", err)
-	}
-	ports, err := NewPorts(cfg.PortMin, cfg.PortMax)
-	if err != nil {
-		return nil, fmt.Errorf("call table: %w", err)
-	}
-	t := &Table{
-		cfg:    cfg,
-		log:    log,
-		planes: make(map[dataplane.Path]dataplane.DataPlane),
-		ports:  ports,
-		now:    time.Now,
-		calls:  make(map[string]*Call),
-	}
-	for _, p := range planes {
-		if p != nil {
-			t.planes[p.Path()] = p
-		}
-	}
-	// Continue after flow IDs found in the data planes (a previous run's
-	// call flows, adopted as static flows), so that IDs never collide.
-	t.nextFlow.Store(cfg.FlowIDBase)
-	for _, p := range t.planes {
-		list, err := p.List()
-		if err != nil {
-			continue
-		}
-		for _, fs := range list {
-			if fs.Flow.ID >= t.nextFlow.Load() {
-				t.nextFlow.Store(fs.Flow.ID + 1)
-			}
-			if fs.Flow.Match.Addr() == cfg.Addr || fs.Flow.Match.Addr() == cfg.Addr6 {
-				ports.Reserve(fs.Flow.Match.Port() &^ 1)
-			}
-		}
-	}
-	return t, nil
+// NewTable returns a call table over the registry.
+func NewTable(reg *registry.Registry, log *zap.Logger) *Table {
+	return &Table{reg: reg, log: log, now: time.Now, calls: make(map[string]*Call)}
 }
 
-// Addr returns the relay media address for a peer address: the same
-// family when relayd has one, else the other.
+// Registry returns the flow registry the table's calls use.
+func (t *Table) Registry() *registry.Registry { return t.reg }
+
+// Addr returns the relay media address of the default interface for a
+// peer address: the same family when it has one, else the other.
 func (t *Table) Addr(peer netip.Addr) netip.Addr {
-	if peer.Is6() && !peer.Is4In6() && t.cfg.Addr6.IsValid() {
-		return t.cfg.Addr6
+	in, _ := t.reg.Interface("")
+	a, _ := in.Address(peer)
+	return a
+}
+
+// Local returns where a leg's media sits on the named media interface
+// ("" the default) for a peer address: the address of the peer's family
+// when the interface has one, else the other.
+func (t *Table) Local(iface string, peer netip.Addr) (Local, error) {
+	in, err := t.reg.Interface(iface)
+	if err != nil {
+		return Local{}, err
 	}
-	if t.cfg.Addr.IsValid() {
-		return t.cfg.Addr
-	}
-	return t.cfg.Addr6
+	a, adv := in.Address(peer)
+	return Local{Interface: in.Name, Addr: a, Advertise: adv}, nil
 }
 
 // CanSRTP reports whether calls can have SRTP terminated on a leg (a
 // userspace data plane runs).
-func (t *Table) CanSRTP() bool {
-	_, ok := t.planes[dataplane.PathUserspace]
-	return ok
-}
-
-// Ports returns the port allocator.
-func (t *Table) Ports() *Ports { return t.ports }
-
-func (t *Table) allocPort() (uint16, error) { return t.ports.Alloc() }
-
-func (t *Table) flowID() uint64 { return t.nextFlow.Add(1) - 1 }
-
-// own records that m installed the flow with this match.
-func (t *Table) own(match netip.AddrPort, m *Media) {
-	t.mu.Lock()
-	if t.owners == nil {
-		t.owners = make(map[netip.AddrPort]*Media)
-	}
-	t.owners[match] = m
-	t.mu.Unlock()
-}
-
-// disown forgets that m installed the flow with this match.
-func (t *Table) disown(match netip.AddrPort, m *Media) {
-	t.mu.Lock()
-	if t.owners[match] == m {
-		delete(t.owners, match)
-	}
-	t.mu.Unlock()
-}
-
-// Latched passes a data plane's latching event (a flow learned a source,
-// or locked it) to the call whose flow it is. Events for flows no call
-// owns (static flows, calls ended) are ignored.
-func (t *Table) Latched(match, source netip.AddrPort, locked bool) {
-	t.mu.Lock()
-	m := t.owners[match]
-	t.mu.Unlock()
-	if m == nil {
-		return
-	}
-	if err := m.Latched(match, source, locked); err != nil {
-		t.log.Warn("apply latched source", zap.Stringer("match", match), zap.Stringer("source", source), zap.Error(err))
-	}
-}
-
-// planeFor returns the data plane for a flow: XDP where it runs, else
-// userspace; always userspace for SRTP.
-func (t *Table) planeFor(f dataplane.Flow) dataplane.DataPlane {
-	if f.HasSRTP() {
-		return t.planes[dataplane.PathUserspace]
-	}
-	if p, ok := t.planes[dataplane.PathXDP]; ok {
-		return p
-	}
-	return t.planes[dataplane.PathUserspace]
-}
+func (t *Table) CanSRTP() bool { return t.reg.HasPlane(dataplane.PathUserspace) }
 
 // NewMedia returns empty media for a call.
 func (t *Table) NewMedia() *Media {
@@ -245,45 +130,10 @@ func (t *Table) Len() int {
 
 // Idle returns the answered calls none of whose flows has carried a
 // packet for idle (flows never used count from their installation).
-// Calls without flows are not idle. Data planes that implement Sweeper
-// are asked for their idle flows; the others are listed.
+// Calls without flows are not idle.
 func (t *Table) Idle(idle time.Duration) ([]*Call, error) {
-	now := t.now()
-	// seen: last packet per match; only flows the data plane considers
-	// active get a recent time, idle ones keep theirs.
-	seen := make(map[netip.AddrPort]time.Time)
-	var errs []error
-	for path, p := range t.planes {
-		list, err := p.List()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("list %s flows: %w", path, err))
-			continue
-		}
-		active := make(map[netip.AddrPort]bool, len(list))
-		if s, ok := p.(Sweeper); ok {
-			idleList, err := s.Sweep(idle)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("sweep %s flows: %w", path, err))
-				continue
-			}
-			for _, fs := range list {
-				active[fs.Flow.Match] = true
-			}
-			for _, fs := range idleList {
-				active[fs.Flow.Match] = false
-			}
-		}
-		for _, fs := range list {
-			last := fs.Stats.LastSeen
-			if active[fs.Flow.Match] && !last.IsZero() {
-				last = now // the data plane says it is not idle
-			}
-			if last.After(seen[fs.Flow.Match]) {
-				seen[fs.Flow.Match] = last
-			}
-		}
-	}
-	cutoff := now.Add(-idle)
+	seen, err := t.reg.LastSeen(idle)
+	cutoff := t.now().Add(-idle)
 	var out []*Call
 	for _, c := range t.List() {
 		if c.State() != StateAnswered {
@@ -294,5 +144,5 @@ func (t *Table) Idle(idle time.Duration) ([]*Call, error) {
 			out = append(out, c)
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, err
 }

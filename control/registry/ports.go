@@ -1,15 +1,4 @@
-// Package call is relayd's call model: relay port allocation, the media of
-// a call (streams, the flows that carry them, their statistics) and the
-// table of calls that the SIP front-end, the admin API and CDRs share.
-//
-// A call has two legs, A (the caller, toward relayd) and B (the callee,
-// from relayd). Each leg has media streams, one per m= line; each stream
-// has a relay port pair per leg (RTP even, RTCP odd) and, per direction,
-// an RTP flow and an RTCP flow (just the RTP flow with rtcp-mux), keyed by
-// the relay address and port the packets arrive on. Flows are installed as
-// soon as both ends of a direction are known and removed when the call
-// ends. control/call never imports cilium/ebpf or x/sys/unix.
-package call
+package registry
 
 import (
 	"errors"
@@ -17,8 +6,9 @@ import (
 	"sync"
 )
 
-// ErrNoPorts is returned when every relay port pair is in use; the SIP
-// front-end answers 503 with Retry-After.
+// ErrNoPorts is returned when every relay port pair of an interface is in
+// use; the SIP front end answers 503 with Retry-After, ng "Ran out of
+// ports".
 var ErrNoPorts = errors.New("relay ports exhausted")
 
 // Ports allocates relay port pairs (RTP even, RTCP the odd port after it)

@@ -1,0 +1,185 @@
+package registry
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/dataplane/dataplanetest"
+)
+
+var (
+	internal = Interface{Name: "internal", Addr: netip.MustParseAddr("198.18.1.1"), Addr6: netip.MustParseAddr("2001:2:0:1::1"), PortMin: 30000, PortMax: 30009}
+	external = Interface{Name: "external", Addr: netip.MustParseAddr("198.18.3.1"), Advertise: netip.MustParseAddr("198.19.0.1"), PortMin: 30000, PortMax: 30003}
+)
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+type holder struct{ events []string }
+
+func (h *holder) Latched(match, source netip.AddrPort, locked bool) {
+	h.events = append(h.events, match.String()+" "+source.String())
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   []Interface
+	}{
+		{"none", nil},
+		{"no address", []Interface{{Name: "x", PortMin: 30000, PortMax: 30001}}},
+		{"odd first port", []Interface{{Addr: internal.Addr, PortMin: 30001, PortMax: 30003}}},
+		{"twice", []Interface{internal, internal}},
+		{"shared address", []Interface{internal, {Name: "other", Addr: internal.Addr, PortMin: 40000, PortMax: 40001}}},
+		{"v6 as v4", []Interface{{Addr: internal.Addr6, PortMin: 30000, PortMax: 30001}}},
+	} {
+		if _, err := New(Config{Interfaces: tc.in}, zaptest.NewLogger(t)); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}
+
+func TestInterfaces(t *testing.T) {
+	r, err := New(Config{Interfaces: []Interface{internal, external}}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := r.Interface("")
+	if def.Name != "internal" {
+		t.Errorf("default %q, want the first", def.Name)
+	}
+	if _, err := r.Interface("dmz"); !errors.Is(err, ErrUnknownInterface) {
+		t.Errorf("unknown interface: %v", err)
+	}
+	ext, _ := r.Interface("external")
+	if a, adv := ext.Address(netip.MustParseAddr("2001:2::9")); a != external.Addr || adv != external.Advertise {
+		t.Errorf("IPv6 peer on an IPv4-only interface: %s %s", a, adv)
+	}
+	if _, _, err := ext.Family(true); !errors.Is(err, ErrNoAddress) {
+		t.Errorf("IPv6 of an IPv4-only interface: %v", err)
+	}
+	if a, adv := def.Address(netip.MustParseAddr("2001:2::9")); a != internal.Addr6 || adv != internal.Addr6 {
+		t.Errorf("IPv6 peer: %s %s", a, adv)
+	}
+	// Each interface has its own ports: the same numbers on other addresses.
+	pi, _ := r.AllocPort("internal")
+	pe, _ := r.AllocPort("external")
+	if pi != 30000 || pe != 30000 {
+		t.Errorf("ports %d %d, want 30000 on each", pi, pe)
+	}
+	r.AllocPort("external")
+	if _, err := r.AllocPort("external"); !errors.Is(err, ErrNoPorts) {
+		t.Errorf("external exhausted: %v, want ErrNoPorts", err)
+	}
+	if !r.IsRelay(ap("198.18.3.1:30002")) || r.IsRelay(ap("198.18.3.1:30004")) || r.IsRelay(ap("198.18.9.9:30000")) {
+		t.Error("IsRelay wrong")
+	}
+	if name, ok := r.InterfaceOf(internal.Addr6); !ok || name != "internal" {
+		t.Errorf("InterfaceOf %q %v", name, ok)
+	}
+}
+
+// TestOneIDSpace: every holder's flows take IDs from one counter, after
+// the highest found in the data planes.
+func TestOneIDSpace(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	xdp.Preload(dataplane.FlowStats{Flow: dataplane.Flow{ID: 7, Match: ap("198.18.1.1:30000"), Action: dataplane.Drop}})
+	r, err := New(Config{Interfaces: []Interface{internal}}, zaptest.NewLogger(t), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h holder
+	a, _, err := r.Install(dataplane.Flow{Match: ap("198.18.1.1:30002"), Action: dataplane.Drop}, "", &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := r.Install(dataplane.Flow{Match: ap("198.18.1.1:30004"), Action: dataplane.Drop, Owner: dataplane.OwnerCall}, "", &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != 8 || b.ID != 9 {
+		t.Errorf("ids %d %d, want 8 9", a.ID, b.ID)
+	}
+	if _, _, err := r.Install(dataplane.Flow{Match: ap("198.18.1.1:30002"), Action: dataplane.Drop}, "", &h); !errors.Is(err, dataplane.ErrExists) {
+		t.Errorf("same match twice: %v", err)
+	}
+	r.Latched(ap("198.18.1.1:30004"), ap("198.18.0.2:4000"), false)
+	r.Latched(ap("198.18.1.1:30000"), ap("198.18.0.2:4000"), false) // adopted static flow: nobody holds it
+	if len(h.events) != 1 {
+		t.Errorf("latch events %v, want one for the held flow", h.events)
+	}
+}
+
+// TestUpdateMoves: a flow that gains SRTP moves to the userspace data plane
+// and the XDP flow's last statistics are handed back.
+func TestUpdateMoves(t *testing.T) {
+	xdp, us := dataplanetest.New(dataplane.PathXDP), dataplanetest.New(dataplane.PathUserspace)
+	r, err := New(Config{Interfaces: []Interface{internal}}, zaptest.NewLogger(t), xdp, us)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := dataplane.Flow{Match: ap("198.18.1.1:30000"), SendFrom: ap("198.18.1.1:30002"), SendTo: ap("198.18.2.2:5000")}
+	f, path, err := r.Install(f, "", nil)
+	if err != nil || path != dataplane.PathXDP {
+		t.Fatalf("install: %v on %s", err, path)
+	}
+	xdp.SetStats(f.Match, dataplane.Stats{Packets: 5})
+	f.Decrypt = &dataplane.SRTP{Suite: "AES_CM_128_HMAC_SHA1_80", Key: make([]byte, 16), Salt: make([]byte, 14)}
+	moved, err := r.Update(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved == nil || moved.From != dataplane.PathXDP || moved.Stats.Packets != 5 {
+		t.Errorf("moved %+v, want from xdp with 5 packets", moved)
+	}
+	if _, path, _ := r.Get(f.Match); path != dataplane.PathUserspace || us.Len() != 1 || xdp.Len() != 0 {
+		t.Errorf("after the move: on %s, %d userspace, %d xdp flows", path, us.Len(), xdp.Len())
+	}
+}
+
+// TestClaim: a restored call claims its flows found at start; those
+// nobody claims are removed once idle and their ports go back.
+func TestClaim(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	kept := dataplane.Flow{ID: 11, Match: ap("198.18.1.1:30002"), SendFrom: ap("198.18.1.1:30004"), SendTo: ap("198.18.2.2:5002"), Owner: dataplane.OwnerCall}
+	gone := dataplane.Flow{ID: 12, Match: ap("198.18.1.1:30006"), SendFrom: ap("198.18.1.1:30008"), SendTo: ap("198.18.2.2:5004"), Owner: dataplane.OwnerCall}
+	for _, fl := range []dataplane.Flow{kept, gone} {
+		if err := xdp.Install(fl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(Config{Interfaces: []Interface{internal}}, zaptest.NewLogger(t), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free := r.Ports()[0].Free; free != 3 {
+		t.Errorf("%d pairs free, want 3 (two taken by found flows)", free)
+	}
+	var h holder
+	if _, path, ok := r.Claim(kept.Match, &h); !ok || path != dataplane.PathXDP {
+		t.Fatalf("claim: %v %s", ok, path)
+	}
+	if _, _, ok := r.Claim(ap("198.18.1.1:30000"), &h); ok {
+		t.Error("claimed a flow nobody found")
+	}
+	now := time.Now().Add(time.Hour)
+	r.SetClock(func() time.Time { return now })
+	r.SweepUnclaimed(30 * time.Second)
+	if _, err := xdp.Stats(kept.Match); err != nil {
+		t.Errorf("claimed flow swept: %v", err)
+	}
+	if _, err := xdp.Stats(gone.Match); err == nil {
+		t.Error("unclaimed idle flow of a previous run kept")
+	}
+	if free := r.Ports()[0].Free; free != 4 {
+		t.Errorf("%d pairs free after the sweep, want 4", free)
+	}
+	r.Latched(kept.Match, ap("198.18.0.2:4000"), true)
+	if len(h.events) != 1 {
+		t.Errorf("claimed flow's latch events %v", h.events)
+	}
+}
