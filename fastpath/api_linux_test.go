@@ -17,7 +17,7 @@ func TestFlowAPI(t *testing.T) {
 	now := time.Now()
 	e.fp.cfg.now = func() time.Time { return now }
 	a := dataplane.Flow{ID: 7, Match: ap(relay4, 30000), ExpectSource: ap(caller4, 0), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000}
-	b := dataplane.Flow{ID: 8, Match: ap(relay6, 30000), SendFrom: ap(relay6, 30002), SendTo: ap(callee6, 5000), ClockRate: 48000}
+	b := dataplane.Flow{ID: 8, Match: ap(relay6, 30000), SendFrom: ap(relay6, 30002), SendTo: ap(callee6, 5000), ClockRate: 48000, Owner: dataplane.OwnerCall}
 	for _, fl := range []dataplane.Flow{a, b} {
 		if err := e.fp.Install(fl); err != nil {
 			t.Fatal(err)

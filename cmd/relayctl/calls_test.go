@@ -11,6 +11,7 @@ import (
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )
@@ -19,14 +20,12 @@ func TestCallsCommand(t *testing.T) {
 	xdp := dataplanetest.New(dataplane.PathXDP)
 	log := zaptest.NewLogger(t)
 	relay := netip.MustParseAddr("198.18.1.1")
-	mgr, err := control.NewManager(control.ManagerConfig{Addr: relay, PortMin: 30000, PortMax: 39999}, log, xdp)
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: relay, PortMin: 30000, PortMax: 39999}}}, log, xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := call.NewTable(call.Config{Addr: relay, PortMin: 30000, PortMax: 39999}, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := control.NewManager(reg, log)
+	calls := call.NewTable(reg, log)
 	c := calls.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:alice@198.18.0.2", "sip:+1555@198.18.1.1")
 	c.SetRoute("carrier")
 	srv := httptest.NewServer(admin.New(admin.Config{Version: "v", Calls: calls}, mgr, log).Handler())

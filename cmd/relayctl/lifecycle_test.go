@@ -13,6 +13,7 @@ import (
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/admin/admintest"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )
@@ -35,14 +36,12 @@ func newCallServer(t *testing.T) (*httptest.Server, *call.Call, *admintest.Contr
 	xdp := dataplanetest.New(dataplane.PathXDP)
 	log := zaptest.NewLogger(t)
 	relay := netip.MustParseAddr("198.18.1.1")
-	mgr, err := control.NewManager(control.ManagerConfig{Addr: relay, PortMin: 30000, PortMax: 39999}, log, xdp)
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: relay, PortMin: 30000, PortMax: 39999}}}, log, xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, err := call.NewTable(call.Config{Addr: relay, PortMin: 30000, PortMax: 39999}, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := control.NewManager(reg, log)
+	calls := call.NewTable(reg, log)
 	c := calls.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:alice@198.18.0.2", "sip:+1555@198.18.1.1")
 	c.SetLeg(call.A, call.Leg{CallID: "3848276298220188511@198.18.0.2"})
 	ctl := &admintest.Control{Calls: calls}

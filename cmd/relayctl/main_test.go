@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -23,12 +24,13 @@ func newServer(t *testing.T) (*httptest.Server, *dataplanetest.DataPlane) {
 	t.Helper()
 	xdp := dataplanetest.New(dataplane.PathXDP)
 	log := zaptest.NewLogger(t)
-	mgr, err := control.NewManager(control.ManagerConfig{
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{
 		Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
-	}, log, xdp)
+	}}}, log, xdp)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mgr := control.NewManager(reg, log)
 	srv := httptest.NewServer(admin.New(admin.Config{Observers: []dataplane.Observer{xdp}, Version: "v-test"}, mgr, log).Handler())
 	t.Cleanup(srv.Close)
 	return srv, xdp

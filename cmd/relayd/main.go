@@ -29,7 +29,7 @@ import (
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin"
-	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/fastpath"
 	"github.com/relayd/relayd/slowpath"
@@ -131,21 +131,17 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	var observers []dataplane.Observer
 	// The userspace data plane: every flow in mode userspace, and in mode
 	// xdp the flows XDP hands over.
-	// Latched sources are applied by the flow manager (static flows) and
-	// the B2BUA's call table (call flows), both made below.
-	var mgrRef atomic.Pointer[control.Manager]
-	var callsRef atomic.Pointer[call.Table]
+	// Latched sources go to the flow registry, made below over the data
+	// planes, which hands each to the holder of the flow.
+	var regRef atomic.Pointer[registry.Registry]
 	pool, err := slowpath.New(slowpath.Config{
 		Workers:     cfg.Dataplane.Workers,
 		CPUs:        cfg.Dataplane.CPUs,
 		MaxFlows:    cfg.Dataplane.MaxFlows,
 		LatchWindow: cfg.Media.LatchDuration,
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
-			if m := mgrRef.Load(); m != nil {
-				m.Latched(match, source, locked)
-			}
-			if t := callsRef.Load(); t != nil {
-				t.Latched(match, source, locked)
+			if r := regRef.Load(); r != nil {
+				r.Latched(match, source, locked)
 			}
 		},
 	}, log.Named("slowpath"))
@@ -183,25 +179,18 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		observers = append(observers, fp)
 	}
 
-	mgr, err := control.NewManager(control.ManagerConfig{
-		Addr:    cfg.Media.Addr,
-		Addr6:   cfg.Media.Addr6,
-		PortMin: cfg.Media.PortMin,
-		PortMax: cfg.Media.PortMax,
-		// The B2BUA's flows (control/call's default id base): after a
-		// restart they carry media until idle, then go.
-		CallFlowIDBase: 1 << 40,
-	}, log.Named("flows"), planes...)
+	// One registry of flows and ports for every front end; it adopts the
+	// flows a previous run left pinned. Call flows nobody claims carry
+	// media until idle, then go.
+	reg, err := registry.New(registry.Config{Interfaces: mediaInterfaces(cfg)}, log.Named("flows"), planes...)
 	if err != nil {
 		return err
 	}
-	mgrRef.Store(mgr)
+	regRef.Store(reg)
+	mgr := control.NewManager(reg, log.Named("flows"))
 
 	// Every listener binds before READY=1: one that cannot fails the start.
-	b2b, err := startB2BUA(ctx, cfg, log, planes, mgr)
-	if err == nil && b2b.calls != nil {
-		callsRef.Store(b2b.calls)
-	}
+	b2b, err := startB2BUA(ctx, cfg, log, reg)
 	if err != nil {
 		return fmt.Errorf("start SIP B2BUA: %w", err)
 	}
@@ -275,4 +264,12 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 			return fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
 		}
 	}
+}
+
+// mediaInterfaces returns the registry's media interfaces of the config:
+// the unnamed one of [media].
+func mediaInterfaces(cfg *config.Config) []registry.Interface {
+	return []registry.Interface{{
+		Addr: cfg.Media.Addr, Addr6: cfg.Media.Addr6, PortMin: cfg.Media.PortMin, PortMax: cfg.Media.PortMax,
+	}}
 }

@@ -9,14 +9,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/config"
-	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/control/sip"
 	"github.com/relayd/relayd/control/state"
-	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/control/registry"
 )
 
 // b2bua is the SIP B2BUA with its call table and CDR writer; the zero
@@ -36,18 +35,13 @@ type b2bua struct {
 // startB2BUA starts the B2BUA when the config has SIP listeners. With a
 // [state] path it takes back the calls the previous run kept, and their
 // flows from the flow manager's call flows of a previous run.
-func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes []dataplane.DataPlane, mgr *control.Manager) (*b2bua, error) {
+func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, reg *registry.Registry) (*b2bua, error) {
 	b := &b2bua{}
 	if !cfg.SIP.Enabled() {
 		return b, nil
 	}
 	var err error
-	b.calls, err = call.NewTable(call.Config{
-		Addr: cfg.Media.Addr, Addr6: cfg.Media.Addr6, PortMin: cfg.Media.PortMin, PortMax: cfg.Media.PortMax,
-	}, log.Named("calls"), planes...)
-	if err != nil {
-		return nil, err
-	}
+	b.calls = call.NewTable(reg, log.Named("calls"))
 	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
 	if err != nil {
 		return nil, err
@@ -92,8 +86,8 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, planes
 		}
 		return nil, err
 	}
-	if mgr != nil {
-		mgr.ClaimCallFlows(b.calls.Matches())
+	if n := reg.Unclaimed(); n > 0 {
+		log.Info("call flows of the previous run no restored call claimed: removed once idle", zap.Int("flows", n))
 	}
 	b.metrics = []prometheus.Collector{b.srv.Metrics()}
 	// Bind before reporting ready: a listener that cannot bind fails the

@@ -19,15 +19,34 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/control"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )
 
-var mgrCfg = control.ManagerConfig{
+var mgrCfg = registry.Interface{
 	Addr:    netip.MustParseAddr("198.18.1.1"),
 	Addr6:   netip.MustParseAddr("2001:2::1"),
 	PortMin: 30000,
 	PortMax: 39999,
+}
+
+// newManager returns a static flow manager over a registry of the
+// interface and data planes; the registry is there for call tables.
+func newManager(t testing.TB, in registry.Interface, log *zap.Logger, planes ...dataplane.DataPlane) (*control.Manager, *registry.Registry) {
+	t.Helper()
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{in}}, log, planes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return control.NewManager(reg, log), reg
+}
+
+// callRange is the interface of the call tests: 100 ports.
+func callRange() registry.Interface {
+	in := mgrCfg
+	in.PortMax = 30099
+	return in
 }
 
 type fixture struct {
@@ -44,10 +63,7 @@ func newFixture(t *testing.T, planes ...dataplane.DataPlane) *fixture {
 func newFixtureLog(t testing.TB, log *zap.Logger, planes ...dataplane.DataPlane) *fixture {
 	t.Helper()
 	xdp := dataplanetest.New(dataplane.PathXDP)
-	mgr, err := control.NewManager(mgrCfg, log, append([]dataplane.DataPlane{xdp}, planes...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, _ := newManager(t, mgrCfg, log, append([]dataplane.DataPlane{xdp}, planes...)...)
 	s := New(Config{Observers: []dataplane.Observer{xdp}, Version: "test"}, mgr, log)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
@@ -304,10 +320,7 @@ func TestUnixListener(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "admin.sock")
 	log := zaptest.NewLogger(t)
-	mgr, err := control.NewManager(mgrCfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, _ := newManager(t, mgrCfg, log)
 	s := New(Config{}, mgr, log)
 	for range 2 { // the second round finds a stale socket file
 		l, err := Listen("unix:" + path)

@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -20,14 +19,8 @@ import (
 func TestCalls(t *testing.T) {
 	log := zaptest.NewLogger(t)
 	xdp := dataplanetest.New(dataplane.PathXDP)
-	mgr, err := control.NewManager(mgrCfg, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := call.NewTable(call.Config{Addr: mgrCfg.Addr, PortMin: 30000, PortMax: 30099}, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, reg := newManager(t, callRange(), log, xdp)
+	calls := call.NewTable(reg, log)
 	c := calls.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:alice@x", "sip:+1555@y")
 	c.SetLeg(call.A, call.Leg{CallID: "leg-a"})
 	c.Media.Ensure(0, mgrCfg.Addr, mgrCfg.Addr)

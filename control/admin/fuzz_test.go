@@ -68,9 +68,6 @@ func FuzzDrain(f *testing.F) {
 
 func mustTable(t *testing.T) *call.Table {
 	t.Helper()
-	tb, err := call.NewTable(call.Config{Addr: mgrCfg.Addr, PortMin: 30000, PortMax: 30099}, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tb
+	_, reg := newManager(t, callRange(), zap.NewNop())
+	return call.NewTable(reg, zap.NewNop())
 }

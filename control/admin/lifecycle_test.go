@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
-	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin/admintest"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
@@ -42,14 +41,8 @@ func newLifecycle(t *testing.T) *lifecycle {
 	t.Helper()
 	log := zaptest.NewLogger(t)
 	xdp := capPlane{dataplanetest.New(dataplane.PathXDP), 1000}
-	mgr, err := control.NewManager(mgrCfg, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls, err := call.NewTable(call.Config{Addr: mgrCfg.Addr, PortMin: 30000, PortMax: 30099}, log, xdp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, reg := newManager(t, callRange(), log, xdp)
+	calls := call.NewTable(reg, log)
 	c := calls.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:alice@x", "sip:+1555@y")
 	c.SetLeg(call.A, call.Leg{CallID: "a84b4c76e66710@198.18.0.2"})
 	c.SetLeg(call.B, call.Leg{CallID: "relayd-b-leg-1"})
@@ -173,15 +166,15 @@ func scrape(t *testing.T, url string) []byte {
 // finds nothing to complain about.
 func TestMetricsLifecycle(t *testing.T) {
 	l := newLifecycle(t)
-	if code := l.do(t, http.MethodPost, "/v1/flows", `{"match":"198.18.1.1:31000","send_from":"198.18.1.1:31002","send_to":"198.18.2.2:5000"}`, nil); code != http.StatusCreated {
+	if code := l.do(t, http.MethodPost, "/v1/flows", `{"match":"198.18.1.1:30050","send_from":"198.18.1.1:30052","send_to":"198.18.2.2:5000"}`, nil); code != http.StatusCreated {
 		t.Fatalf("add static flow: %d", code)
 	}
 	b := scrape(t, l.srv.URL)
 	for _, want := range []string{
 		`relayd_flows{path="xdp"} 3`, // 1 static + 2 of the call (rtcp-mux)
 		`relayd_flows{path="userspace"} 0`,
-		`relayd_media_ports{interface="default",state="in_use"} 4`, // 2 pairs: one per leg
-		`relayd_media_ports{interface="default",state="free"} 96`,
+		`relayd_media_ports{interface="default",state="in_use"} 6`, // 3 pairs: one per leg, one the static flow's
+		`relayd_media_ports{interface="default",state="free"} 94`,
 		`relayd_flow_slots_used{path="xdp"} 3`,
 		`relayd_flow_slots_max{path="xdp"} 1000`,
 		`relayd_cdr_written_total 7`,

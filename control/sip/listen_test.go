@@ -13,6 +13,7 @@ import (
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -30,10 +31,12 @@ func TestListenReportsBindError(t *testing.T) {
 	defer taken.Close()
 	free := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	newServer := func(ls ...config.Listener) *Server {
-		calls, err := call.NewTable(call.Config{Addr: loop, PortMin: 30000, PortMax: 30099}, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
+		reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: loop, PortMin: 30000, PortMax: 30099}}},
+			zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
 		if err != nil {
 			t.Fatal(err)
 		}
+		calls := call.NewTable(reg, zaptest.NewLogger(t))
 		router, err := route.New(nil, config.RouteServer{}, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)

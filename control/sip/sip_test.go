@@ -19,6 +19,7 @@ import (
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -209,10 +210,12 @@ func (h *harness) start() {
 		planes = append(planes, h.us)
 	}
 	var err error
-	h.calls, err = call.NewTable(call.Config{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}, zaptest.NewLogger(t), planes...)
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}},
+		zaptest.NewLogger(t), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.calls = call.NewTable(reg, zaptest.NewLogger(t))
 	h.srv, err = New(Config{
 		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
 		Router:        h.router,
