@@ -76,9 +76,18 @@ type Media struct {
 	Ports       string `toml:"ports"`        // "A-B", A even, B odd; default 30000-39999
 	Timeout     string `toml:"timeout"`      // no media this long ends a call; default 60s
 	LatchWindow string `toml:"latch_window"` // symmetric RTP latching window; default 3s
+	// Advertise and Advertise6 are what SDP names instead of Address and
+	// Address6: the public side of a 1:1 NAT. Optional.
+	Advertise  string `toml:"advertise"`
+	Advertise6 string `toml:"advertise6"`
+	// Interfaces are named media interfaces ([[media.interface]]), for a
+	// relay with more than one media network. See MediaInterface.
+	Interfaces []MediaInterface `toml:"interface"`
 
 	Addr            netip.Addr    `toml:"-"` // parsed Address; invalid when unset
 	Addr6           netip.Addr    `toml:"-"` // parsed Address6; invalid when unset
+	AdvertiseAddr   netip.Addr    `toml:"-"` // parsed Advertise; invalid when unset
+	AdvertiseAddr6  netip.Addr    `toml:"-"` // parsed Advertise6; invalid when unset
 	PortMin         uint16        `toml:"-"` // first port of Ports (even)
 	PortMax         uint16        `toml:"-"` // last port of Ports (odd)
 	TimeoutDuration time.Duration `toml:"-"` // parsed Timeout
@@ -278,28 +287,20 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 
 	m := &c.Media
-	if m.Address == "" && m.Address6 == "" {
-		bad("media.address", "need a relay media address (address or address6)")
+	if m.Address == "" && m.Address6 == "" && len(m.Interfaces) == 0 {
+		bad("media.address", "need a relay media address (address or address6, or a [[media.interface]])")
 	}
-	if m.Address != "" {
-		a, err := parseMediaAddr(m.Address, true)
-		if err != nil {
-			bad("media.address", "%v", err)
-		}
-		m.Addr = a
+	if m.Address == "" && m.Address6 == "" && (m.Advertise != "" || m.Advertise6 != "") {
+		bad("media.advertise", "advertise needs [media] address or address6")
 	}
-	if m.Address6 != "" {
-		a, err := parseMediaAddr(m.Address6, false)
-		if err != nil {
-			bad("media.address6", "%v", err)
-		}
-		m.Addr6 = a
-	}
+	parseAddrs("media", &m.Address, &m.Address6, &m.Advertise, &m.Advertise6,
+		&m.Addr, &m.Addr6, &m.AdvertiseAddr, &m.AdvertiseAddr6, bad)
 	lo, hi, err := ParsePortRange(m.Ports)
 	if err != nil {
 		bad("media.ports", "%v", err)
 	}
 	m.PortMin, m.PortMax = lo, hi
+	c.validateInterfaces(bad)
 	if m.TimeoutDuration, err = time.ParseDuration(m.Timeout); err != nil {
 		bad("media.timeout", "%q is not a duration (like 60s)", m.Timeout)
 	} else if m.TimeoutDuration <= 0 {

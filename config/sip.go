@@ -57,6 +57,11 @@ type Route struct {
 	FailoverOn     []int    `toml:"failover_on"`     // default 404 408 480 500 502 503 603
 	SRTP           string   `toml:"srtp"`            // off (default) | offer | require, toward the destination
 	Codecs         []string `toml:"codecs"`          // allowed codecs; empty: all
+	// CallerInterface and CalleeInterface name the media interfaces of the
+	// caller's and the callee's legs ([[media.interface]]); empty: the
+	// default.
+	CallerInterface string `toml:"caller_interface"`
+	CalleeInterface string `toml:"callee_interface"`
 
 	Regexp                 *regexp.Regexp `toml:"-"`
 	AttemptTimeoutDuration time.Duration  `toml:"-"`
