@@ -2,7 +2,9 @@
 // each media stream's address, ports, rtcp-mux, direction, codecs and SDES
 // keys from a peer's offer or answer, and renders the SDP relayd sends to
 // the other peer with the relay's address and ports, ICE attributes
-// removed, codecs filtered and a=crypto set per the leg's SRTP policy.
+// removed, codecs filtered and a=crypto set per a Plan. What goes in the
+// Plan (the SRTP policy, rtcp-mux, codecs) is decided by the call layer
+// (control/call's Session), not here.
 //
 // It is built on github.com/pion/sdp/v3. Parse never panics on any input;
 // what it cannot use is an error wrapping ErrMalformed (SIP 400) or
