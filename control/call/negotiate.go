@@ -14,7 +14,10 @@ import (
 )
 
 // Policy is the SRTP policy toward the leg that receives an offer. The
-// zero value is SRTPPass.
+// zero value is SRTPPass. The B2BUA applies a route's policy toward the
+// callee and SRTPPass toward the caller; an ng front end maps
+// transport-protocol=RTP/AVP on an offer with a=crypto to SRTPOff and
+// RTP/SAVP on a plain offer to SRTPRequire.
 type Policy string
 
 const (
