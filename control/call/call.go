@@ -269,7 +269,7 @@ func (c *Call) Info() Info {
 	for _, st := range streams {
 		for s := range st.Ends {
 			e := &st.Ends[s]
-			info.Media[s].Mux = info.Media[s].Mux || st.Mux
+			info.Media[s].Mux = info.Media[s].Mux || st.muxed(Side(s))
 			if e.Recv != nil {
 				info.Media[s].SRTP = e.Recv.Suite.String()
 			}

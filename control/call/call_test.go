@@ -21,7 +21,6 @@ var (
 	calleeIP = netip.MustParseAddr("198.18.2.2")
 )
 
-
 func newTable(t *testing.T, planes ...dataplane.DataPlane) *Table {
 	t.Helper()
 	return newTableRange(t, 30000, 30099, planes...)

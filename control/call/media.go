@@ -53,15 +53,6 @@ func sameFlow(a, b dataplane.Flow) bool {
 	return a == b
 }
 
-// Local is where one leg's media sits on the relay: the media interface
-// its ports come from, the relay address its flows use, and the address
-// SDP names (Advertise: the public side of a 1:1 NAT, else Addr).
-type Local struct {
-	Interface string
-	Addr      netip.Addr
-	Advertise netip.Addr
-}
-
 // End is one leg's end of a stream.
 type End struct {
 	Relay     netip.Addr // relay media address on this leg
@@ -74,16 +65,52 @@ type End struct {
 	// key relayd encrypts with toward the peer. Both nil on a plain leg
 	// and when SRTP passes through end to end.
 	Recv, Send *sdes.Crypto
+	// Mux: this leg multiplexes RTCP on the RTP port (rtcp-mux). Its RTCP
+	// arrives with its RTP, and RTCP toward it goes to its RTP address.
+	Mux bool
+	// Latch is how relayd treats the addresses of this leg's peer; the
+	// zero value is symmetric RTP (latching).
+	Latch LatchPolicy
+}
+
+// LatchPolicy is how relayd learns where a leg's peer sends from and
+// where to send to it. The zero value is LatchSymmetric.
+type LatchPolicy string
+
+const (
+	// LatchSymmetric: symmetric RTP for peers behind NAT. The flows from
+	// the peer learn its source (its signalled address, any port, when
+	// that address is routable) and lock it; relayd sends to the learned
+	// source.
+	LatchSymmetric LatchPolicy = ""
+	// LatchAsymmetric: no latching. Media from any source is accepted and
+	// relayd sends to the address the peer's SDP gives.
+	LatchAsymmetric LatchPolicy = "asymmetric"
+	// LatchStrict: only the address and port of the peer's SDP may send;
+	// relayd sends there.
+	LatchStrict LatchPolicy = "strict"
+)
+
+func (l LatchPolicy) valid() bool {
+	switch l {
+	case LatchSymmetric, LatchAsymmetric, LatchStrict:
+		return true
+	}
+	return false
 }
 
 // Stream is one media stream (m= line) of a call.
 type Stream struct {
-	Index     int
-	Ends      [2]End // by Side
-	Mux       bool   // rtcp-mux on both legs: no RTCP flows
+	Index int
+	Ends  [2]End // by Side
+	// Mux: rtcp-mux on both legs, as if both Ends had Mux set.
+	Mux       bool
 	ClockRate uint32 // RTP clock rate of the main codec
 	Disabled  bool   // rejected or removed (port 0): no flows
 }
+
+// muxed reports whether leg s of the stream multiplexes RTCP.
+func (st *Stream) muxed(s Side) bool { return st.Mux || st.Ends[s].Mux }
 
 // flowRec is a flow relayd installed for a call.
 type flowRec struct {
@@ -208,40 +235,70 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				Action:    dataplane.Forward,
 				ClockRate: st.ClockRate,
 			}
-			if in.RTP.IsValid() {
-				// The signalled address: the RTP Bleed guard of latching.
-				rtp.ExpectSource = netip.AddrPortFrom(in.RTP.Addr(), 0)
-			}
-			m.applyLatch(&rtp)
+			m.applyLatch(&rtp, in.RTP, in.Latch, out2.Latch)
 			out[rtp.Match] = wanted{rtp, from, dec, enc}
-			if st.Mux || !out2.RTCP.IsValid() {
+			// A leg with rtcp-mux sends its RTCP with its RTP: the RTP
+			// flow carries it. The data plane does not split RTCP from
+			// RTP, so toward a leg without rtcp-mux it arrives on that
+			// peer's RTP port.
+			if st.muxed(from) {
 				continue
 			}
 			rtcp := rtp
 			rtcp.Match = netip.AddrPortFrom(in.Relay, in.Port+1)
-			rtcp.SendFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
-			rtcp.SendTo = out2.RTCP
 			rtcp.ClockRate = 0
-			if in.RTCP.IsValid() {
-				rtcp.ExpectSource = netip.AddrPortFrom(in.RTCP.Addr(), 0)
+			if st.muxed(from.Other()) {
+				// Toward a leg with rtcp-mux: onto its RTP address, from
+				// relayd's RTP port.
+				rtcp.SendFrom, rtcp.SendTo = rtp.SendFrom, out2.RTP
+			} else {
+				if !out2.RTCP.IsValid() {
+					continue
+				}
+				rtcp.SendFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
+				rtcp.SendTo = out2.RTCP
 			}
-			m.applyLatch(&rtcp)
+			sig := in.RTCP
+			if !sig.IsValid() {
+				sig = in.RTP
+			}
+			m.applyLatch(&rtcp, sig, in.Latch, out2.Latch)
 			out[rtcp.Match] = wanted{rtcp, from, dec, enc}
 		}
 	}
 	return out, nil
 }
 
-// applyLatch makes fl symmetric RTP (peers behind NAT send from another
-// address or port than their SDP says): until its source is locked it
-// latches (see dataplane.Flow.Latch), then it expects exactly that source;
-// and it sends to the source its reverse flow learned, if any.
-func (m *Media) applyLatch(fl *dataplane.Flow) {
-	if l, ok := m.learned[fl.Match]; ok && l.locked {
-		fl.ExpectSource = l.source
-	} else {
-		fl.Latch = true
-		fl.Reverse = fl.SendFrom // the reverse flow's match
+// applyLatch sets how fl treats its source, signalled is (the address the
+// sending peer's SDP gives), and its destination, per the latch policies
+// of the leg the packets come from (in) and go to (out).
+//
+// A symmetric in leg (peers behind NAT send from another address or port
+// than their SDP says): until its source is locked the flow latches (see
+// dataplane.Flow.Latch; the signalled address is the RTP Bleed guard),
+// then it expects exactly that source. An asymmetric one accepts any
+// source; a strict one only the signalled address and port. Toward a
+// symmetric out leg the flow sends to the source its reverse flow
+// learned, if any; otherwise to the signalled address.
+func (m *Media) applyLatch(fl *dataplane.Flow, signalled netip.AddrPort, in, out LatchPolicy) {
+	fl.ExpectSource, fl.Latch, fl.Reverse = netip.AddrPort{}, false, netip.AddrPort{}
+	switch in {
+	case LatchAsymmetric:
+	case LatchStrict:
+		fl.ExpectSource = signalled
+	default:
+		if signalled.IsValid() {
+			fl.ExpectSource = netip.AddrPortFrom(signalled.Addr(), 0)
+		}
+		if l, ok := m.learned[fl.Match]; ok && l.locked {
+			fl.ExpectSource = l.source
+		} else {
+			fl.Latch = true
+			fl.Reverse = fl.SendFrom // the reverse flow's match
+		}
+	}
+	if out != LatchSymmetric {
+		return
 	}
 	if l, ok := m.learned[fl.SendFrom]; ok {
 		fl.SendTo = l.source

@@ -61,6 +61,9 @@ type EndSnap struct {
 	RTCP  netip.AddrPort `json:"rtcp,omitzero"`
 	Recv  *KeySnap       `json:"recv,omitempty"`
 	Send  *KeySnap       `json:"send,omitempty"`
+	// Mux is rtcp-mux on this leg only (StreamSnapshot.Mux: on both).
+	Mux   bool        `json:"mux,omitempty"`
+	Latch LatchPolicy `json:"latch,omitempty"`
 }
 
 // KeySnap is an SDES key; the suite by its RFC 4568 name.
@@ -141,9 +144,15 @@ func (m *Media) snapshot() MediaSnapshot {
 	m.mu.Lock()
 	var ms MediaSnapshot
 	for _, st := range m.streams {
-		ss := StreamSnapshot{Index: st.Index, Mux: st.Mux, ClockRate: st.ClockRate, Disabled: st.Disabled}
+		// Mux on both legs is stored as the stream's, as before legs
+		// could differ.
+		both := st.muxed(A) && st.muxed(B)
+		ss := StreamSnapshot{Index: st.Index, Mux: both, ClockRate: st.ClockRate, Disabled: st.Disabled}
 		for i, e := range st.Ends {
-			ss.Ends[i] = EndSnap{Relay: e.Relay, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: keySnap(e.Recv), Send: keySnap(e.Send)}
+			ss.Ends[i] = EndSnap{
+				Relay: e.Relay, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: keySnap(e.Recv), Send: keySnap(e.Send),
+				Mux: !both && e.Mux, Latch: e.Latch,
+			}
 		}
 		ms.Streams = append(ms.Streams, ss)
 	}
@@ -251,7 +260,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	}
 	m := t.NewMedia()
 	for _, ss := range s.Media.Streams {
-		st := &Stream{Index: len(m.streams), Mux: ss.Mux, ClockRate: ss.ClockRate, Disabled: ss.Disabled}
+		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled}
 		for i, e := range ss.Ends {
 			recv, err := e.Recv.crypto()
 			if err != nil {
@@ -261,8 +270,11 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 			if err != nil {
 				return nil, fmt.Errorf("restore call %s: stream %d: %w", s.ID, ss.Index, err)
 			}
+			if !e.Latch.valid() {
+				return nil, fmt.Errorf("restore call %s: stream %d: latch %q", s.ID, ss.Index, e.Latch)
+			}
 			name, _ := t.reg.InterfaceOf(e.Relay)
-			st.Ends[i] = End{Relay: e.Relay, Interface: name, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send}
+			st.Ends[i] = End{Relay: e.Relay, Interface: name, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send, Mux: ss.Mux || e.Mux, Latch: e.Latch}
 			if e.Port != 0 {
 				// Taken already when a pinned flow uses it (the
 				// registry's adoption).

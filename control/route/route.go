@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/call"
 )
 
 // Errors Lookup returns; the SIP front-end maps them to responses.
@@ -47,13 +48,14 @@ func (r *Rejected) Error() string {
 	return fmt.Sprintf("rejected by route server: %d %s", r.Code, r.Reason)
 }
 
-// Policy is the SRTP policy toward a destination.
-type Policy string
+// Policy is the SRTP policy toward a destination; the call layer applies
+// it (call.Policy). A route has one of the three below.
+type Policy = call.Policy
 
 const (
-	SRTPOff     Policy = "off"     // plain RTP/AVP, no a=crypto
-	SRTPOffer   Policy = "offer"   // RTP/AVP with a=crypto: SRTP if the callee takes it
-	SRTPRequire Policy = "require" // RTP/SAVP with a=crypto: the callee must do SRTP
+	SRTPOff     = call.SRTPOff     // plain RTP/AVP, no a=crypto (relayd terminates the caller's SRTP)
+	SRTPOffer   = call.SRTPOffer   // RTP/AVP with a=crypto: SRTP if the callee takes it
+	SRTPRequire = call.SRTPRequire // RTP/SAVP with a=crypto: the callee must do SRTP
 )
 
 // Destination is one place to try.

@@ -2,7 +2,9 @@
 // each media stream's address, ports, rtcp-mux, direction, codecs and SDES
 // keys from a peer's offer or answer, and renders the SDP relayd sends to
 // the other peer with the relay's address and ports, ICE attributes
-// removed, codecs filtered and a=crypto set per the leg's SRTP policy.
+// removed, codecs filtered and a=crypto set per a Plan. What goes in the
+// Plan (the SRTP policy, rtcp-mux, codecs) is decided by the call layer
+// (control/call's Session), not here.
 //
 // It is built on github.com/pion/sdp/v3. Parse never panics on any input;
 // what it cannot use is an error wrapping ErrMalformed (SIP 400) or
@@ -357,6 +359,17 @@ func (d *Description) FilterCodecs(allowed []string) error {
 	if len(allowed) == 0 {
 		return d.Usable()
 	}
+	return d.FilterCodecsFunc(func(_ int, c Codec) bool {
+		return slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, c.Name) })
+	})
+}
+
+// FilterCodecsFunc keeps the codecs of each enabled stream for which keep
+// (given the stream's index) reports true, with their a=rtpmap, a=fmtp
+// and a=rtcp-fb lines. A stream left without codecs is disabled (port 0).
+// If no stream stays enabled, it returns an error wrapping
+// ErrNotAcceptable.
+func (d *Description) FilterCodecsFunc(keepCodec func(stream int, c Codec) bool) error {
 	for i := range d.Streams {
 		st := &d.Streams[i]
 		md := d.sd.MediaDescriptions[i]
@@ -366,7 +379,7 @@ func (d *Description) FilterCodecs(allowed []string) error {
 		var keep []Codec
 		drop := make(map[string]bool)
 		for _, c := range st.Codecs {
-			if slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, c.Name) }) {
+			if keepCodec(i, c) {
 				keep = append(keep, c)
 			} else {
 				drop[strconv.Itoa(int(c.PT))] = true
@@ -451,8 +464,14 @@ type StreamPlan struct {
 
 // Plan is the SDP relayd sends on one leg.
 type Plan struct {
-	// Addr is the relay media address for this leg.
+	// Addr is the relay media address for this leg as the SDP advertises
+	// it (c=, a=rtcp, o=): the address the peer sends to, which may be a
+	// 1:1 NAT's public address rather than the one the flows match on.
 	Addr netip.Addr
+	// KeepSessionConnection leaves the peer's session-level c= line as it
+	// is; every enabled stream then gets a media-level c= with Addr. The
+	// zero value replaces the session-level c= with Addr.
+	KeepSessionConnection bool
 	// Streams has one entry per m= line of the description; missing
 	// entries disable the stream.
 	Streams []StreamPlan
@@ -471,7 +490,7 @@ type Origin struct {
 // Rewrite renders the SDP to send on a leg: the description with the
 // relay's address and ports, ICE removed, a=rtcp and a=crypto per plan and
 // the leg's o= line. o.Version goes up by one when the body differs from
-// the last one rendered for o.
+// the last one rendered for o. A nil o keeps the peer's o= line as it is.
 func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 	if !p.Addr.IsValid() {
 		return nil, errors.New("rewrite SDP: no relay address")
@@ -483,14 +502,18 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 	// Work on a shallow copy of the session: attributes and media are
 	// rebuilt, the parsed description stays as it was.
 	sd := *d.sd
-	sd.Origin = psdp.Origin{
-		Username: "relayd", SessionID: o.SessionID, SessionVersion: o.Version,
-		NetworkType: "IN", AddressType: addrType, UnicastAddress: p.Addr.String(),
+	if o != nil {
+		sd.Origin = psdp.Origin{
+			Username: "relayd", SessionID: o.SessionID, SessionVersion: o.Version,
+			NetworkType: "IN", AddressType: addrType, UnicastAddress: p.Addr.String(),
+		}
 	}
 	relayConn := func() *psdp.ConnectionInformation {
 		return &psdp.ConnectionInformation{NetworkType: "IN", AddressType: addrType, Address: &psdp.Address{Address: p.Addr.String()}}
 	}
-	sd.ConnectionInformation = relayConn()
+	if !p.KeepSessionConnection || sd.ConnectionInformation == nil {
+		sd.ConnectionInformation = relayConn()
+	}
 	sd.Attributes = slices.DeleteFunc(slices.Clone(d.sd.Attributes), func(a psdp.Attribute) bool {
 		return iceAttrs[a.Key] || a.Key == "fingerprint" || a.Key == "setup"
 	})
@@ -521,7 +544,7 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 			md.MediaName.Protos = strings.Split(sp.Proto, "/")
 		}
 		hold := st.Addr.IsUnspecified()
-		if md.ConnectionInformation != nil || hold {
+		if md.ConnectionInformation != nil || hold || p.KeepSessionConnection {
 			md.ConnectionInformation = relayConn()
 			if hold {
 				// RFC 2543 hold (c=0.0.0.0) stays hold.
@@ -559,6 +582,9 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 	out, err := sd.Marshal()
 	if err != nil {
 		return nil, fmt.Errorf("rewrite SDP: %w", err)
+	}
+	if o == nil {
+		return out, nil
 	}
 	if o.last != nil && !bytes.Equal(out, o.last) {
 		o.Version++

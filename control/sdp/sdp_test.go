@@ -3,6 +3,7 @@ package sdp
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -301,5 +302,69 @@ func TestHoldZeroAddress(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "m=audio 30000 RTP/AVP 0\r\nc=IN IP4 0.0.0.0\r\n") {
 		t.Errorf("hold not kept:\n%s", out)
+	}
+}
+
+// An ng front end keeps the peer's o= line and session-level c= line; the
+// stream gets relayd's address at media level, the advertised one.
+func TestRewriteKeepPeerLines(t *testing.T) {
+	d, err := Parse(offer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := Plan{Addr: netip.MustParseAddr("198.19.7.7"), KeepSessionConnection: true, Streams: []StreamPlan{{Port: 30002, Proto: "RTP/AVP"}}}
+	got, err := d.Rewrite(plan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := crlf(
+		"v=0",
+		"o=alice 2890844526 2890844526 IN IP4 198.18.0.2",
+		"s=-",
+		"c=IN IP4 198.18.0.2",
+		"t=0 0",
+		"m=audio 30002 RTP/AVP 0 8 18 101",
+		"c=IN IP4 198.19.7.7",
+		"a=rtpmap:0 PCMU/8000",
+		"a=rtpmap:8 PCMA/8000",
+		"a=rtpmap:18 G729/8000",
+		"a=fmtp:18 annexb=no",
+		"a=rtpmap:101 telephone-event/8000",
+		"a=fmtp:101 0-16",
+		"a=sendrecv",
+		"a=rtcp:30003 IN IP4 198.19.7.7",
+		"m=video 0 RTP/AVP 96",
+		"a=rtpmap:96 H264/90000",
+	)
+	if diff := cmp.Diff(string(got), string(want)); diff != "" {
+		t.Errorf("(-got +want):\n%s", diff)
+	}
+	again, err := d.Rewrite(plan, nil)
+	if err != nil || string(again) != string(got) {
+		t.Errorf("second rendering differs (%v):\n%s", err, again)
+	}
+}
+
+func TestFilterCodecsFunc(t *testing.T) {
+	d, err := Parse(offer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	err = d.FilterCodecsFunc(func(i int, c Codec) bool {
+		seen = append(seen, i)
+		return c.PT%2 == 0 // PCMU, PCMA, G729
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(d.Streams[0].CodecNames(), " "); got != "PCMU PCMA G729" {
+		t.Errorf("codecs %q", got)
+	}
+	if slices.Contains(seen, 1) {
+		t.Error("the disabled video stream was filtered")
+	}
+	if err := d.FilterCodecsFunc(func(int, Codec) bool { return false }); !errors.Is(err, ErrNotAcceptable) {
+		t.Errorf("nothing kept: %v, want ErrNotAcceptable", err)
 	}
 }

@@ -41,7 +41,10 @@ type b2bCall struct {
 	a     *sipgo.DialogServerSession // leg A, relayd is UAS
 	aUA   *sipgo.DialogUA
 	aTx   sip.ServerTransaction // the INVITE's
-	relay [2]netip.Addr         // relay media address per leg
+	relay [2]netip.Addr         // relay media address per leg (set with setRelay)
+	// neg is the offer/answer state of the call's media: relayd's o=
+	// line and last SDP per leg, the pending offer.
+	neg *call.Session
 
 	// aID and bID are the dialog IDs; written under s.mu.
 	aID, bID string
@@ -58,10 +61,6 @@ type b2bCall struct {
 	// negotiated: the initial offer/answer is complete (both ACKs done).
 	// Re-offers before it get 491 (RFC 3261 14.1).
 	negotiated bool
-	origin     [2]sdp.Origin    // relayd's o= line toward each leg
-	lastSent   [2][]byte        // last SDP sent to each leg
-	pending    *sdp.Description // the offer being negotiated
-	negs       map[int]neg      // per stream of the pending offer
 	earlySDP   *sdp.Description // SDP of the last 18x from B, for a 200 without one
 	maxTimer   *time.Timer
 	aRes       *sip.Response // the 2xx relayd sent A, once answered
@@ -151,10 +150,10 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		aTx:     tx,
 		ackBody: make(chan []byte, 1),
 		reAck:   make(chan struct{}, 1),
-		origin:  [2]sdp.Origin{sdp.NewOrigin(), sdp.NewOrigin()},
+		neg:     call.NewSession(c.Media, [2]call.Local{}),
 	}
-	bc.relay[call.A] = s.cfg.Calls.Addr(src.Addr())
-	bc.relay[call.B] = bc.relay[call.A]
+	bc.setRelay(call.A, s.cfg.Calls.Addr(src.Addr()))
+	bc.setRelay(call.B, bc.relay[call.A])
 	fromTag, _ := req.From().Params.Get("tag")
 	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
 	s.setDialog(bc, call.A, dlg.ID)
@@ -337,7 +336,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		return attemptResult{code: sip.StatusLoopDetected, reason: "Loop Detected"}
 	}
 	if ip, err := netip.ParseAddr(dest.Host); err == nil {
-		bc.relay[call.B] = s.cfg.Calls.Addr(ip)
+		bc.setRelay(call.B, s.cfg.Calls.Addr(ip))
 		s.peers.allow(ip) // route server destinations too
 	}
 	var body []byte
@@ -629,8 +628,9 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 		}
 	}
 	// The negotiation is over: keep no parsed SDP for the call's lifetime.
+	bc.neg.Complete()
 	bc.mu.Lock()
-	bc.pending, bc.earlySDP, bc.negs = nil, nil, nil
+	bc.earlySDP = nil
 	bc.negotiated = true
 	bc.mu.Unlock()
 	bc.persist()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/route"
-	"github.com/relayd/relayd/control/sdp"
 )
 
 // Store keeps call records across restarts (control/state implements it).
@@ -112,16 +111,17 @@ func (bc *b2bCall) record() (record, bool) {
 	bc.mu.Lock()
 	b, aRes, dec := bc.b, bc.aRes, bc.dec
 	rec := record{
-		V:        recordVersion,
-		Relay:    bc.relay,
-		LastSent: bc.lastSent,
-		Route:    routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs},
-		Saved:    time.Now(),
-	}
-	for i, o := range bc.origin {
-		rec.Origin[i] = originRecord{o.SessionID, o.Version}
+		V:     recordVersion,
+		Relay: bc.relay,
+		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs},
+		Saved: time.Now(),
 	}
 	bc.mu.Unlock()
+	neg := bc.neg.Snapshot()
+	rec.LastSent = neg.LastSent
+	for i, o := range neg.Origin {
+		rec.Origin[i] = originRecord(o)
+	}
 	if b == nil || aRes == nil || b.InviteResponse == nil {
 		return record{}, false
 	}
@@ -304,12 +304,13 @@ func (s *Server) restoreCall(rec *record) error {
 		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs}},
 		answered:   true,
 		negotiated: true,
-		lastSent:   rec.LastSent,
 		restored:   true,
 	}
+	neg := call.SessionSnapshot{LastSent: rec.LastSent}
 	for i, o := range rec.Origin {
-		bc.origin[i] = sdp.Origin{SessionID: o.SessionID, Version: o.Version}
+		neg.Origin[i] = call.OriginSnap(o)
 	}
+	bc.neg = call.RestoreSession(c.Media, [2]call.Local{{Addr: rec.Relay[call.A]}, {Addr: rec.Relay[call.B]}}, neg)
 	// The TCP connections of the previous run are gone: relayd may open
 	// new ones to both peers (see peerSet): the caller's source address
 	// (its Contact is where the requests go; a Contact elsewhere is not

@@ -1,9 +1,11 @@
 // Package sip is relayd's SIP front-end: a B2BUA on github.com/emiago/sipgo
 // that anchors every call's media on the relay. An INVITE from a caller
 // (leg A) is routed (control/route), tried on each destination in turn
-// (leg B, its own Call-ID, tags and CSeq), its SDP rewritten both ways
-// (control/sdp) and its media carried by flows (control/call); at the end
-// a CDR is handed to the sink.
+// (leg B, its own Call-ID, tags and CSeq), its SDP negotiated both ways by
+// the call layer (call.Session, with the route's SRTP policy and codecs
+// as options) and its media carried by flows (control/call); at the end a
+// CDR is handed to the sink. The B2BUA keeps the SIP side: dialogs,
+// transactions, which leg offers, re-offers refused and rolled back.
 //
 // Malformed SIP is answered (400, or dropped by the parser) and never
 // disturbs other calls: every call runs in its own goroutines and shares

@@ -1,0 +1,641 @@
+package call
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/relayd/relayd/control/sdp"
+	"github.com/relayd/relayd/sdes"
+)
+
+// Policy is the SRTP policy toward the leg that receives an offer. The
+// zero value is SRTPPass. The B2BUA applies a route's policy toward the
+// callee and SRTPPass toward the caller; an ng front end maps
+// transport-protocol=RTP/AVP on an offer with a=crypto to SRTPOff and
+// RTP/SAVP on a plain offer to SRTPRequire.
+type Policy string
+
+const (
+	// SRTPPass: the offer's keys, or their absence, pass end to end.
+	SRTPPass Policy = ""
+	// SRTPOff: plain RTP/AVP toward the receiving leg. When the offer
+	// has a=crypto, relayd terminates the offerer's SRTP.
+	SRTPOff Policy = "off"
+	// SRTPOffer: best effort. A plain offer goes out on RTP/AVP with
+	// relayd's a=crypto: SRTP on that leg if its peer takes the key,
+	// plain otherwise. An offer with a=crypto passes end to end.
+	SRTPOffer Policy = "offer"
+	// SRTPRequire: RTP/SAVP toward the receiving leg. A plain offer goes
+	// out with relayd's key, which the answer must take; an offer with
+	// a=crypto passes end to end on RTP/SAVP.
+	SRTPRequire Policy = "require"
+)
+
+func (p Policy) valid() bool {
+	switch p {
+	case SRTPPass, SRTPOff, SRTPOffer, SRTPRequire:
+		return true
+	}
+	return false
+}
+
+// Errors of the negotiation, besides those of control/sdp (ErrNotAcceptable
+// when nothing is left to relay) and ErrSRTPUnsupported.
+var (
+	// ErrTranscodeUnsupported: the options ask for a codec the offer does
+	// not carry, which only transcoding could provide.
+	ErrTranscodeUnsupported = errors.New("transcoding is not available")
+	// ErrICEUnsupported: the options ask for ICE toward a leg; relayd
+	// anchors media on plain UDP and does no ICE.
+	ErrICEUnsupported = errors.New("ICE is not available: relayd anchors media on plain UDP")
+)
+
+// Local is relayd's media address on one leg of a call.
+type Local struct {
+	// Interface names the media interface the address belongs to; empty
+	// for the default one.
+	Interface string
+	// Addr is where the leg's flows match and send from.
+	Addr netip.Addr
+	// Advertise is the address the SDP toward the leg gives (a 1:1 NAT's
+	// public address); invalid means Addr.
+	Advertise netip.Addr
+}
+
+// Advertised returns the address the SDP toward the leg gives.
+func (l Local) Advertised() netip.Addr {
+	if l.Advertise.IsValid() {
+		return l.Advertise
+	}
+	return l.Addr
+}
+
+// CodecPolicy selects the codecs of an offer that go on to the answerer.
+// Names compare case-insensitively, as "name" or "name/rate" (channels,
+// if given, are ignored); "all" in Strip or Mask matches every codec. The
+// zero value keeps every codec.
+type CodecPolicy struct {
+	// Allowed, when not empty, is the only codecs relayd relays (a
+	// route's codecs). It applies before the others.
+	Allowed []string
+	// Strip removes codecs from the offer.
+	Strip []string
+	// Mask hides codecs from the answerer while the offerer may still
+	// use them. Without transcoding the answerer could never send or
+	// receive a masked codec, so a mask has the effect of Strip.
+	Mask []string
+	// Offer keeps (re-adds after Strip or Mask) the named codecs of the
+	// offer; names the offer does not carry are ignored.
+	Offer []string
+	// Transcode is Offer for codecs the offer carries; one it does not
+	// carry fails the offer with ErrTranscodeUnsupported.
+	Transcode []string
+}
+
+// MuxPolicy is how relayd handles rtcp-mux (RFC 5761) on an offer. The
+// zero value passes it through: offered to the answerer if the offerer
+// offered it, used on both legs if the answerer accepts it.
+//
+// The data plane carries a leg's multiplexed RTCP on the leg's RTP flow
+// and cannot split it out: RTCP from a leg with rtcp-mux toward a leg
+// without it arrives on that peer's RTP port. So relayd never answers
+// the offerer with rtcp-mux when the answerer's leg does not use it
+// (Accept behaves as the zero value, Demux strips rtcp-mux on both
+// legs), and only Offer and Require can leave the legs differing (the
+// offerer without rtcp-mux, the answerer with it: RTCP toward the
+// answerer is right, RTCP from it reaches the offerer's RTP port).
+type MuxPolicy struct {
+	// Offer offers rtcp-mux to the answerer even if the offerer did not.
+	Offer bool
+	// Require is Offer, and the answerer's leg uses rtcp-mux even if its
+	// answer lacks it.
+	Require bool
+	// Demux does not offer rtcp-mux to the answerer.
+	Demux bool
+	// Accept accepts the offerer's rtcp-mux (as the zero value does when
+	// the answerer accepts it; see above).
+	Accept bool
+	// Reject answers the offerer without rtcp-mux and, unless Offer or
+	// Require is set, does not offer it to the answerer.
+	Reject bool
+}
+
+// ICEPolicy is what relayd does with ICE toward a leg. The zero value is
+// ICERemove.
+type ICEPolicy string
+
+const (
+	// ICERemove removes the peer's ICE attributes: the relay anchors the
+	// media, the peer's candidates would bypass it.
+	ICERemove ICEPolicy = ""
+	// ICEForce would make relayd an ICE agent: ErrICEUnsupported.
+	ICEForce ICEPolicy = "force"
+)
+
+// Render are the knobs of the SDP relayd sends. The zero value is the
+// B2BUA's: relayd's own o= line per leg, the session-level c= replaced,
+// ICE removed.
+type Render struct {
+	// KeepOrigin leaves the peer's o= line as it is.
+	KeepOrigin bool
+	// KeepSessionConnection leaves the session-level c= line as it is;
+	// every stream gets a media-level c= with relayd's address.
+	KeepSessionConnection bool
+	ICE                   ICEPolicy
+}
+
+func (r Render) check() error {
+	switch r.ICE {
+	case ICERemove:
+		return nil
+	case ICEForce:
+		return ErrICEUnsupported
+	}
+	return fmt.Errorf("ICE policy %q", r.ICE)
+}
+
+// OfferOptions are the policy for one offer. The zero value relays the
+// offer as it is: keys end to end, every codec, rtcp-mux passed through,
+// symmetric RTP, the B2BUA's SDP rendering.
+type OfferOptions struct {
+	// SRTP is the policy toward the leg that receives the offer.
+	SRTP Policy
+	// SRTPTermination: relayd can decrypt and encrypt SRTP (a userspace
+	// data plane runs). Without it a policy that needs SRTP on one leg
+	// only fails with ErrSRTPUnsupported, and SRTPOffer stays plain.
+	SRTPTermination bool
+	Codecs          CodecPolicy
+	RTCPMux         MuxPolicy
+	// Latch is the policy for the offerer's leg.
+	Latch LatchPolicy
+	// Render shapes the SDP toward the answerer.
+	Render Render
+	// Install puts in the flows toward the offerer at once (early media
+	// from the answerer, whose addresses a re-offer knows); otherwise
+	// the flows change with the answer.
+	Install bool
+}
+
+// AnswerOptions are the policy for one answer. The zero value is the
+// B2BUA's.
+type AnswerOptions struct {
+	// Latch is the policy for the answerer's leg.
+	Latch LatchPolicy
+	// Render shapes the SDP toward the offerer.
+	Render Render
+}
+
+// decision is what relayd decided for one stream of the pending offer.
+type decision struct {
+	pass       bool   // a=crypto passes end to end (or no SRTP at all)
+	offerProto string // the offerer's profile, for the answer relayd sends it
+	// terminate: relayd decrypts the offerer's SRTP (its key in Recv,
+	// relayd's key for it in Send, answered with the offer's tag).
+	terminate bool
+	// keyed: relayd offered its own key to the answerer (Send of the
+	// answerer's end); require: the answerer must take it.
+	keyed, require bool
+	offerMux       bool // the offerer offered rtcp-mux
+	sentMux        bool // relayd offered rtcp-mux to the answerer
+}
+
+type pendingOffer struct {
+	from    Side
+	offer   *sdp.Description
+	streams map[int]decision
+	mux     MuxPolicy
+}
+
+// Session is the offer/answer state of one call's media (RFC 3264): for
+// each leg relayd's media address, its o= line and the last SDP sent,
+// and the offer being negotiated with what relayd decided for each of
+// its streams. Offer and Answer anchor the streams on the relay through
+// the call's Media. Front ends (the SIP B2BUA, the ng protocol) turn
+// their syntax into OfferOptions and AnswerOptions and send the SDP the
+// session renders.
+//
+// Create it with NewSession or RestoreSession; the zero value is not
+// usable. Safe for concurrent use; offers and answers are serialized.
+type Session struct {
+	media *Media
+
+	mu       sync.Mutex // guards the following
+	local    [2]Local
+	origin   [2]sdp.Origin
+	lastSent [2][]byte
+	pend     *pendingOffer
+}
+
+// NewSession returns the session of a call's media with relayd's media
+// address per leg and new o= lines.
+func NewSession(m *Media, local [2]Local) *Session {
+	return &Session{media: m, local: local, origin: [2]sdp.Origin{sdp.NewOrigin(), sdp.NewOrigin()}}
+}
+
+// SessionSnapshot is what a session keeps across a restart of relayd
+// (encoding/json works; the field names are part of the stored schema).
+type SessionSnapshot struct {
+	Origin   [2]OriginSnap `json:"origin"`
+	LastSent [2][]byte     `json:"last_sent"`
+}
+
+// OriginSnap is an sdp.Origin.
+type OriginSnap struct {
+	SessionID uint64 `json:"session_id"`
+	Version   uint64 `json:"version"`
+}
+
+// Snapshot returns the session's state for persisting. A pending offer
+// is not part of it: a restored call has none.
+func (s *Session) Snapshot() SessionSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var snap SessionSnapshot
+	for i, o := range s.origin {
+		snap.Origin[i] = OriginSnap{o.SessionID, o.Version}
+		snap.LastSent[i] = slices.Clone(s.lastSent[i])
+	}
+	return snap
+}
+
+// RestoreSession is NewSession for a call taken back after a restart.
+func RestoreSession(m *Media, local [2]Local, snap SessionSnapshot) *Session {
+	s := &Session{media: m, local: local}
+	for i, o := range snap.Origin {
+		s.origin[i] = sdp.Origin{SessionID: o.SessionID, Version: o.Version}
+		s.lastSent[i] = slices.Clone(snap.LastSent[i])
+	}
+	return s
+}
+
+// SetLocal sets relayd's media address on a leg (the B2BUA picks leg B's
+// once it knows the destination). The next offer moves the streams.
+func (s *Session) SetLocal(side Side, l Local) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.local[side] = l
+}
+
+// Local returns relayd's media address on a leg.
+func (s *Session) Local(side Side) Local {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.local[side]
+}
+
+// LastSent returns the last SDP relayd sent to a leg (the answer to an
+// offerless re-INVITE), nil if none.
+func (s *Session) LastSent(side Side) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastSent[side]
+}
+
+// Pending reports whether an offer awaits its answer.
+func (s *Session) Pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pend != nil
+}
+
+// Complete ends the offer/answer exchange: the pending offer is dropped,
+// and an answer without a new offer is an error.
+func (s *Session) Complete() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pend = nil
+}
+
+// Offer takes an offer from one leg (d: filtered per o.Codecs in place),
+// anchors its streams on the relay (ports, the offerer's addresses, SRTP
+// per o.SRTP, rtcp-mux per o.RTCPMux) and returns the SDP to offer the
+// other leg. A new offer replaces a pending one.
+func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, error) {
+	switch {
+	case !o.SRTP.valid():
+		return nil, fmt.Errorf("SRTP policy %q", o.SRTP)
+	case !o.Latch.valid():
+		return nil, fmt.Errorf("latch policy %q", o.Latch)
+	}
+	if err := o.Render.check(); err != nil {
+		return nil, err
+	}
+	if err := filterCodecs(d, o.Codecs); err != nil {
+		return nil, err
+	}
+	to := from.Other()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.media
+	plan := sdp.Plan{
+		Addr:                  s.local[to].Advertised(),
+		KeepSessionConnection: o.Render.KeepSessionConnection,
+		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
+	}
+	mp := o.RTCPMux
+	decs := make(map[int]decision)
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		if !st.Enabled() {
+			m.Edit(i, func(ms *Stream) { ms.Disabled = true })
+			continue
+		}
+		if err := m.Ensure(i, s.local[A].Addr, s.local[B].Addr); err != nil {
+			return nil, err
+		}
+		dec, sp, err := decideOffer(st, o, m.keyed(i, to))
+		if err != nil {
+			return nil, fmt.Errorf("stream %d: %w", i, err)
+		}
+		dec.offerMux, dec.sentMux = st.RTCPMux, st.RTCPMux
+		switch {
+		case mp.Offer, mp.Require:
+			dec.sentMux = true
+		case mp.Demux, mp.Reject:
+			dec.sentMux = false
+		}
+		sp.RTCPMux = dec.sentMux
+		var relayKey *sdes.Crypto
+		m.Edit(i, func(ms *Stream) {
+			ms.Disabled = false
+			fe, te := &ms.Ends[from], &ms.Ends[to]
+			fe.RTP, fe.RTCP = st.RTP(), st.RTCP()
+			fe.Latch = o.Latch
+			// Until the answer: as if the answerer accepts what relayd
+			// offered it.
+			ms.Mux = false
+			fe.Mux = dec.offerMux && dec.sentMux && !mp.Demux && !mp.Reject
+			te.Mux = dec.sentMux
+			ms.ClockRate = st.ClockRate()
+			sp.Port = int(te.Port)
+			switch {
+			case dec.terminate:
+				fe.Recv = st.Crypto[0]
+				fe.Send, err = keyFor(fe.Send, st.Crypto[0].Suite, st.Crypto[0].Tag)
+				te.Recv, te.Send = nil, nil
+			case dec.keyed:
+				fe.Recv, fe.Send = nil, nil
+				suite, tag := sdes.AES_CM_128_HMAC_SHA1_80, 1
+				if te.Send != nil {
+					suite, tag = te.Send.Suite, te.Send.Tag
+				}
+				te.Send, err = keyFor(te.Send, suite, tag)
+				relayKey = te.Send
+			default:
+				fe.Recv, fe.Send, te.Recv, te.Send = nil, nil, nil, nil
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("stream %d: %w", i, err)
+		}
+		sp.Crypto = relayKey
+		decs[i] = dec
+		plan.Streams[i] = sp
+	}
+	body, err := d.Rewrite(plan, s.originFor(to, o.Render))
+	if err != nil {
+		return nil, err
+	}
+	s.pend = &pendingOffer{from: from, offer: d, streams: decs, mux: mp}
+	s.lastSent[to] = body
+	if o.Install {
+		if err := m.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+func (s *Session) originFor(to Side, r Render) *sdp.Origin {
+	if r.KeepOrigin {
+		return nil
+	}
+	return &s.origin[to]
+}
+
+// decideOffer decides the SRTP of one stream of an offer; keyedTo: relayd
+// encrypts toward the receiving leg already (it terminates its SRTP).
+func decideOffer(st *sdp.Stream, o OfferOptions, keyedTo bool) (decision, sdp.StreamPlan, error) {
+	keys := len(st.Crypto) > 0
+	dec := decision{offerProto: st.Proto}
+	sp := sdp.StreamPlan{Proto: st.Proto}
+	switch {
+	case o.SRTP == SRTPPass && !keys && keyedTo:
+		// A re-offer from a plain leg to one whose SRTP relayd
+		// terminates: that leg keeps relayd's key.
+		dec.keyed, dec.require = true, true
+		sp.Proto = savp(st.Proto)
+	case o.SRTP == SRTPPass:
+		dec.pass = true
+		sp.KeepCrypto = keys
+	case keys && o.SRTP == SRTPOff, !keys && o.SRTP == SRTPRequire:
+		// SRTP on one leg only: relayd terminates it in userspace.
+		if !o.SRTPTermination {
+			return dec, sp, ErrSRTPUnsupported
+		}
+		if keys {
+			dec.terminate = true
+			sp.Proto = avp(st.Proto)
+		} else {
+			dec.keyed, dec.require = true, true
+			sp.Proto = savp(st.Proto)
+		}
+	case !keys && o.SRTP == SRTPOffer && o.SRTPTermination:
+		// Best effort: relayd's key offered on RTP/AVP; plain if the
+		// answerer does not take it.
+		dec.keyed = true
+	case keys:
+		dec.pass = true
+		sp.KeepCrypto = true
+		if o.SRTP == SRTPRequire {
+			sp.Proto = savp(st.Proto)
+		}
+	default:
+		dec.pass = true
+	}
+	return dec, sp, nil
+}
+
+// keyed reports whether relayd encrypts toward leg side on stream i.
+func (m *Media) keyed(i int, side Side) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return i < len(m.streams) && m.streams[i].Ends[side].Send != nil
+}
+
+// Answer takes the answer from one leg to the pending offer, learns its
+// addresses and keys, installs or updates the flows and returns the SDP
+// to answer the offerer with. The offer stays pending (a provisional
+// answer may be followed by the final one) until the next offer or
+// Complete.
+func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte, error) {
+	if !o.Latch.valid() {
+		return nil, fmt.Errorf("latch policy %q", o.Latch)
+	}
+	if err := o.Render.check(); err != nil {
+		return nil, err
+	}
+	to := from.Other()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pend
+	switch {
+	case p == nil:
+		return nil, errors.New("answer without a pending offer")
+	case p.from == from:
+		return nil, fmt.Errorf("answer from leg %s to its own offer", from)
+	}
+	m := s.media
+	plan := sdp.Plan{
+		Addr:                  s.local[to].Advertised(),
+		KeepSessionConnection: o.Render.KeepSessionConnection,
+		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
+	}
+	var errs []error
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		dec, ok := p.streams[i]
+		if i >= len(p.offer.Streams) || !ok || !st.Enabled() {
+			m.Edit(i, func(ms *Stream) { ms.Disabled = true })
+			continue
+		}
+		// rtcp-mux on the answerer's leg, then on the offerer's: never
+		// on the offerer's alone (see MuxPolicy).
+		ansMux := dec.sentMux && (st.RTCPMux || p.mux.Require)
+		offMux := dec.offerMux && ansMux && !p.mux.Reject && !p.mux.Demux
+		sp := sdp.StreamPlan{RTCPMux: offMux, Proto: dec.offerProto}
+		m.Edit(i, func(ms *Stream) {
+			ms.Disabled = false
+			fe, te := &ms.Ends[from], &ms.Ends[to]
+			fe.RTP, fe.RTCP = st.RTP(), st.RTCP()
+			fe.Latch = o.Latch
+			ms.Mux = false
+			fe.Mux, te.Mux = ansMux, offMux
+			if c := st.ClockRate(); c != 0 {
+				ms.ClockRate = c
+			}
+			sp.Port = int(te.Port)
+			switch {
+			case dec.terminate:
+				sp.Crypto = te.Send
+			case dec.keyed:
+				key := matchKey(st.Crypto, fe.Send)
+				switch {
+				case key != nil:
+					fe.Recv = key
+				case dec.require:
+					errs = append(errs, fmt.Errorf("stream %d: SRTP required and the answer has no matching a=crypto: %w", i, sdp.ErrNotAcceptable))
+				default:
+					fe.Recv, fe.Send = nil, nil // plain after all
+				}
+			case dec.pass:
+				sp.KeepCrypto = len(st.Crypto) > 0
+			}
+		})
+		plan.Streams[i] = sp
+	}
+	// Streams the answer lacks are rejected.
+	for i := len(d.Streams); i < len(p.offer.Streams); i++ {
+		m.Edit(i, func(ms *Stream) { ms.Disabled = true })
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := m.Sync(); err != nil {
+		return nil, err
+	}
+	body, err := d.Rewrite(plan, s.originFor(to, o.Render))
+	if err != nil {
+		return nil, err
+	}
+	s.lastSent[to] = body
+	return body, nil
+}
+
+// keyFor keeps a leg's relayd key across re-offers when the suite stays,
+// else makes a new one.
+func keyFor(old *sdes.Crypto, suite sdes.Suite, tag int) (*sdes.Crypto, error) {
+	if old != nil && old.Suite == suite {
+		k := *old
+		k.Tag = tag
+		return &k, nil
+	}
+	return sdes.Generate(tag, suite)
+}
+
+// matchKey returns the answer's key for relayd's offered one: same tag
+// and suite.
+func matchKey(keys []*sdes.Crypto, offered *sdes.Crypto) *sdes.Crypto {
+	if offered == nil {
+		return nil
+	}
+	for _, k := range keys {
+		if k.Tag == offered.Tag && k.Suite == offered.Suite {
+			return k
+		}
+	}
+	return nil
+}
+
+func savp(proto string) string {
+	switch proto {
+	case "RTP/AVP":
+		return "RTP/SAVP"
+	case "RTP/AVPF":
+		return "RTP/SAVPF"
+	}
+	return proto
+}
+
+func avp(proto string) string {
+	switch proto {
+	case "RTP/SAVP":
+		return "RTP/AVP"
+	case "RTP/SAVPF":
+		return "RTP/AVPF"
+	}
+	return proto
+}
+
+// filterCodecs applies a codec policy to an offer.
+func filterCodecs(d *sdp.Description, p CodecPolicy) error {
+	for _, name := range p.Transcode {
+		if !slices.ContainsFunc(d.Streams, func(st sdp.Stream) bool {
+			return slices.ContainsFunc(st.Codecs, func(c sdp.Codec) bool { return codecIs(name, c) })
+		}) {
+			return fmt.Errorf("%w: %s is not in the offer", ErrTranscodeUnsupported, name)
+		}
+	}
+	if len(p.Allowed) == 0 && len(p.Strip) == 0 && len(p.Mask) == 0 {
+		return d.Usable()
+	}
+	in := func(list []string, c sdp.Codec) bool {
+		return slices.ContainsFunc(list, func(n string) bool { return codecIs(n, c) })
+	}
+	return d.FilterCodecsFunc(func(_ int, c sdp.Codec) bool {
+		if len(p.Allowed) > 0 && !in(p.Allowed, c) {
+			return false
+		}
+		hidden := in(p.Strip, c) || in(p.Mask, c)
+		for _, l := range [][]string{p.Strip, p.Mask} {
+			hidden = hidden || slices.ContainsFunc(l, func(n string) bool { return strings.EqualFold(n, "all") })
+		}
+		return !hidden || in(p.Offer, c) || in(p.Transcode, c)
+	})
+}
+
+// codecIs reports whether c is the codec name ("PCMA", "opus/48000",
+// "opus/48000/2") names.
+func codecIs(name string, c sdp.Codec) bool {
+	n, rest, _ := strings.Cut(name, "/")
+	if !strings.EqualFold(n, c.Name) {
+		return false
+	}
+	rate, _, _ := strings.Cut(rest, "/")
+	return rate == "" || rate == strconv.FormatUint(uint64(c.ClockRate), 10)
+}
