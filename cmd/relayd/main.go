@@ -266,10 +266,15 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 	}
 }
 
-// mediaInterfaces returns the registry's media interfaces of the config:
-// the unnamed one of [media].
+// mediaInterfaces returns the registry's media interfaces of the config,
+// the default first.
 func mediaInterfaces(cfg *config.Config) []registry.Interface {
-	return []registry.Interface{{
-		Addr: cfg.Media.Addr, Addr6: cfg.Media.Addr6, PortMin: cfg.Media.PortMin, PortMax: cfg.Media.PortMax,
-	}}
+	var out []registry.Interface
+	for _, in := range cfg.MediaInterfaces() {
+		out = append(out, registry.Interface{
+			Name: in.Name, Addr: in.Addr, Addr6: in.Addr6, Advertise: in.AdvertiseAddr, Advertise6: in.AdvertiseAddr6,
+			PortMin: in.PortMin, PortMax: in.PortMax,
+		})
+	}
+	return out
 }

@@ -58,6 +58,19 @@ func (t *Table) Local(iface string, peer netip.Addr) (Local, error) {
 	return Local{Interface: in.Name, Addr: a, Advertise: adv}, nil
 }
 
+// LocalOf returns the Local of a relay media address: its interface and
+// what SDP names for it (a restored call's leg). An address no interface
+// has any more is returned as is.
+func (t *Table) LocalOf(a netip.Addr) Local {
+	name, ok := t.reg.InterfaceOf(a)
+	if !ok {
+		return Local{Addr: a}
+	}
+	in, _ := t.reg.Interface(name)
+	_, adv, _ := in.Family(a.Is6())
+	return Local{Interface: name, Addr: a, Advertise: adv}
+}
+
 // CanSRTP reports whether calls can have SRTP terminated on a leg (a
 // userspace data plane runs).
 func (t *Table) CanSRTP() bool { return t.reg.HasPlane(dataplane.PathUserspace) }

@@ -131,6 +131,9 @@ type Route struct {
 	FailoverOn     []int
 	SRTP           Policy
 	Codecs         []string
+	// CallerInterface and CalleeInterface name the media interfaces of
+	// the caller's and the callee's legs; "" is the default.
+	CallerInterface, CalleeInterface string
 }
 
 // Fails reports whether a final code makes the call try the next
@@ -221,6 +224,9 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 			FailoverOn:     slices.Clone(c.FailoverOn),
 			SRTP:           Policy(c.SRTP),
 			Codecs:         slices.Clone(c.Codecs),
+
+			CallerInterface: c.CallerInterface,
+			CalleeInterface: c.CalleeInterface,
 		}
 		if c.Regexp == nil {
 			return nil, fmt.Errorf("route %q: not validated", c.Name)

@@ -152,8 +152,8 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		reAck:   make(chan struct{}, 1),
 		neg:     call.NewSession(c.Media, [2]call.Local{}),
 	}
-	bc.setRelay(call.A, s.cfg.Calls.Addr(src.Addr()))
-	bc.setRelay(call.B, bc.relay[call.A])
+	bc.setRelay(call.A, bc.local("", src.Addr()))
+	bc.setRelay(call.B, bc.local("", src.Addr()))
 	fromTag, _ := req.From().Params.Get("tag")
 	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
 	s.setDialog(bc, call.A, dlg.ID)
@@ -198,6 +198,8 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	bc.dec = dec
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
+	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, bc.c.Source.Addr()))
+	bc.setRelay(call.B, bc.local(dec.Route.CalleeInterface, bc.c.Source.Addr()))
 
 	code, reason := sip.StatusRequestTimeout, "Request Timeout"
 	for _, dest := range dec.Destinations {
@@ -336,7 +338,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		return attemptResult{code: sip.StatusLoopDetected, reason: "Loop Detected"}
 	}
 	if ip, err := netip.ParseAddr(dest.Host); err == nil {
-		bc.setRelay(call.B, s.cfg.Calls.Addr(ip))
+		bc.setRelay(call.B, bc.local(bc.dec.Route.CalleeInterface, ip))
 		s.peers.allow(ip) // route server destinations too
 	}
 	var body []byte

@@ -45,9 +45,22 @@ func (bc *b2bCall) relayAnswer(from call.Side, d *sdp.Description) ([]byte, erro
 
 // setRelay sets relayd's media address on a leg, for signalling (the
 // dialog's local address family) and for the negotiation.
-func (bc *b2bCall) setRelay(side call.Side, a netip.Addr) {
-	bc.relay[side] = a
-	bc.neg.SetLocal(side, call.Local{Addr: a})
+func (bc *b2bCall) setRelay(side call.Side, l call.Local) {
+	bc.relay[side] = l.Addr
+	bc.neg.SetLocal(side, l)
+}
+
+// local returns where a leg's media sits: on the named media interface
+// (the route's caller_interface or callee_interface; "" the default), of
+// the peer's family when it has one. An unknown name (a route server's
+// answer) falls back to the default interface.
+func (bc *b2bCall) local(iface string, peer netip.Addr) call.Local {
+	l, err := bc.s.cfg.Calls.Local(iface, peer)
+	if err != nil {
+		bc.log.Warn("media interface", zap.Error(err))
+		l, _ = bc.s.cfg.Calls.Local("", peer)
+	}
+	return l
 }
 
 // onReoffer relays a re-INVITE or UPDATE from one leg to the other: hold,

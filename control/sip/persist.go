@@ -310,7 +310,7 @@ func (s *Server) restoreCall(rec *record) error {
 	for i, o := range rec.Origin {
 		neg.Origin[i] = call.OriginSnap(o)
 	}
-	bc.neg = call.RestoreSession(c.Media, [2]call.Local{{Addr: rec.Relay[call.A]}, {Addr: rec.Relay[call.B]}}, neg)
+	bc.neg = call.RestoreSession(c.Media, [2]call.Local{s.cfg.Calls.LocalOf(rec.Relay[call.A]), s.cfg.Calls.LocalOf(rec.Relay[call.B])}, neg)
 	// The TCP connections of the previous run are gone: relayd may open
 	// new ones to both peers (see peerSet): the caller's source address
 	// (its Contact is where the requests go; a Contact elsewhere is not

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +199,7 @@ type opts struct {
 	rateBurst    int
 	log          *zap.Logger // the B2BUA's; default a test logger at info
 	store        Store
+	ifaces       []config.MediaInterface // named media interfaces beside the default (loopback)
 }
 
 // start makes the call table and the B2BUA (as a new relayd process
@@ -210,8 +212,11 @@ func (h *harness) start() {
 		planes = append(planes, h.us)
 	}
 	var err error
-	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}},
-		zaptest.NewLogger(t), planes...)
+	ifaces := []registry.Interface{{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}
+	for _, in := range h.o.ifaces {
+		ifaces = append(ifaces, registry.Interface{Name: in.Name, Addr: in.Addr, Advertise: in.AdvertiseAddr, PortMin: in.PortMin, PortMax: in.PortMax})
+	}
+	reg, err := registry.New(registry.Config{Interfaces: ifaces}, zaptest.NewLogger(t), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +302,7 @@ func newHarness(t *testing.T, o opts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	o.ifaces = cfg.Media.Interfaces
 	if o.log == nil {
 		o.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) // sipgo's readers log at debug after Shutdown returns
 	}
@@ -469,6 +475,63 @@ func TestCallAnsweredAndByeFromCaller(t *testing.T) {
 	waitFor(t, "callee BYE", func() bool { ce.mu.Lock(); defer ce.mu.Unlock(); return ce.byes == 1 })
 	if h.xdp.Len() != 0 || h.calls.Len() != 0 {
 		t.Errorf("%d flows, %d calls left", h.xdp.Len(), h.calls.Len())
+	}
+}
+
+// TestMediaInterfaces: a route puts the callee's leg on a named media
+// interface behind a 1:1 NAT. The callee's SDP names the interface's
+// advertised address, the caller's the default one; the flows toward the
+// callee leave from the interface's own address and a port of its range.
+func TestMediaInterfaces(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, routeExtra: `callee_interface = "external"
+[[media.interface]]
+name = "external"
+address = "198.18.3.1"
+advertise = "198.19.0.1"
+ports = "40000-40009"
+`})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ans := string(d.InviteResponse.Body()); !strings.Contains(ans, "c=IN IP4 127.0.0.1") {
+		t.Errorf("answer to the caller not on the default interface:\n%s", ans)
+	}
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := string(ce.lastInvite().Body())
+	if !strings.Contains(out, "c=IN IP4 198.19.0.1") || !regexp.MustCompile(`(?m)^m=audio 4000[0-9] `).MatchString(out) {
+		t.Errorf("offer to the callee does not name the advertised address and a port of 40000-40009:\n%s", out)
+	}
+	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
+	list, _ := h.xdp.List()
+	for _, fs := range list {
+		f := fs.Flow
+		switch {
+		case f.Match.Addr() == netip.MustParseAddr("198.18.3.1"):
+			if f.Match.Port() < 40000 || f.Match.Port() > 40009 || f.SendFrom.Addr() != loop {
+				t.Errorf("flow from the callee %+v: want a match in 40000-40009, sent from the default interface", f)
+			}
+		case f.Match.Addr() == loop:
+			if f.SendFrom.Addr() != netip.MustParseAddr("198.18.3.1") || f.SendFrom.Port() < 40000 || f.SendFrom.Port() > 40009 {
+				t.Errorf("flow toward the callee %+v: want sent from 198.18.3.1:40000-40009", f)
+			}
+		default:
+			t.Errorf("flow on no interface: %+v", f)
+		}
+	}
+	if err := d.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "flows removed", func() bool { return h.xdp.Len() == 0 })
+	for _, p := range h.calls.Registry().Ports() {
+		if p.Free != p.Pairs {
+			t.Errorf("interface %q: %d of %d pairs free after the call", p.Interface, p.Free, p.Pairs)
+		}
 	}
 }
 
