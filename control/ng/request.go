@@ -98,9 +98,11 @@ type Request struct {
 	TOS int
 	// DeleteDelay is in seconds, -1 when not given.
 	DeleteDelay int
-	// Limit is list's maximum number of calls, -1 when not given
-	// (rtpengine's default is 32).
-	Limit int
+	// Limit is list's maximum number of calls; the server sets
+	// rtpengine's default, 32, when none is given, and refuses a
+	// negative one.
+	Limit      int
+	limitGiven bool
 	// RecordCall is "record-call": "yes", "no", "on" or "off".
 	RecordCall string
 	// FromTags are delete's or block's "from-tags".
@@ -343,7 +345,7 @@ func ParseRequest(dict bencode.Value) (*Request, error) {
 	if dict.Kind() != bencode.KindDict {
 		return nil, ErrNotDict
 	}
-	r := &Request{TOS: -1, DeleteDelay: -1, Limit: -1, Raw: dict}
+	r := &Request{TOS: -1, DeleteDelay: -1, Raw: dict}
 	for k, v := range dict.Entries() {
 		r.applyKey(k, v)
 	}
@@ -576,7 +578,7 @@ func (r *Request) applyKey(key string, v bencode.Value) {
 		}
 	case "limit":
 		if n, ok := r.integer(k, v); ok {
-			r.Limit = n
+			r.Limit, r.limitGiven = n, true
 		}
 	case "codec":
 		if v.Kind() != bencode.KindDict {

@@ -482,10 +482,10 @@ func check(r *Request) error {
 			return ErrNoCallID
 		}
 	case CmdList:
-		if r.Limit < -1 {
+		if r.limitGiven && r.Limit < 0 {
 			return ErrLimit
 		}
-		if r.Limit == -1 {
+		if !r.limitGiven {
 			r.Limit = defaultListLimit
 		}
 	}
@@ -537,10 +537,13 @@ func (s *Server) run(ctx context.Context, from netip.AddrPort, r *Request) benco
 	s.metrics.duration.WithLabelValues(label).Observe(took.Seconds())
 	s.stats.count(from.Addr(), r.Command, took, err != nil)
 	if err != nil {
-		if r.Command == CmdDelete && !r.Flags.Has("fatal") && (errors.Is(err, ErrUnknownCall) || errors.Is(err, ErrTagMismatch)) {
-			reply, err = &Reply{Warning: ErrTagMismatch.Error()}, nil
-		} else {
+		switch {
+		case r.Command != CmdDelete || !(errors.Is(err, ErrUnknownCall) || errors.Is(err, ErrTagMismatch)):
 			return s.fail(r, label, err)
+		case r.Flags.Has("fatal"):
+			return s.fail(r, label, ErrTagMismatch)
+		default:
+			reply, err = &Reply{Warning: ErrTagMismatch.Error()}, nil
 		}
 	}
 	if reply == nil {
