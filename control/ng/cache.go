@@ -44,7 +44,7 @@ func newCookieCache(ttl time.Duration, max int, now func() time.Time) *cookieCac
 // begin looks key up. If a reply is cached it returns it. If the request
 // is in progress it queues send for its reply and returns inProgress. Else
 // it marks key in progress and returns neither: the caller must call
-// finish (or abandon) with key.
+// finish with key.
 func (c *cookieCache) begin(key cacheKey, send func([]byte)) (reply []byte, inProgress bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -81,13 +81,6 @@ func (c *cookieCache) finish(key cacheKey, reply []byte) {
 	for _, w := range waiters {
 		w(reply)
 	}
-}
-
-// abandon forgets key, which got no reply; waiters get none either.
-func (c *cookieCache) abandon(key cacheKey) {
-	c.mu.Lock()
-	delete(c.entries, key)
-	c.mu.Unlock()
 }
 
 // len returns the number of entries, for tests.

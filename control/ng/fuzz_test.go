@@ -24,7 +24,7 @@ func fuzzEngine() *fakeEngine {
 			return nil, ErrSessionLimit
 		}
 		return &Reply{SDP: r.SDP, Warning: r.Label, Calls: []string{r.CallID, "\xff"},
-			Call: &CallStats{Created: now, Tags: []TagStats{{Tag: r.FromTag, Medias: []MediaStats{{Index: 1, Streams: []StreamStats{{Flags: []string{"RTP"}}}}}}, {Tag: r.FromTag}}},
+			Call:       &CallStats{Created: now, Tags: []TagStats{{Tag: r.FromTag, Medias: []MediaStats{{Index: 1, Streams: []StreamStats{{Flags: []string{"RTP"}}}}}}, {Tag: r.FromTag}}},
 			Statistics: &Statistics{}}, nil
 	}}
 }

@@ -31,54 +31,97 @@ type Engine interface {
 }
 
 // Errors an Engine returns (wrapped or not), answered with rtpengine's
-// exact wording.
+// exact wording (see ReplyText), which the comments quote.
 var (
 	// ErrSessionLimit: the offer of a new call would exceed the session
 	// limit. A client that sent "supports": ["load limit"] gets
 	// "result: load limit" with this message, others
 	// "result: error"; Kamailio tries the next relay either way.
-	ErrSessionLimit = errors.New("Parallel session limit reached")
+	ErrSessionLimit = errors.New("parallel session limit reached")
 	// ErrCPULimit, ErrLoadLimit, ErrBandwidthLimit: the other load
 	// limits; "result: load limit" for a client that supports it,
 	// else "Parallel session limit reached" as rtpengine does.
-	ErrCPULimit       = errors.New("CPU usage limit exceeded")
-	ErrLoadLimit      = errors.New("Load limit exceeded")
-	ErrBandwidthLimit = errors.New("Bandwidth limit exceeded")
+	ErrCPULimit       = errors.New("cpu usage limit exceeded")
+	ErrLoadLimit      = errors.New("load limit exceeded")
+	ErrBandwidthLimit = errors.New("bandwidth limit exceeded")
 	// ErrNoPorts: no media ports left; Kamailio tries the next relay.
-	ErrNoPorts = errors.New("Ran out of ports")
+	ErrNoPorts = errors.New("ran out of ports")
 	// ErrUnknownCall: no such call-id (answer, query). For delete the
 	// server turns it into "ok" with the warning "Call-ID not found or
 	// tags didn't match", unless the request has the flag "fatal".
-	ErrUnknownCall = errors.New("Unknown call-id")
+	ErrUnknownCall = errors.New("unknown call-id")
 	// ErrTagMismatch: delete found the call but not the tags; answered
 	// like ErrUnknownCall on delete.
-	ErrTagMismatch = errors.New("Call-ID not found or tags didn't match")
+	ErrTagMismatch = errors.New("call-id not found or tags did not match")
 	// ErrBadSDP: the SDP does not parse.
-	ErrBadSDP = errors.New("Failed to parse SDP")
+	ErrBadSDP = errors.New("failed to parse sdp")
 	// ErrIncompleteSDP: the SDP parses but lacks what is needed.
-	ErrIncompleteSDP = errors.New("Incomplete SDP specification")
+	ErrIncompleteSDP = errors.New("incomplete sdp specification")
 	// ErrDialogue: the tags do not fit the call's dialogue.
-	ErrDialogue = errors.New("Invalid dialogue association")
+	ErrDialogue = errors.New("invalid dialogue association")
 	// ErrRewriteSDP: the reply SDP could not be made.
-	ErrRewriteSDP = errors.New("Error rewriting SDP")
+	ErrRewriteSDP = errors.New("error rewriting sdp")
 )
 
 // Errors of the wire side: replies the server makes itself, with
 // rtpengine's wording.
 var (
-	ErrNoCommand      = errors.New(`Dictionary contains no key "command"`)
-	ErrNotDict        = errors.New("Could not decode bencode dictionary")
-	ErrNoPayload      = errors.New("Invalid data (no payload)")
-	ErrFormat         = errors.New("Invalid NG data format")
-	ErrJSON           = errors.New("Failed to parse JSON document")
-	ErrNoCallID       = errors.New("No call-id in message")
-	ErrNoFromTag      = errors.New("No from-tag in message")
-	ErrNoToTag        = errors.New("No to-tag in message")
-	ErrNoSDP          = errors.New("No SDP body in message")
-	ErrUnknownCommand = errors.New("Unrecognized command")
-	ErrUnsupported    = errors.New("Unsupported command")
+	ErrNoCommand      = errors.New(`dictionary contains no key "command"`)
+	ErrNotDict        = errors.New("could not decode bencode dictionary")
+	ErrNoPayload      = errors.New("invalid data (no payload)")
+	ErrFormat         = errors.New("invalid ng data format")
+	ErrJSON           = errors.New("failed to parse JSON document")
+	ErrNoCallID       = errors.New("no call-id in message")
+	ErrNoFromTag      = errors.New("no from-tag in message")
+	ErrNoToTag        = errors.New("no to-tag in message")
+	ErrNoSDP          = errors.New("no sdp body in message")
+	ErrUnknownCommand = errors.New("unrecognized command")
+	ErrUnsupported    = errors.New("unsupported command")
 	ErrLimit          = errors.New("invalid limit, must be >= 0")
 )
+
+// wording is the reply text of each sentinel error: rtpengine's exact
+// words, which clients such as Kamailio compare.
+var wording = []struct {
+	err  error
+	text string
+}{
+	{ErrSessionLimit, "Parallel session limit reached"},
+	{ErrCPULimit, "CPU usage limit exceeded"},
+	{ErrLoadLimit, "Load limit exceeded"},
+	{ErrBandwidthLimit, "Bandwidth limit exceeded"},
+	{ErrNoPorts, "Ran out of ports"},
+	{ErrUnknownCall, "Unknown call-id"},
+	{ErrTagMismatch, "Call-ID not found or tags didn't match"},
+	{ErrBadSDP, "Failed to parse SDP"},
+	{ErrIncompleteSDP, "Incomplete SDP specification"},
+	{ErrDialogue, "Invalid dialogue association"},
+	{ErrRewriteSDP, "Error rewriting SDP"},
+	{ErrNoCommand, `Dictionary contains no key "command"`},
+	{ErrNotDict, "Could not decode bencode dictionary"},
+	{ErrNoPayload, "Invalid data (no payload)"},
+	{ErrFormat, "Invalid NG data format"},
+	{ErrJSON, "Failed to parse JSON document"},
+	{ErrNoCallID, "No call-id in message"},
+	{ErrNoFromTag, "No from-tag in message"},
+	{ErrNoToTag, "No to-tag in message"},
+	{ErrNoSDP, "No SDP body in message"},
+	{ErrUnknownCommand, "Unrecognized command"},
+	{ErrUnsupported, "Unsupported command"},
+	{ErrLimit, "invalid limit, must be >= 0"},
+}
+
+// ReplyText returns the error-reason (or load-limit message) the server
+// sends for err: rtpengine's wording for a sentinel error, wrapped or
+// not, and the error's own text for any other.
+func ReplyText(err error) string {
+	for _, w := range wording {
+		if errors.Is(err, w.err) {
+			return w.text
+		}
+	}
+	return err.Error()
+}
 
 // Result is a reply's "result".
 type Result string

@@ -415,20 +415,14 @@ func (s *Server) process(ctx context.Context, from netip.AddrPort, data []byte) 
 
 // fail makes the reply to a failed command and counts it.
 func (s *Server) fail(r *Request, command string, err error) bencode.Value {
-	result, reason := ResultError, err.Error()
-	for _, e := range sentinels {
-		if errors.Is(err, e) {
-			reason = e.Error()
-			break
-		}
-	}
+	result, reason := ResultError, ReplyText(err)
 	if r != nil {
 		switch {
 		case errors.Is(err, ErrSessionLimit), errors.Is(err, ErrCPULimit), errors.Is(err, ErrLoadLimit), errors.Is(err, ErrBandwidthLimit):
 			if r.SupportsLoadLimit {
 				result = ResultLoadLimit
 			} else {
-				reason = ErrSessionLimit.Error() // rtpengine's legacy answer
+				reason = ReplyText(ErrSessionLimit) // rtpengine's legacy answer
 			}
 		}
 	}
@@ -442,15 +436,6 @@ func (s *Server) fail(r *Request, command string, err error) bencode.Value {
 		s.log.Info("ng request refused", zap.String("reason", reason))
 	}
 	return errorDict(result, reason)
-}
-
-// sentinels are the errors whose text the reply carries even when an
-// Engine wraps them.
-var sentinels = []error{
-	ErrSessionLimit, ErrCPULimit, ErrLoadLimit, ErrBandwidthLimit, ErrNoPorts,
-	ErrUnknownCall, ErrTagMismatch, ErrBadSDP, ErrIncompleteSDP, ErrDialogue, ErrRewriteSDP,
-	ErrNoCommand, ErrNotDict, ErrNoPayload, ErrFormat, ErrJSON, ErrNoCallID, ErrNoFromTag,
-	ErrNoToTag, ErrNoSDP, ErrUnknownCommand, ErrUnsupported, ErrLimit,
 }
 
 // commandLabel is the metric label of a command: its name if relayd
@@ -543,7 +528,7 @@ func (s *Server) run(ctx context.Context, from netip.AddrPort, r *Request) benco
 		case r.Flags.Has("fatal"):
 			return s.fail(r, label, ErrTagMismatch)
 		default:
-			reply, err = &Reply{Warning: ErrTagMismatch.Error()}, nil
+			reply, err = &Reply{Warning: ReplyText(ErrTagMismatch)}, nil
 		}
 	}
 	if reply == nil {
