@@ -571,14 +571,14 @@ func (s *Server) encodeReply(r *Request, reply *Reply) bencode.Value {
 		}
 		d.add("calls", bencode.Strings(calls...))
 	case CmdStatistics:
-		st := reply.Statistics
-		if st == nil {
-			st = &Statistics{}
+		var st Statistics // a copy: the Engine's Reply is not changed
+		if reply.Statistics != nil {
+			st = *reply.Statistics
 		}
 		if st.Uptime == 0 {
 			st.Uptime = time.Since(s.started)
 		}
-		d.add("statistics", statisticsEntries(st, s.stats.value()))
+		d.add("statistics", statisticsEntries(&st, s.stats.value()))
 	}
 	if reply.Warning != "" {
 		d.str("warning", reply.Warning)
