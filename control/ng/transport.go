@@ -174,8 +174,11 @@ func (l *tcpListener) serveConn(c *net.TCPConn, from netip.AddrPort) {
 		buf = append(buf, chunk[:n]...)
 		for {
 			msgLen, ok := l.frame(buf)
-			if msgLen < 0 { // cannot resynchronise: answer and hang up
-				l.s.submit(job{from: from, msg: bytes.Clone(buf), send: send})
+			if msgLen < 0 {
+				// Not bencode after the cookie: the stream cannot
+				// be resynchronised. Answer it (the error reply)
+				// and hang up.
+				l.finalReply(c, from, bytes.Clone(buf))
 				return
 			}
 			if !ok {
@@ -195,6 +198,29 @@ func (l *tcpListener) serveConn(c *net.TCPConn, from netip.AddrPort) {
 			}
 			return
 		}
+	}
+}
+
+// finalReply answers the last message of a connection and waits (a
+// bounded time) until the reply is written.
+func (l *tcpListener) finalReply(c *net.TCPConn, from netip.AddrPort, msg []byte) {
+	written := make(chan struct{})
+	var once sync.Once
+	queued := l.s.submit(job{from: from, msg: msg, send: func(reply []byte) {
+		once.Do(func() {
+			c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			c.Write(reply)
+			close(written)
+		})
+	}})
+	if !queued {
+		return
+	}
+	t := time.NewTimer(l.s.cfg.CommandTimeout + 5*time.Second)
+	defer t.Stop()
+	select {
+	case <-written:
+	case <-t.C:
 	}
 }
 

@@ -127,6 +127,32 @@ func TestTCPRoundTrip(t *testing.T) {
 	}
 }
 
+// A stream that is not bencode after the cookie gets rtpengine's error
+// reply and is closed.
+func TestTCPGarbage(t *testing.T) {
+	s, _ := startServer(t, "tcp:127.0.0.1:0")
+	c, err := net.Dial("tcp", hostPort(t, s, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("g1 hello")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, ok := strings.CutPrefix(string(got), "g1 ")
+	if !ok {
+		t.Fatalf("reply %q without the cookie", got)
+	}
+	if v := decodeReply(t, []byte(body)); !v.Equal(captured(t, "invalid-format-reply")) {
+		t.Errorf("reply %v", v)
+	}
+}
+
 func TestHTTPRoundTrip(t *testing.T) {
 	s, _ := startServer(t, "http:127.0.0.1:0")
 	url := "http://" + hostPort(t, s, 0)
