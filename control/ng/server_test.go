@@ -490,3 +490,21 @@ func TestListAndStatisticsLayout(t *testing.T) {
 		t.Errorf("statistics layout (-rtpengine +relayd):\n%s", diff)
 	}
 }
+
+// offer and answer replies carry sdp and result only, as rtpengine's.
+func TestOfferAnswerReplyLayout(t *testing.T) {
+	e := &fakeEngine{fn: func(ctx context.Context, r *Request) (*Reply, error) { return &Reply{SDP: "v=0\r\n"}, nil }}
+	s := newTestServer(t, e, nil)
+	for i, tc := range []struct {
+		name string
+		msg  []byte
+	}{
+		{"offer-kamailio-reply", kamailioOffer("c1")},
+		{"answer-reply", kdict("command", "answer", "call-id", "c1", "from-tag", "f", "to-tag", "t", "sdp", "v=0")},
+	} {
+		got := decodeReply(t, exchange(t, s, loopbackClient, append([]byte(fmt.Sprintf("oa%d ", i)), tc.msg...)))
+		if diff := cmp.Diff(shape(captured(t, tc.name), nil), shape(got, nil)); diff != "" {
+			t.Errorf("%s layout (-rtpengine +relayd):\n%s", tc.name, diff)
+		}
+	}
+}
