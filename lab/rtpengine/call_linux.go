@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 	"github.com/relayd/relayd/control/sdp"
 )
 

@@ -36,7 +36,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 	"github.com/relayd/relayd/lab"
 )
 

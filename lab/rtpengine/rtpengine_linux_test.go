@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 	"github.com/relayd/relayd/lab"
 )
 
