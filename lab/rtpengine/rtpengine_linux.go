@@ -36,8 +36,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 )
 
 // DefaultBin is where the package rtpengine-daemon installs the daemon.
