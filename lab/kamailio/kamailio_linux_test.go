@@ -48,6 +48,7 @@ type call struct {
 	port    int           // the caller's SIP port; default 5080
 	uasAttr string        // SDP attributes of the callee's answer
 	uasProf string        // the callee's m= profile; default RTP/AVP
+	noUAS   bool          // a callee already runs (whileUp)
 }
 
 // runUAS runs the callee's SIPp for n calls of scenario body in the
@@ -85,7 +86,7 @@ func (p *proxy) runUAC(t *testing.T, ctx context.Context, c call) sippRun {
 	}
 	scen := writeFile(t, "uac.xml", fmt.Sprintf(uacScenario, invite, ack, p.wav, c.hold.Milliseconds()))
 	return runSIPp(t, ctx, p.l.Caller, p.k.Listen.String(), "-sf", scen, "-s", "15551234",
-		"-i", p.l.CallerAddr4.String(), "-p", strconv.Itoa(c.port), "-mp", strconv.Itoa(6000+10*(c.port-5080)),
+		"-i", p.l.CallerAddr4.String(), "-p", strconv.Itoa(c.port), "-mp", strconv.Itoa(6000+50*(c.port-5080)),
 		"-cid_str", c.cidTag+"-%u-%p@%s",
 		"-m", strconv.Itoa(c.n), "-r", "20", "-l", strconv.Itoa(c.n), "-recv_timeout", "8000", "-timeout", "40", "-timeout_error")
 }
