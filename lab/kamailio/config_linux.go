@@ -179,7 +179,7 @@ func config(o *Options, modulePath string) ([]byte, error) {
 		QueriedNodesLimit                     int
 		FinalResponseTimeoutMS                int
 		InviteTimeoutMS                       int
-		Flags, CalleeFlags, CallerFlags        string
+		Flags, CalleeFlags, CallerFlags       string
 	}{
 		Debug: o.Debug, Children: o.Children,
 		Listen: o.Listen.String(), ModulePath: modulePath, Destination: o.Destination.String(),
