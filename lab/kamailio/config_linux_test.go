@@ -16,7 +16,7 @@ func testLab() *lab.Lab {
 }
 
 // TestConfig: the rendered configuration names the nodes with their
-// weights and the flags, and Kamailio's own check (-c) accepts it.
+// weights and the flags, and Kamailio's syntax check (-c) accepts it.
 func TestConfig(t *testing.T) {
 	o := Options{
 		Destination: netip.MustParseAddrPort("198.18.2.2:5060"),

@@ -1,5 +1,5 @@
 // Package rtpengine runs Debian's rtpengine-daemon inside a lab's relay
-// namespace, the anchor the lab comparison measures relayd against, and
+// namespace (or another, Options.NS), the anchor the lab comparison measures relayd against, and
 // sets calls up on it over its ng control protocol.
 //
 // It runs in userspace only (--table=-1: no kernel module, no iptables),
