@@ -37,6 +37,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/lab"
 )
 
@@ -220,11 +221,11 @@ func Available(bin, modulePath string) error {
 
 // StartT starts Kamailio for a test and closes it in t.Cleanup, logging
 // the end of its log when the test failed. It skips the test when
-// Kamailio is not installed (fails it in CI: see lab.SkipOrFail).
+// Kamailio is not installed (fails it in CI: see internal/testenv).
 func StartT(t testing.TB, l *lab.Lab, ns *lab.NS, o Options) *Kamailio {
 	t.Helper()
 	if err := Available(o.Bin, o.ModulePath); err != nil {
-		lab.SkipOrFail(t, "kamailio: "+err.Error())
+		testenv.Skip(t, "kamailio: %v", err)
 	}
 	if o.Dir == "" {
 		o.Dir = t.TempDir()
