@@ -17,7 +17,7 @@ all: build
 # -prepare drives; qemu-system-x86, busybox-static and kmod boot Debian's
 # kernel for lab/vm; mmdebstrap and e2fsprogs build the Debian 12 guest of
 # the appliance test (lab/appliance); promtool checks the metrics.
-DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon \
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
 	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
@@ -26,6 +26,9 @@ deps:
 	@# rtpengine-daemon is only a peer to compare against, run by the tests
 	@# on lab addresses: never let its packaged service start.
 	-systemctl disable rtpengine-daemon.service >/dev/null 2>&1; systemctl mask rtpengine-daemon.service >/dev/null 2>&1; true
+	@# kamailio (its rtpengine module is in the main package) is the SIP
+	@# proxy of lab/kamailio, run by the tests with their own configuration.
+	-systemctl disable kamailio.service >/dev/null 2>&1; systemctl mask kamailio.service >/dev/null 2>&1; true
 	@# prometheus is installed for promtool (the metrics test); its server
 	@# must not run either.
 	-systemctl disable prometheus.service >/dev/null 2>&1; systemctl mask prometheus.service >/dev/null 2>&1; true
@@ -34,7 +37,7 @@ deps:
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
 NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps
-NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine
+NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
 	for f in $(NEED_FILES); do test -e $$f || { $(MAKE) deps; exit 0; }; done

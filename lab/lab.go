@@ -105,6 +105,11 @@ type Lab struct {
 	// 198.18.4.2/24 and 2001:2:0:4::2/64 on a0. Nil until then.
 	Attacker                     *NS
 	AttackerAddr4, AttackerAddr6 netip.Addr
+	// Relay2 is a second media relay host behind the relay's r3, made by
+	// AddRelay2; see there. Nil until then.
+	Relay2                     *NS
+	Relay2Addr4, Relay2Addr6   netip.Addr // on b0: its control address
+	Relay2Media4, Relay2Media6 netip.Addr // on its lo: its media address
 
 	CallerIf      Iface // c0, in Caller
 	RelayCallerIf Iface // r0, in Relay

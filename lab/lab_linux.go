@@ -64,11 +64,11 @@ func (l *Lab) Close() error {
 	// Delete the veths explicitly: a socket left open in a namespace
 	// keeps it, and its interfaces, alive.
 	if l.Relay != nil {
-		if err := l.Relay.deleteLinks(RelayCallerIfName, RelayCalleeIfName, RelayAttackerIfName); err != nil {
+		if err := l.Relay.deleteLinks(RelayCallerIfName, RelayCalleeIfName, RelayAttackerIfName, RelayRelay2IfName); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee, l.Attacker} {
+	for _, ns := range []*NS{l.Caller, l.Relay, l.Callee, l.Attacker, l.Relay2} {
 		if ns == nil {
 			continue
 		}
@@ -106,7 +106,7 @@ func (ns *NS) deleteLinks(names ...string) error {
 
 // staleName matches namespaces with a default prefix; the number after rl
 // is the pid of the process that made them.
-var staleName = regexp.MustCompile(`^rl([0-9]+)-[0-9]+-(caller|relay|callee|attacker)$`)
+var staleName = regexp.MustCompile(`^rl([0-9]+)-[0-9]+-(caller|relay|callee|attacker|relay2)$`)
 
 // removeStale deletes the namespaces the lab with prefix is about to
 // create, and namespaces with a default prefix whose process is gone.
@@ -118,7 +118,7 @@ func removeStale(prefix string) error {
 		}
 		return fmt.Errorf("remove stale namespaces: %w", err)
 	}
-	mine := map[string]bool{prefix + "attacker": true}
+	mine := map[string]bool{prefix + "attacker": true, prefix + "relay2": true}
 	for _, r := range roles {
 		mine[prefix+r] = true
 	}
@@ -330,6 +330,15 @@ func (ns *NS) addAddr(ifname string, p netip.Prefix) error {
 
 // addDefaultRoute adds a default route via gw on ifname.
 func (ns *NS) addDefaultRoute(ifname string, gw netip.Addr) error {
+	unspec := netip.IPv4Unspecified()
+	if gw.Is6() {
+		unspec = netip.IPv6Unspecified()
+	}
+	return ns.addRoute(ifname, netip.PrefixFrom(unspec, 0), gw)
+}
+
+// addRoute adds a route to dst via gw on ifname.
+func (ns *NS) addRoute(ifname string, dst netip.Prefix, gw netip.Addr) error {
 	h, err := ns.handle()
 	if err != nil {
 		return err
@@ -339,17 +348,13 @@ func (ns *NS) addDefaultRoute(ifname string, gw netip.Addr) error {
 	if err != nil {
 		return err
 	}
-	unspec := netip.IPv4Unspecified()
-	if gw.Is6() {
-		unspec = netip.IPv6Unspecified()
-	}
 	r := &netlink.Route{
 		LinkIndex: l.Attrs().Index,
-		Dst:       prefixNet(netip.PrefixFrom(unspec, 0)),
+		Dst:       prefixNet(dst),
 		Gw:        gw.AsSlice(),
 	}
 	if err := h.RouteAdd(r); err != nil {
-		return fmt.Errorf("add default route via %s in %s: %w", gw, ns.name, err)
+		return fmt.Errorf("add route to %s via %s in %s: %w", dst, gw, ns.name, err)
 	}
 	return nil
 }

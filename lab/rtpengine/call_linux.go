@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
 	"github.com/relayd/relayd/control/sdp"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 )
 
 // CallSpec describes a call for SetupCall. The zero value is a G.711

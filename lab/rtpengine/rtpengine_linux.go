@@ -1,5 +1,5 @@
 // Package rtpengine runs Debian's rtpengine-daemon inside a lab's relay
-// namespace, the anchor the lab comparison measures relayd against, and
+// namespace (or another, Options.NS), the anchor the lab comparison measures relayd against, and
 // sets calls up on it over its ng control protocol.
 //
 // It runs in userspace only (--table=-1: no kernel module, no iptables),
@@ -36,8 +36,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 )
 
 // DefaultBin is where the package rtpengine-daemon installs the daemon.
@@ -76,6 +76,13 @@ type Options struct {
 	Client ngclient.Config
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
+	// NS is the namespace to run in; default the lab's relay. With the
+	// lab's relay2 (lab.AddRelay2), Media4 and Media6 default to its
+	// media addresses.
+	NS *lab.NS
+	// Media4 and Media6 are the media addresses (--interface); default
+	// the lab's relay media addresses, or relay2's when NS is relay2.
+	Media4, Media6 netip.Addr
 }
 
 func (o *Options) validate(l *lab.Lab) error {
@@ -94,8 +101,18 @@ func (o *Options) validate(l *lab.Lab) error {
 	if !o.NGAddr.IsValid() {
 		o.NGAddr = DefaultNGAddr
 	}
+	if o.NS == nil {
+		o.NS = l.Relay
+	}
+	if !o.Media4.IsValid() && !o.Media6.IsValid() {
+		o.Media4, o.Media6 = l.RelayMedia4, l.RelayMedia6
+		if o.NS == l.Relay2 {
+			o.Media4, o.Media6 = l.Relay2Media4, l.Relay2Media6
+		}
+	}
 	switch a := o.NGAddr.Addr(); {
-	case a.IsLoopback(), a == l.RelayMedia4, a == l.RelayMedia6, a == l.RelayCallerAddr4, a == l.RelayCalleeAddr4:
+	case a.IsLoopback(), a == l.RelayMedia4, a == l.RelayMedia6, a == l.RelayCallerAddr4, a == l.RelayCalleeAddr4,
+		l.Relay2 != nil && (a == l.Relay2Addr4 || a == l.Relay2Addr6):
 	default:
 		return fmt.Errorf("ng address %s: not loopback or a lab relay address", o.NGAddr)
 	}
@@ -108,14 +125,16 @@ func (o *Options) validate(l *lab.Lab) error {
 	return nil
 }
 
-// Engine is an rtpengine process in a lab's relay namespace. Its exported
+// Engine is an rtpengine process in a lab namespace (the relay's unless
+// Options.NS says otherwise). Its exported
 // fields are set by Start and must not be changed. It is safe for
 // concurrent use.
 type Engine struct {
 	Lab     *lab.Lab
 	Args    []string // the daemon's command line, program first
 	LogPath string
-	NGAddr  netip.AddrPort // the ng listener, inside the relay namespace
+	NS      *lab.NS        // where it runs
+	NGAddr  netip.AddrPort // the ng listener, inside NS
 	Relay4  netip.Addr     // media address in rewritten IPv4 SDP
 	Relay6  netip.Addr     // and in IPv6 SDP
 
@@ -196,9 +215,10 @@ func Start(l *lab.Lab, o Options) (_ *Engine, err error) {
 	}
 	e := &Engine{
 		Lab:    l,
+		NS:     o.NS,
 		NGAddr: o.NGAddr,
-		Relay4: l.RelayMedia4,
-		Relay6: l.RelayMedia6,
+		Relay4: o.Media4,
+		Relay6: o.Media6,
 		opts:   o,
 	}
 	if o.Dir == "" {
@@ -221,7 +241,7 @@ func Start(l *lab.Lab, o Options) (_ *Engine, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e.cmd = l.Relay.Command(e.Args[0], e.Args[1:]...)
+	e.cmd = o.NS.Command(e.Args[0], e.Args[1:]...)
 	e.cmd.Stdout, e.cmd.Stderr = logf, logf
 	// Its own process group: a terminal's Ctrl-C goes to the caller,
 	// which stops rtpengine in order.
@@ -242,9 +262,9 @@ func Start(l *lab.Lab, o Options) (_ *Engine, err error) {
 	if o.NGAddr.Addr().Is6() {
 		network = "udp6"
 	}
-	conn, err := l.Relay.DialUDP(network, "", o.NGAddr.String())
+	conn, err := o.NS.DialUDP(network, "", o.NGAddr.String())
 	if err != nil {
-		return nil, fmt.Errorf("ng socket in %s: %w", l.Relay, err)
+		return nil, fmt.Errorf("ng socket in %s: %w", o.NS, err)
 	}
 	if e.client, err = ngclient.New(conn, o.Client); err != nil {
 		conn.Close()
@@ -265,14 +285,19 @@ func (e *Engine) args() []string {
 		"--log-stderr",
 		"--log-level=" + strconv.Itoa(o.LogLevel),
 		"--table=-1", // userspace forwarding, no kernel module
-		"--interface=" + e.Relay4.String(),
-		"--interface=" + e.Relay6.String(),
+	}
+	for _, m := range []netip.Addr{e.Relay4, e.Relay6} {
+		if m.IsValid() {
+			a = append(a, "--interface="+m.String())
+		}
+	}
+	a = append(a, []string{
 		"--listen-ng=" + o.NGAddr.String(),
 		"--port-min=" + strconv.Itoa(o.PortMin),
 		"--port-max=" + strconv.Itoa(o.PortMax),
 		// Free a call's ports at delete, not 30 s later.
 		"--delete-delay=0",
-	}
+	}...)
 	if o.Threads > 0 {
 		a = append(a, "--num-threads="+strconv.Itoa(o.Threads))
 	}

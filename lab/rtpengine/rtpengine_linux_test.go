@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relayd/relayd/control/ng/ngclient"
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 )
 
 // The real rtpengine in the lab, through the ng client: ping, offer and

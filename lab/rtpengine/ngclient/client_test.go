@@ -125,6 +125,15 @@ func rtpengineLike(cookie string, req bencode.Value, _ int) []reply {
 		return []reply{{data: append([]byte(cookie+" "), b...)}}
 	case "delete":
 		v = bencode.Dict(bencode.Entry{Key: "result", Value: bencode.String("ok")})
+	case "list":
+		ids := []string{"a@x", "b@x", "c@x"}
+		if n, ok := req.GetInt("limit"); ok && int(n) < len(ids) {
+			ids = ids[:n]
+		}
+		v = bencode.Dict(
+			bencode.Entry{Key: "calls", Value: bencode.Strings(ids...)},
+			bencode.Entry{Key: "result", Value: bencode.String("ok")},
+		)
 	default:
 		v = bencode.Dict(
 			bencode.Entry{Key: "result", Value: bencode.String("error")},
@@ -449,5 +458,22 @@ func TestRequestMessage(t *testing.T) {
 	}
 	if _, err := bencode.Append(nil, (&Request{CallID: "c", Extra: []bencode.Entry{{Key: "call-id", Value: bencode.String("d")}}}).Message("query")); err == nil {
 		t.Error("duplicate key encoded")
+	}
+}
+
+func TestList(t *testing.T) {
+	s := newFakeServer(t, rtpengineLike)
+	c := dialT(t, s.addr(), Config{})
+	for _, tc := range []struct {
+		limit int
+		want  []string
+	}{{0, []string{"a@x", "b@x", "c@x"}}, {2, []string{"a@x", "b@x"}}} {
+		got, err := c.List(context.Background(), tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("list limit %d (-want +got):\n%s", tc.limit, diff)
+		}
 	}
 }

@@ -126,3 +126,30 @@ func (c *Client) statsCommand(ctx context.Context, command string, r Request) (*
 	}
 	return parseStats(v), nil
 }
+
+// List returns the Call-IDs of the server's calls (command list), at most
+// limit of them if limit > 0.
+func (c *Client) List(ctx context.Context, limit int) ([]string, error) {
+	e := []bencode.Entry{{Key: "command", Value: bencode.String("list")}}
+	if limit > 0 {
+		e = append(e, bencode.Entry{Key: "limit", Value: bencode.Int(int64(limit))})
+	}
+	v, err := c.Do(ctx, bencode.Dict(e...))
+	if err != nil {
+		return nil, err
+	}
+	calls, _ := v.Get("calls")
+	l, ok := calls.AsList()
+	if !ok {
+		return nil, fmt.Errorf("ng list: reply without a list of calls: %v", v)
+	}
+	ids := make([]string, 0, len(l))
+	for _, id := range l {
+		s, ok := id.AsString()
+		if !ok {
+			return nil, fmt.Errorf("ng list: call %v not a string", id)
+		}
+		ids = append(ids, s)
+	}
+	return ids, nil
+}
