@@ -3,6 +3,7 @@ package call
 import (
 	"cmp"
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -25,9 +26,25 @@ type Table struct {
 	now func() time.Time
 
 	nextCall atomic.Uint64
+	maxCalls atomic.Int64 // 0: no limit
 
 	mu    sync.Mutex // guards the following
 	calls map[string]*Call
+}
+
+// ErrSessionLimit is returned by TryNew when the table holds
+// SetMaxSessions calls: the SIP front end answers 503, ng "Parallel
+// session limit reached".
+var ErrSessionLimit = errors.New("session limit reached")
+
+// SetMaxSessions bounds the calls in the table, whichever front end made
+// them; 0 lifts the bound.
+func (t *Table) SetMaxSessions(n int) { t.maxCalls.Store(int64(n)) }
+
+// TryNew is New within the session limit: it fails with ErrSessionLimit
+// when the table is full.
+func (t *Table) TryNew(source netip.AddrPort, from, to string) (*Call, error) {
+	return t.newCall(source, from, to, true)
 }
 
 // NewTable returns a call table over the registry.
@@ -82,6 +99,11 @@ func (t *Table) NewMedia() *Media {
 
 // New creates a call in state trying and adds it to the table.
 func (t *Table) New(source netip.AddrPort, from, to string) *Call {
+	c, _ := t.newCall(source, from, to, false)
+	return c
+}
+
+func (t *Table) newCall(source netip.AddrPort, from, to string, limited bool) (*Call, error) {
 	n := t.nextCall.Add(1)
 	c := &Call{
 		ID:      strconv.FormatInt(t.now().Unix(), 36) + "-" + strconv.FormatUint(n, 10),
@@ -94,6 +116,11 @@ func (t *Table) New(source netip.AddrPort, from, to string) *Call {
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	t.mu.Lock()
+	if max := t.maxCalls.Load(); limited && max > 0 && int64(len(t.calls)) >= max {
+		t.mu.Unlock()
+		c.cancel(ErrSessionLimit)
+		return nil, ErrSessionLimit
+	}
 	// A call restored from the previous run may have the ID this run's
 	// counter just made (a restart within the second the call began).
 	for _, taken := t.calls[c.ID]; taken; _, taken = t.calls[c.ID] {
@@ -101,7 +128,7 @@ func (t *Table) New(source netip.AddrPort, from, to string) *Call {
 	}
 	t.calls[c.ID] = c
 	t.mu.Unlock()
-	return c
+	return c, nil
 }
 
 // Remove takes the call out of the table (its media must be closed by

@@ -403,7 +403,7 @@ func TestQueryReplyLayout(t *testing.T) {
 		mediaSeen bool
 		via       string
 	}{
-		{"ngclient/testdata/rtpengine-10.5-query-reply.bencode", "query", true, ""},
+		{"testdata/rtpengine-10.5-query-reply.bencode", "query", true, ""},
 		{"testdata/rtpengine-10.5-query-answered-reply.bencode", "query", false, "z9hG4bK1"},
 		{"testdata/rtpengine-10.5-delete-reply.bencode", "delete", false, "z9hG4bK1"},
 	} {

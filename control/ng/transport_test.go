@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/control/ng/bencode"
-	"github.com/relayd/relayd/control/ng/ngclient"
+	"github.com/relayd/relayd/lab/rtpengine/ngclient"
 )
 
 // startServer runs a server on the given listeners with a fake engine

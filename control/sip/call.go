@@ -125,12 +125,6 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 			return
 		}
 	}
-	aUA := s.dialogUA(req.Transport(), src.Addr())
-	dlg, err := aUA.ReadInvite(req, tx)
-	if err != nil {
-		respond(tx, req, sip.StatusBadRequest, "Bad Request")
-		return
-	}
 	from, to := "", ""
 	if h := req.From(); h != nil {
 		from = h.Address.String()
@@ -138,7 +132,20 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	if h := req.To(); h != nil {
 		to = h.Address.String()
 	}
-	c := s.cfg.Calls.New(src, from, to)
+	// The session limit is shared with the other front ends (ng).
+	c, err := s.cfg.Calls.TryNew(src, from, to)
+	if err != nil {
+		respond(tx, req, sip.StatusServiceUnavailable, "Too Many Calls", s.retryAfter())
+		return
+	}
+	aUA := s.dialogUA(req.Transport(), src.Addr())
+	dlg, err := aUA.ReadInvite(req, tx)
+	if err != nil {
+		s.cfg.Calls.Remove(c)
+		c.End(call.Rejected, sip.StatusBadRequest, "Bad Request")
+		respond(tx, req, sip.StatusBadRequest, "Bad Request")
+		return
+	}
 	s.metrics.callStarted()
 	bc := &b2bCall{
 		s:       s,
