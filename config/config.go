@@ -41,6 +41,8 @@ type Config struct {
 	CDR         CDR         `toml:"cdr"`
 	// Calls kept across restarts; off without [state] path.
 	State State `toml:"state"`
+	// The rtpengine ng protocol (control/ng); off without [ng] listen.
+	NG NG `toml:"ng"`
 }
 
 // Log is the [log] section.
@@ -80,6 +82,11 @@ type Media struct {
 	// Address6: the public side of a 1:1 NAT. Optional.
 	Advertise  string `toml:"advertise"`
 	Advertise6 string `toml:"advertise6"`
+	// MaxSessions bounds the calls relayd carries at once, whichever
+	// front end (SIP, ng) set them up: ng answers "Parallel session limit
+	// reached", SIP 503. [sip] max_calls, when lower, bounds them for SIP
+	// alone. 0: no limit.
+	MaxSessions int `toml:"max_sessions"`
 	// Interfaces are named media interfaces ([[media.interface]]), for a
 	// relay with more than one media network. See MediaInterface.
 	Interfaces []MediaInterface `toml:"interface"`
@@ -313,6 +320,7 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	c.validateSIP(bad)
 	c.validateState(bad)
+	c.validateNG(bad)
 	return errors.Join(errs...)
 }
 

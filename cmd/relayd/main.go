@@ -29,6 +29,7 @@ import (
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/fastpath"
@@ -189,10 +190,21 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	regRef.Store(reg)
 	mgr := control.NewManager(reg, log.Named("flows"))
 
+	// One call table for every front end: SIP and ng calls share the
+	// session limit and show in /v1/calls.
+	calls := call.NewTable(reg, log.Named("calls"))
+	calls.SetMaxSessions(cfg.Media.MaxSessions)
+
 	// Every listener binds before READY=1: one that cannot fails the start.
-	b2b, err := startB2BUA(ctx, cfg, log, reg)
+	b2b, err := startB2BUA(ctx, cfg, log, calls)
 	if err != nil {
 		return fmt.Errorf("start SIP B2BUA: %w", err)
+	}
+	ngf, err := startNG(ctx, cfg, log, calls, b2b.cdrs)
+	if err != nil {
+		shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		return errors.Join(fmt.Errorf("start ng: %w", err), b2b.stop(shCtx))
 	}
 	l, err := admin.Listen(cfg.Admin.Listen)
 	if err != nil {
@@ -200,7 +212,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		defer cancel()
 		return errors.Join(err, b2b.stop(shCtx))
 	}
-	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: b2b.calls, Collectors: b2b.metrics,
+	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: calls, Collectors: append(b2b.metrics, ngf.Metrics()...),
 		Control: b2b.control(), CDRStats: b2b.cdrStats()}, mgr, log.Named("admin"))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
@@ -225,7 +237,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	}()
 	log.Info("relayd ready", zap.String("admin", cfg.Admin.Listen))
 
-	runErr := waitStop(ctx, hup, reload, serveErr, b2b, log)
+	runErr := waitStop(ctx, hup, reload, serveErr, b2b, ngf, log)
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyStopping); err != nil {
 		log.Warn("sd_notify STOPPING", zap.Error(err))
 	}
@@ -235,6 +247,9 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	<-sweepDone
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
+	if err := ngf.stop(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if err := b2b.stop(shCtx); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
@@ -246,7 +261,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 
 // waitStop reloads on each SIGHUP until ctx is done or a front end stops;
 // it returns why it stopped (nil for ctx).
-func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serveErr <-chan error, b2b *b2bua, log *zap.Logger) error {
+func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serveErr <-chan error, b2b *b2bua, ngf *ngFront, log *zap.Logger) error {
 	for {
 		select {
 		case <-hup:
@@ -262,6 +277,9 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 		case <-b2b.Done():
 			log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
 			return fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
+		case <-ngf.Done():
+			log.Error("ng stopped", zap.Error(ngf.err))
+			return fmt.Errorf("ng stopped: %w", ngf.err)
 		}
 	}
 }

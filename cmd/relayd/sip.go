@@ -15,7 +15,6 @@ import (
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/control/sip"
 	"github.com/relayd/relayd/control/state"
-	"github.com/relayd/relayd/control/registry"
 )
 
 // b2bua is the SIP B2BUA with its call table and CDR writer; the zero
@@ -35,18 +34,13 @@ type b2bua struct {
 // startB2BUA starts the B2BUA when the config has SIP listeners. With a
 // [state] path it takes back the calls the previous run kept, and their
 // flows from the flow manager's call flows of a previous run.
-func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, reg *registry.Registry) (*b2bua, error) {
-	b := &b2bua{}
-	if !cfg.SIP.Enabled() {
+func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls *call.Table) (*b2bua, error) {
+	b := &b2bua{calls: calls}
+	if !cfg.SIP.Enabled() && !cfg.NG.Enabled() {
 		return b, nil
 	}
 	var err error
-	b.calls = call.NewTable(reg, log.Named("calls"))
-	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
-	if err != nil {
-		return nil, err
-	}
-	b.router = router
+	reg := calls.Registry()
 	b.cdrs, err = cdr.New(cdr.Config{
 		Path: cfg.CDR.Path, PostURL: cfg.CDR.PostURL, MaxSize: cfg.CDR.MaxSize, Keep: cfg.CDR.Keep,
 		FsyncInterval: cfg.CDR.FsyncDuration, QueueSize: cfg.CDR.QueueSize,
@@ -54,6 +48,15 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, reg *r
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.SIP.Enabled() {
+		return b, nil
+	}
+	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
+	if err != nil {
+		b.cdrs.Close(ctx)
+		return nil, err
+	}
+	b.router = router
 	var store sip.Store
 	if cfg.State.Path != "" {
 		b.store, err = state.Open(state.Config{Path: cfg.State.Path, Version: getVersion()}, log.Named("state"))
@@ -120,18 +123,20 @@ func (b *b2bua) Error() error { return b.err }
 // them); then the listeners stop, the CDRs are flushed and the store
 // closed.
 func (b *b2bua) stop(ctx context.Context) error {
-	if b.srv == nil {
-		return nil
+	var errs []error
+	if b.srv != nil {
+		errs = append(errs, b.srv.Shutdown(ctx))
+		b.cancel()
+		select {
+		case <-b.done:
+			errs = append(errs, b.err)
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("sip stop: %w", ctx.Err()))
+		}
 	}
-	errs := []error{b.srv.Shutdown(ctx)}
-	b.cancel()
-	select {
-	case <-b.done:
-		errs = append(errs, b.err)
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("sip stop: %w", ctx.Err()))
+	if b.cdrs != nil {
+		errs = append(errs, b.cdrs.Close(ctx))
 	}
-	errs = append(errs, b.cdrs.Close(ctx))
 	if b.store != nil {
 		errs = append(errs, b.store.Close())
 	}
