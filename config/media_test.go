@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -205,5 +206,36 @@ address = "198.18.20.1"
 	}
 	if c.Media.Addr.IsValid() || c.Media.Addr6.IsValid() {
 		t.Errorf("[media] addresses %v %v, want none", c.Media.Addr, c.Media.Addr6)
+	}
+}
+
+// TestManPageExamples: every example of relayd.toml(5) is a valid file.
+func TestManPageExamples(t *testing.T) {
+	data, err := os.ReadFile("../docs/man/relayd.toml.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\n.SH EXAMPLE\n")
+	if !ok {
+		t.Fatal("no EXAMPLE section")
+	}
+	rest, _, _ = strings.Cut(rest, "\n.SH ")
+	rest += "\n"
+	n := 0
+	for {
+		_, after, ok := strings.Cut(rest, ".nf\n")
+		if !ok {
+			break
+		}
+		var block string
+		block, rest, _ = strings.Cut(after, ".fi\n")
+		n++
+		doc := strings.ReplaceAll(block, `\-`, "-")
+		if _, err := Parse([]byte(doc)); err != nil {
+			t.Errorf("example %d:\n%s\n%v", n, doc, err)
+		}
+	}
+	if n < 2 {
+		t.Errorf("%d examples, want the basic one and the media interfaces one", n)
 	}
 }
