@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 /*
  * A minimal XDP IPv4 forwarder, for benchmarks only: the yardstick relayd's
- * own program is measured against in the same run (DESIGN.md section 6:
- * "minimal XDP forwarder: fib lookup, rewrite, DEVMAP redirect"). It
+ * own program is measured against in the same run (a reference relay of
+ * docs/architecture.md: fib lookup, rewrite, DEVMAP redirect). It
  * forwards IPv4 by route like the kernel: no flows, no statistics, no
  * address rewrite beyond MACs and TTL.
  */

@@ -297,9 +297,6 @@ func (c *Config) validate(lines map[string]int) error {
 	if m.Address == "" && m.Address6 == "" && len(m.Interfaces) == 0 {
 		bad("media.address", "need a relay media address (address or address6, or a [[media.interface]])")
 	}
-	if m.Address == "" && m.Address6 == "" && (m.Advertise != "" || m.Advertise6 != "") {
-		bad("media.advertise", "advertise needs [media] address or address6")
-	}
 	parseAddrs("media", &m.Address, &m.Address6, &m.Advertise, &m.Advertise6,
 		&m.Addr, &m.Addr6, &m.AdvertiseAddr, &m.AdvertiseAddr6, bad)
 	lo, hi, err := ParsePortRange(m.Ports)

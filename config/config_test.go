@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +221,43 @@ func TestExampleConfig(t *testing.T) {
 	if _, err := Parse([]byte(edited)); err != nil {
 		t.Errorf("example with interfaces and address set: %v", err)
 	}
+
+	// The commented examples of an advertised address, named media
+	// interfaces and a route using them are valid as they stand.
+	c, err := Parse([]byte(uncomment(t, edited, "# advertise =", "# [[media.interface]]", "# [[route]]")))
+	if err != nil {
+		t.Fatalf("example with its [[media.interface]] and [[route]] examples: %v", err)
+	}
+	var names []string
+	for _, in := range c.MediaInterfaces() {
+		names = append(names, in.Name)
+	}
+	if diff := cmp.Diff(names, []string{"", "internal", "external"}); diff != "" {
+		t.Errorf("example media interfaces (-got +want):\n%s", diff)
+	}
+	if !c.Media.AdvertiseAddr.IsValid() {
+		t.Error("example [media] advertise not set")
+	}
+	if len(c.Routes) != 1 || c.Routes[0].CallerInterface != "internal" || c.Routes[0].CalleeInterface != "external" {
+		t.Errorf("example routes %+v", c.Routes)
+	}
+}
+
+// uncomment strips "# " from each line of doc from the first line that
+// starts with each of starts to the next empty line.
+func uncomment(t *testing.T, doc string, starts ...string) string {
+	t.Helper()
+	lines := strings.Split(doc, "\n")
+	for _, start := range starts {
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, start) })
+		if i < 0 {
+			t.Fatalf("no line starts with %q", start)
+		}
+		for ; i < len(lines) && lines[i] != ""; i++ {
+			lines[i] = strings.TrimPrefix(lines[i], "# ")
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func TestParsePortRange(t *testing.T) {

@@ -106,14 +106,17 @@ func (c *Config) validateInterfaces(bad func(key, format string, args ...any)) {
 		}
 		parseAddrs(key, &in.Address, &in.Address6, &in.Advertise, &in.Advertise6,
 			&in.Addr, &in.Addr6, &in.AdvertiseAddr, &in.AdvertiseAddr6, bad)
-		for _, a := range []netip.Addr{in.Addr, in.Addr6} {
-			if !a.IsValid() {
+		for _, f := range []struct {
+			name string
+			a    netip.Addr
+		}{{"address", in.Addr}, {"address6", in.Addr6}} {
+			if !f.a.IsValid() {
 				continue
 			}
-			if other, dup := addrs[a]; dup {
-				bad(key+".address", "%s is already the address of %s: an address belongs to one interface", a, other)
+			if other, dup := addrs[f.a]; dup {
+				bad(key+"."+f.name, "%s is already the address of %s: an address belongs to one interface", f.a, other)
 			}
-			addrs[a] = fmt.Sprintf("media interface %q", in.Name)
+			addrs[f.a] = fmt.Sprintf("media interface %q", in.Name)
 		}
 		if in.Ports == "" {
 			in.PortMin, in.PortMax = m.PortMin, m.PortMax
@@ -126,9 +129,11 @@ func (c *Config) validateInterfaces(bad func(key, format string, args ...any)) {
 		in.PortMin, in.PortMax = lo, hi
 	}
 	for i, r := range c.Routes {
-		for k, name := range map[string]string{"caller_interface": r.CallerInterface, "callee_interface": r.CalleeInterface} {
-			if !c.HasInterface(name) {
-				bad(fmt.Sprintf("route[%d].%s", i, k), "no media interface %q", name)
+		for _, f := range [...]struct{ key, name string }{
+			{"caller_interface", r.CallerInterface}, {"callee_interface", r.CalleeInterface},
+		} {
+			if !c.HasInterface(f.name) {
+				bad(fmt.Sprintf("route[%d].%s", i, f.key), "no media interface %q", f.name)
 			}
 		}
 	}

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/control"
-	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )

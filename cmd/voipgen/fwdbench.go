@@ -179,7 +179,7 @@ const (
 	quickOver     = 1
 	defaultQuiet  = 60 * time.Second
 	quickQuiet    = 10 * time.Second
-	refXDPns      = 1100 // DESIGN.md section 6
+	refXDPns      = 1100 // reference relays: docs/architecture.md, "Lab and measurement"
 	refKernelNs   = 400
 	refProgramNs  = 300
 	refCRelayNs   = 3600 // minimal C recvmmsg/sendmmsg relay
@@ -432,7 +432,7 @@ type fwdModeSummary struct {
 	// ProgramShare is ProgNsPerRun over RelayTaskNsPerPkt (xdp).
 	ProgramShare float64 `json:"program_share,omitempty"`
 	Steps        int     `json:"lossless_steps"`
-	// The same at the 100k pps step (DESIGN.md section 6 is at 100k pps),
+	// The same at the 100k pps step (the reference figures of docs/architecture.md are at 100k pps),
 	// mean of its two runs; 0 without a lossless 100k step.
 	At100kTaskNsPerPkt float64 `json:"at_100k_relay_task_ns_per_pkt"`
 	At100kBusyNsPerPkt float64 `json:"at_100k_relay_busy_ns_per_pkt"`
@@ -466,7 +466,7 @@ type fwdRatio struct {
 type fwdSummary struct {
 	Modes  []fwdModeSummary `json:"modes"`
 	Ratios []fwdRatio       `json:"ratios"`
-	// DESIGN.md section 6 on this hardware.
+	// The reference figures of docs/architecture.md, on this hardware.
 	Reference map[string]float64 `json:"reference"`
 	Notes     []string           `json:"notes"`
 }
@@ -684,7 +684,7 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 // forwarding and against each userspace mode (goal at most a third), each
 // SRTP mode against the plain userspace mode with as many workers (goal at
 // most 15% more), 2 workers against 1, and the userspace modes against the
-// reference relays of DESIGN.md section 6.
+// reference relays of docs/architecture.md.
 func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	has := func(name string) bool {
 		return slices.ContainsFunc(modes, func(m fwdMode) bool { return m.Name == name })
@@ -925,7 +925,7 @@ func (r *fwdReport) writeText(w io.Writer) {
 		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns), idle %.2f, at %s%s\n",
 			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, q.Busy, strings.Join(rates, ","), goal)
 	}
-	fmt.Fprintf(w, "references (DESIGN.md section 6, this hardware): kernel %d ns, minimal XDP %d ns (program %d), minimal C relay %d ns, rtpengine %d ns per packet\n",
+	fmt.Fprintf(w, "references (docs/architecture.md, this hardware): kernel %d ns, minimal XDP %d ns (program %d), minimal C relay %d ns, rtpengine %d ns per packet\n",
 		refKernelNs, refXDPns, refProgramNs, refCRelayNs, refRtpengine)
 	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -17,7 +17,7 @@ import (
 
 // endpoints is a range of addresses and ports: stream i uses address
 // addrs[i mod n] and port port+2*(i/n), so with one address stream i uses
-// PORT+2i (DESIGN.md section 4) and every stream has its own 5-tuple.
+// PORT+2i (RTP even, RTCP the odd port after it) and every stream has its own 5-tuple.
 type endpoints struct {
 	lo   netip.Addr // first address; invalid: any (the kernel chooses)
 	n    int        // number of consecutive addresses from lo, >= 1

@@ -96,7 +96,8 @@ func (c *sendConfig) validate() error {
 	return nil
 }
 
-// load is the traffic a configuration puts on the wire (DESIGN.md section 6).
+// load is the traffic a configuration puts on the wire: per packet at the
+// RTP, IP, Ethernet frame and wire level, and in bits per second.
 type load struct {
 	PPS         float64 `json:"pps"`
 	RTPBytes    int     `json:"rtp_bytes"`

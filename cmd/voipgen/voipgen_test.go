@@ -84,7 +84,8 @@ func absDiff(a, b int16) int {
 	return d
 }
 
-// TestLoad checks the figures of DESIGN.md section 6.
+// TestLoad checks the load of G.711 and G.729 streams at each level, and
+// that 10,504 G.711 streams (525,200 pps) just fit in 1 Gbit/s.
 func TestLoad(t *testing.T) {
 	for _, tc := range []struct {
 		codec                  string

@@ -112,7 +112,7 @@ install -D -m 0644 systemd/relayd-tmpfiles.conf "$r/usr/lib/tmpfiles.d/relayd.co
 install -D -m 0644 "$here/relayd.lintian-overrides" "$r/usr/share/lintian/overrides/relayd"
 doc=$r/usr/share/doc/relayd
 install -D -m 0644 README.md "$doc/README.md"
-for f in docs/api.md docs/routing.md; do
+for f in docs/api.md docs/routing.md docs/architecture.md docs/ng.md docs/state.md; do
 	# dh_compress: documentation over 4 kB is compressed.
 	if [ "$(stat -c %s "$f")" -gt 4096 ]; then gz "$f" "$doc/$(basename "$f").gz"; else install -m 0644 "$f" "$doc/"; fi
 done
