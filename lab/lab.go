@@ -16,7 +16,7 @@
 // The caller and the callee route everything through the relay, which
 // forwards IPv4 and IPv6 in the kernel (forwarding is on for r0 and r1 too,
 // as bpf_fib_lookup needs). GRO is on and tx checksum offload is off on all
-// four veths (see DESIGN.md section 5). IPv6 runs without duplicate address
+// four veths (see docs/architecture.md, "Lab and measurement"). IPv6 runs without duplicate address
 // detection, so addresses and neighbour discovery work at once, and keeps
 // its addresses while a link is down. Only addresses from 198.18.0.0/15 and
 // 2001:2::/48 are used.

@@ -205,7 +205,7 @@ func (l *Lab) build() error {
 		{l.Relay, RelayCalleeIfName, &l.RelayCalleeIf},
 		{l.Callee, CalleeIfName, &l.CalleeIf},
 	}
-	// Offloads, see DESIGN.md section 5: GRO on so that frames XDP sends
+	// Offloads, see docs/architecture.md, "Lab and measurement": GRO on so that frames XDP sends
 	// into the peer are not dropped, tx checksum offload off so that
 	// locally generated UDP carries a full checksum.
 	for _, k := range links {

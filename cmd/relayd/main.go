@@ -1,6 +1,6 @@
 // Command relayd is the VoIP media relay daemon: it reads the config,
 // attaches the XDP data plane, serves the admin API and keeps running
-// until SIGINT or SIGTERM. See DESIGN.md section 4 and docs/api.md.
+// until SIGINT or SIGTERM. See docs/architecture.md and docs/api.md.
 //
 //	relayd -config /etc/relayd/relayd.toml   run
 //	relayd -check -config FILE               validate the config and exit

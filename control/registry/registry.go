@@ -389,10 +389,21 @@ func (r *Registry) Describe() string {
 	return "relay media interfaces: " + strings.Join(parts, "; ")
 }
 
-// AllocPort takes a free port pair of the named interface and returns its
-// RTP (even) port; ErrNoPorts when none is free.
+// lookup returns the named interface; "" is the default (the first).
+func (r *Registry) lookup(name string) (*iface, bool) {
+	if in, ok := r.byName[name]; ok {
+		return in, true
+	}
+	if name == "" {
+		return r.ifaces[0], true
+	}
+	return nil, false
+}
+
+// AllocPort takes a free port pair of the named interface ("" the
+// default) and returns its RTP (even) port; ErrNoPorts when none is free.
 func (r *Registry) AllocPort(name string) (uint16, error) {
-	in, ok := r.byName[name]
+	in, ok := r.lookup(name)
 	if !ok {
 		return 0, fmt.Errorf("%w: %q", ErrUnknownInterface, name)
 	}
@@ -406,13 +417,13 @@ func (r *Registry) AllocPort(name string) (uint16, error) {
 // ReservePort takes the pair of port on the named interface (a restored
 // call's); it reports whether it was free.
 func (r *Registry) ReservePort(name string, port uint16) bool {
-	in, ok := r.byName[name]
+	in, ok := r.lookup(name)
 	return ok && in.ports.Reserve(port)
 }
 
 // ReleasePort gives the pair of port on the named interface back.
 func (r *Registry) ReleasePort(name string, port uint16) {
-	if in, ok := r.byName[name]; ok {
+	if in, ok := r.lookup(name); ok {
 		in.ports.Release(port)
 	}
 }

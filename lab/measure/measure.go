@@ -6,7 +6,7 @@
 // bottom halves again) and otherwise in ksoftirqd/N. A relay daemon's own
 // process time therefore says little; what a relay costs is the increase of
 // the CPU time of every task involved (sender, sink, daemon, ksoftirqd)
-// over a run of the same load without the relay (DESIGN.md sections 5, 6).
+// over a run of the same load without the relay (docs/architecture.md, "Lab and measurement").
 //
 // Sources:
 //   - /proc/PID/task/TID/schedstat, first field: the thread's time on CPU
