@@ -40,7 +40,16 @@ type Fastpath struct {
 	nextSlot  uint32                // lowest never-used stats slot
 	installed map[flowKey]time.Time // when each flow was installed or adopted
 	closed    bool
+
+	nhMu sync.Mutex               // guards nh
+	nh   map[netip.Addr]time.Time // destinations whose next hop was resolved, and when
 }
+
+// nhFresh is how long a destination whose next hop resolved is not looked
+// up again: the kernel keeps a confirmed neighbour REACHABLE for about
+// 30 s and STALE (still valid for bpf_fib_lookup) after. A call's four
+// flows, and calls to the same peers, then cost no netlink round trips.
+const nhFresh = 10 * time.Second
 
 type flowKey = relayFlowKey
 
@@ -609,7 +618,23 @@ func (f *Fastpath) resolve(fl *dataplane.Flow) {
 	if f.cfg.NeighbourWait < 0 || fl.Action != dataplane.Forward {
 		return
 	}
-	nh, ok, err := resolveNeighbour(fl.SendTo.Addr(), f.cfg.NeighbourWait)
+	dst := fl.SendTo.Addr()
+	now := f.cfg.now()
+	f.nhMu.Lock()
+	at, seen := f.nh[dst]
+	f.nhMu.Unlock()
+	if seen && now.Sub(at) < nhFresh {
+		return
+	}
+	nh, ok, err := resolveNeighbour(dst, f.cfg.NeighbourWait)
+	if err == nil && ok {
+		f.nhMu.Lock()
+		if f.nh == nil || len(f.nh) > 1<<16 {
+			f.nh = make(map[netip.Addr]time.Time) // bounded: start afresh
+		}
+		f.nh[dst] = now
+		f.nhMu.Unlock()
+	}
 	switch {
 	case err != nil:
 		f.log.Warn("cannot resolve next hop of flow", zap.Stringer("match", fl.Match), zap.Stringer("send_to", fl.SendTo), zap.Error(err))

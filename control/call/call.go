@@ -209,6 +209,18 @@ type Info struct {
 	Flows       []FlowInfo  `json:"flows"`
 }
 
+// FlowStats returns the call's flows with their statistics: current
+// ones, or the final ones once the call ended.
+func (c *Call) FlowStats() []FlowStat {
+	c.mu.Lock()
+	final, ended := c.final, c.state == StateEnded
+	c.mu.Unlock()
+	if ended {
+		return slices.Clone(final)
+	}
+	return c.Media.Flows()
+}
+
 // Info returns a snapshot with current media statistics (final ones once
 // the call ended).
 func (c *Call) Info() Info {

@@ -275,13 +275,15 @@ func (e *CallEngine) Delete(ctx context.Context, r *Request) (*Reply, error) {
 			return nil, ErrTagMismatch
 		}
 	}
-	st := e.callStats(nc)
-	nc.mu.Unlock()
 	disp := call.Failed
 	if nc.c.State() == call.StateAnswered {
 		disp = call.Answered
 	}
+	// The statistics are the final ones the flows' removal returned: no
+	// second round of reads from the data planes.
 	e.end(nc, disp, "deleted")
+	st := e.callStats(nc)
+	nc.mu.Unlock()
 	return &Reply{Call: st}, nil
 }
 
@@ -385,11 +387,17 @@ func (e *CallEngine) Sweep() {
 	for _, c := range idle {
 		isIdle[c] = true
 	}
+	// The calls' locks are taken after the engine's is released (a
+	// command holds its call's lock while it ends the call).
 	e.mu.Lock()
-	var ended []*ngCall
-	var offers []*ngCall
-	cutoff := e.now().Add(-e.cfg.MediaTimeout)
+	all := make([]*ngCall, 0, len(e.calls))
 	for _, nc := range e.calls {
+		all = append(all, nc)
+	}
+	e.mu.Unlock()
+	var ended, offers []*ngCall
+	cutoff := e.now().Add(-e.cfg.MediaTimeout)
+	for _, nc := range all {
 		switch {
 		case isIdle[nc.c]:
 			ended = append(ended, nc)
@@ -401,7 +409,6 @@ func (e *CallEngine) Sweep() {
 			nc.mu.Unlock()
 		}
 	}
-	e.mu.Unlock()
 	for _, nc := range ended {
 		e.log.Info("media timeout", zap.String("call_id", nc.id), zap.Duration("timeout", e.cfg.MediaTimeout))
 		e.end(nc, call.MediaTimeout, "no media")
@@ -675,7 +682,7 @@ func engineError(err error) error {
 // callStats is the call as query and delete report it; nc.mu held.
 func (e *CallEngine) callStats(nc *ngCall) *CallStats {
 	cs := &CallStats{Created: nc.c.Created, LastSignal: nc.lastSignal}
-	flows := nc.c.Media.Flows()
+	flows := nc.c.FlowStats()
 	byMatch := make(map[netip.AddrPort]call.FlowStat, len(flows))
 	for _, f := range flows {
 		byMatch[f.Flow.Match] = f

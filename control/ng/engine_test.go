@@ -3,12 +3,14 @@ package ng
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/control/call"
@@ -409,4 +411,48 @@ func TestEngineConfig(t *testing.T) {
 	if !errors.Is(engineError(call.ErrNoPorts), ErrNoPorts) || !errors.Is(engineError(call.ErrSessionLimit), ErrSessionLimit) {
 		t.Error("engineError mapping")
 	}
+}
+
+// BenchmarkEngineCall: one call's offer, answer and delete through the
+// server's handler on fake data planes: the control plane's own cost,
+// without the data planes' installs.
+func BenchmarkEngineCall(b *testing.B) {
+	r := newEngineRigB(b)
+	offer := sdpOf("198.18.0.10", "4000")
+	answer := sdpOf("198.18.2.2", "6000")
+	b.ReportAllocs()
+	for i := range b.N {
+		id := fmt.Sprintf("bench-%d", i)
+		for k, kv := range [][]any{
+			{"sdp", offer, "call-id", id, "from-tag", "a", "command", "offer"},
+			{"sdp", answer, "call-id", id, "from-tag", "a", "to-tag", "b", "command", "answer"},
+			{"call-id", id, "from-tag", "a", "command", "delete"},
+		} {
+			msg := append([]byte(fmt.Sprintf("%s-%d ", id, k)), kdict(kv...)...)
+			var got []byte
+			r.srv.handle(context.Background(), loopbackClient, msg, func(p []byte) { got = p })
+			if !strings.Contains(string(got), "2:ok") {
+				b.Fatalf("reply %q", got)
+			}
+		}
+	}
+}
+
+func newEngineRigB(b *testing.B) *engineRig {
+	r := &engineRig{xdp: dataplanetest.New(dataplane.PathXDP), us: dataplanetest.New(dataplane.PathUserspace)}
+	log := zaptest.NewLogger(b, zaptest.Level(zapcore.WarnLevel))
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{relayInt}}, log, r.xdp, r.us)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.calls = call.NewTable(reg, log)
+	r.engine, err = NewEngine(EngineConfig{Calls: r.calls}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r.srv, err = New(Config{Listen: []string{"udp:127.0.0.1:0"}}, r.engine, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
 }

@@ -9,6 +9,7 @@ package ngbench
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func servers(tb testing.TB) []server {
 	tb.Helper()
 	l := lab.NewT(tb)
 	e := rtpengine.StartT(tb, l, rtpengine.Options{PortMin: 30000, PortMax: 39999, Threads: 1})
-	r, err := labrelay.New(l, labrelay.Options{Dir: tb.TempDir(), Ports: "40000-49999",
+	r, err := labrelay.New(l, labrelay.Options{Dir: tb.TempDir(), Ports: "40000-49999", Mode: os.Getenv("NGBENCH_MODE"),
 		ExtraMedia: fmt.Sprintf("\n[ng]\nlisten = [\"udp:%s\"]\n", relaydNG)})
 	if err != nil {
 		tb.Fatal(err)
