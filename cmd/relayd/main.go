@@ -200,11 +200,14 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	if err != nil {
 		return fmt.Errorf("start SIP B2BUA: %w", err)
 	}
-	ngf, err := startNG(ctx, cfg, log, calls, b2b.cdrs)
+	ngf, err := startNG(ctx, cfg, log, calls, b2b.cdrs, b2b.ngStore())
 	if err != nil {
 		shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		defer cancel()
 		return errors.Join(fmt.Errorf("start ng: %w", err), b2b.stop(shCtx))
+	}
+	if n := reg.Unclaimed(); n > 0 {
+		log.Info("call flows of the previous run no restored call claimed: removed once idle", zap.Int("flows", n))
 	}
 	l, err := admin.Listen(cfg.Admin.Listen)
 	if err != nil {

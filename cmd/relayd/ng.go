@@ -29,7 +29,7 @@ type ngFront struct {
 }
 
 // startNG binds the ng listeners (before READY, like SIP's) and serves.
-func startNG(ctx context.Context, cfg *config.Config, log *zap.Logger, calls *call.Table, cdrs *cdr.Writer) (*ngFront, error) {
+func startNG(ctx context.Context, cfg *config.Config, log *zap.Logger, calls *call.Table, cdrs *cdr.Writer, store ng.Store) (*ngFront, error) {
 	f := &ngFront{}
 	if !cfg.NG.Enabled() {
 		return f, nil
@@ -38,6 +38,7 @@ func startNG(ctx context.Context, cfg *config.Config, log *zap.Logger, calls *ca
 	if cdrs != nil {
 		ecfg.OnEnd = cdrs.Write
 	}
+	ecfg.Store = store
 	var err error
 	f.engine, err = ng.NewEngine(ecfg, log.Named("ng"))
 	if err != nil {
@@ -50,6 +51,7 @@ func startNG(ctx context.Context, cfg *config.Config, log *zap.Logger, calls *ca
 	if err := f.srv.Listen(); err != nil {
 		return nil, fmt.Errorf("ng: %w", err)
 	}
+	f.engine.Restore()
 	sctx, cancel := context.WithCancel(ctx)
 	f.cancel = cancel
 	f.done = make(chan struct{})
@@ -73,8 +75,8 @@ func (f *ngFront) Metrics() []prometheus.Collector {
 	return []prometheus.Collector{f.srv.Metrics()}
 }
 
-// stop closes the listeners and ends the ng calls with a record each:
-// their state is not kept across a restart (see docs/ng.md).
+// stop closes the listeners; with a [state] store the answered ng calls
+// stay up for the next run, otherwise they end with a record each.
 func (f *ngFront) stop() error {
 	if f.srv == nil {
 		return nil

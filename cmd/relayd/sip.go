@@ -12,6 +12,7 @@ import (
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/cdr"
+	"github.com/relayd/relayd/control/ng"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/control/sip"
 	"github.com/relayd/relayd/control/state"
@@ -40,7 +41,6 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		return b, nil
 	}
 	var err error
-	reg := calls.Registry()
 	b.cdrs, err = cdr.New(cdr.Config{
 		Path: cfg.CDR.Path, PostURL: cfg.CDR.PostURL, MaxSize: cfg.CDR.MaxSize, Keep: cfg.CDR.Keep,
 		FsyncInterval: cfg.CDR.FsyncDuration, QueueSize: cfg.CDR.QueueSize,
@@ -48,15 +48,6 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 	if err != nil {
 		return nil, err
 	}
-	if !cfg.SIP.Enabled() {
-		return b, nil
-	}
-	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
-	if err != nil {
-		b.cdrs.Close(ctx)
-		return nil, err
-	}
-	b.router = router
 	var store sip.Store
 	if cfg.State.Path != "" {
 		b.store, err = state.Open(state.Config{Path: cfg.State.Path, Version: getVersion()}, log.Named("state"))
@@ -68,6 +59,18 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 	} else {
 		log.Warn("no [state] path: a restart of relayd hangs up every call")
 	}
+	if !cfg.SIP.Enabled() {
+		return b, nil
+	}
+	router, err := route.New(cfg.Routes, cfg.RouteServer, log.Named("route"))
+	if err != nil {
+		b.cdrs.Close(ctx)
+		if b.store != nil {
+			b.store.Close()
+		}
+		return nil, err
+	}
+	b.router = router
 	b.srv, err = sip.New(sip.Config{
 		Listeners:    cfg.SIP.Listeners,
 		Router:       router,
@@ -88,9 +91,6 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 			b.store.Close()
 		}
 		return nil, err
-	}
-	if n := reg.Unclaimed(); n > 0 {
-		log.Info("call flows of the previous run no restored call claimed: removed once idle", zap.Int("flows", n))
 	}
 	b.metrics = []prometheus.Collector{b.srv.Metrics()}
 	// Bind before reporting ready: a listener that cannot bind fails the
@@ -161,4 +161,13 @@ func (b *b2bua) cdrStats() func() cdr.Stats {
 		return nil
 	}
 	return b.cdrs.Stats
+}
+
+// ngStore returns the store for the ng engine's calls; nil without
+// [state] path.
+func (b *b2bua) ngStore() ng.Store {
+	if b.store == nil {
+		return nil
+	}
+	return b.store
 }

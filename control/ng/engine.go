@@ -38,6 +38,9 @@ type EngineConfig struct {
 	Load    func() (float64, error)
 	// OnEnd receives each call's final record (CDR); optional.
 	OnEnd func(call.Info)
+	// Store, when set, keeps answered calls across a restart: Close
+	// leaves them up for the next run, whose Restore takes them back.
+	Store Store
 }
 
 func (c *EngineConfig) validate() error {
@@ -93,6 +96,7 @@ type ngCall struct {
 	lastSignal time.Time
 	answers    [2]string // the last answer SDP from each side, for resent answers
 	ifaces     [2]string
+	savedRev   uint64 // the media revision last persisted
 }
 
 // NewEngine returns the ng engine over the call table.
@@ -255,6 +259,7 @@ func (e *CallEngine) Answer(ctx context.Context, r *Request) (*Reply, error) {
 		e.stats.answeredCalls++
 		e.mu.Unlock()
 	}
+	e.persist(nc)
 	return &Reply{SDP: string(body)}, nil
 }
 
@@ -417,17 +422,18 @@ func (e *CallEngine) Sweep() {
 		e.log.Info("offer not answered", zap.String("call_id", nc.id), zap.Duration("timeout", e.cfg.MediaTimeout))
 		e.end(nc, call.Failed, "offer timeout")
 	}
+	e.persistChanged()
 }
 
-// Close ends every ng call (relayd is stopping).
+// Close is for relayd stopping: with a Store the answered calls stay up
+// for the next run (Detach), the others end; without one every call ends
+// with a record.
 func (e *CallEngine) Close() {
-	e.mu.Lock()
-	all := make([]*ngCall, 0, len(e.calls))
-	for _, nc := range e.calls {
-		all = append(all, nc)
+	if e.cfg.Store != nil {
+		e.Detach()
+		return
 	}
-	e.mu.Unlock()
-	for _, nc := range all {
+	for _, nc := range e.snapshot() {
 		e.end(nc, call.Shutdown, "relayd stopped")
 	}
 }
@@ -502,6 +508,7 @@ func (e *CallEngine) end(nc *ngCall, d call.Disposition, reason string) {
 	if !nc.c.End(d, 0, reason) {
 		return
 	}
+	e.unpersist(nc)
 	e.cfg.Calls.Remove(nc.c)
 	info := nc.c.Info()
 	if info.Answer != nil {

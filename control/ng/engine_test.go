@@ -456,3 +456,101 @@ func newEngineRigB(b *testing.B) *engineRig {
 	}
 	return r
 }
+
+// memStore is a Store in memory.
+type memStore struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (s *memStore) Put(ns, k string, v []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[string][]byte)
+	}
+	s.m[ns+"/"+k] = append([]byte(nil), v...)
+	return nil
+}
+
+func (s *memStore) Delete(ns, k string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, ns+"/"+k)
+	return nil
+}
+
+func (s *memStore) ForEach(ns string, f func(k string, v []byte) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, v := range s.m {
+		if key, ok := strings.CutPrefix(k, ns+"/"); ok {
+			if err := f(key, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// TestEngineRestart: with a store, relayd stopping leaves an answered ng
+// call up (its flows in the data plane, no record written); the next run
+// takes it back: its flows are claimed, not swept, the proxy queries and
+// deletes it as before. A call only offered ends at the stop.
+func TestEngineRestart(t *testing.T) {
+	store := &memStore{}
+	r := newEngineRig(t, func(c *EngineConfig) { c.Store = store })
+	wantOK(t, r.do(t, "sdp", sdpOf("198.18.0.10", "4000"), "direction", []string{"internal", "external"}, "call-id", "kept", "from-tag", "a", "command", "offer"))
+	wantOK(t, r.do(t, "sdp", sdpOf("198.18.2.2", "6000"), "call-id", "kept", "from-tag", "a", "to-tag", "b", "command", "answer"))
+	wantOK(t, r.do(t, "sdp", sdpOf("198.18.0.11", "4000"), "call-id", "offered", "from-tag", "a", "command", "offer"))
+	r.engine.Close()
+	before, _ := r.xdp.List()
+	if len(r.ended) != 1 || r.ended[0].Legs[call.A].CallID != "offered" {
+		t.Errorf("records at the stop %+v, want only the offered call's", r.ended)
+	}
+	if n := r.xdp.Len(); n != 4 {
+		t.Fatalf("%d flows left for the next run, want the answered call's 4", n)
+	}
+
+	// The next run, over the same data planes.
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{relayInt, relayExt}}, zaptest.NewLogger(t), r.xdp, r.us)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := call.NewTable(reg, zaptest.NewLogger(t))
+	e2, err := NewEngine(EngineConfig{Calls: calls, Store: store}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e2.Restore(); n != 1 {
+		t.Fatalf("restored %d calls, want 1", n)
+	}
+	if n := reg.Unclaimed(); n != 0 {
+		t.Errorf("%d flows nobody claimed", n)
+	}
+	after, _ := r.xdp.List()
+	if len(after) != len(before) {
+		t.Errorf("flows changed across the restart: %d -> %d", len(before), len(after))
+	}
+	for i := range after {
+		if after[i].Flow.ID != before[i].Flow.ID || after[i].Flow.Match != before[i].Flow.Match {
+			t.Errorf("flow %s (id %d) became %s (id %d)", before[i].Flow.Match, before[i].Flow.ID, after[i].Flow.Match, after[i].Flow.ID)
+		}
+	}
+	r2 := &engineRig{xdp: r.xdp, us: r.us, calls: calls, engine: e2, srv: newTestServer(t, e2, nil)}
+	q := r2.do(t, "call-id", "kept", "command", "query")
+	wantOK(t, q)
+	if tags, _ := q.Get("tags"); tags.Len() != 2 {
+		t.Errorf("restored call's tags %s", q)
+	}
+	// A re-offer after the restart keeps the legs on their interfaces.
+	off := r2.do(t, "sdp", sdpOf("198.18.0.10", "4002"), "direction", []string{"internal", "external"}, "call-id", "kept", "from-tag", "a", "to-tag", "b", "command", "offer")
+	wantOK(t, off)
+	if s := off.GetString("sdp"); !strings.Contains(s, "198.19.0.1") {
+		t.Errorf("re-offer after the restart:\n%s", s)
+	}
+	wantOK(t, r2.do(t, "call-id", "kept", "from-tag", "a", "command", "delete"))
+	if r.xdp.Len() != 0 || calls.Len() != 0 || len(store.m) != 0 {
+		t.Errorf("after delete: %d flows, %d calls, %d records", r.xdp.Len(), calls.Len(), len(store.m))
+	}
+}
