@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/control/admin"
+	calls "github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/lab"
 )
 
@@ -331,6 +332,14 @@ func (r *Relay) Flows() ([]admin.Flow, error) {
 	var l admin.FlowList
 	err := r.do(http.MethodGet, "/v1/flows", nil, &l, http.StatusOK)
 	return l.Flows, err
+}
+
+// Calls lists the calls relayd carries (GET /v1/calls), whichever front
+// end set them up.
+func (r *Relay) Calls() ([]calls.Info, error) {
+	var l admin.CallList
+	err := r.do(http.MethodGet, "/v1/calls", nil, &l, http.StatusOK)
+	return l.Calls, err
 }
 
 // Metrics returns the Prometheus exposition.
