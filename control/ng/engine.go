@@ -91,12 +91,26 @@ type ngCall struct {
 	sess       *call.Session
 	tags       [2]string
 	labels     [2]string
-	via        [2]string
+	via        [2]string         // the via-branch of each side; the offer's names the callee's branch
+	protos     [2]map[int]string // each side's transport protocol by m= line
 	created    [2]time.Time
 	lastSignal time.Time
 	answers    [2]string // the last answer SDP from each side, for resent answers
 	ifaces     [2]string
 	savedRev   uint64 // the media revision last persisted
+}
+
+// setProtos records the transport protocol of each of d's m= lines for
+// side s; override, when set, replaces them (transport-protocol toward s).
+func (nc *ngCall) setProtos(s call.Side, d *sdp.Description, override string) {
+	m := make(map[int]string, len(d.Streams))
+	for _, st := range d.Streams {
+		m[st.Index] = st.Proto
+		if override != "" {
+			m[st.Index] = override
+		}
+	}
+	nc.protos[s] = m
 }
 
 // NewEngine returns the ng engine over the call table.
@@ -170,8 +184,12 @@ func (e *CallEngine) Offer(ctx context.Context, r *Request) (*Reply, error) {
 		nc.labels[from] = r.Label
 	}
 	if r.ViaBranch != "" {
-		nc.via[from] = r.ViaBranch
+		// As rtpengine: the via-branch of an offer names the branch it
+		// goes out on, the answerer's side.
+		nc.via[to] = r.ViaBranch
 	}
+	nc.setProtos(from, d, "")
+	nc.setProtos(to, d, r.TransportProtocol)
 	if err := e.placeLegs(nc, r, d, from, fresh); err != nil {
 		e.abandon(nc, fresh)
 		return nil, err
@@ -228,6 +246,10 @@ func (e *CallEngine) Answer(ctx context.Context, r *Request) (*Reply, error) {
 	if r.Label != "" {
 		nc.labels[answerer] = r.Label
 	}
+	if r.ViaBranch != "" {
+		nc.via[answerer] = r.ViaBranch
+	}
+	nc.setProtos(answerer, d, "")
 	if !nc.sess.Pending() {
 		// The same answer again (a 200 retransmitted through the proxy):
 		// the same SDP back.
@@ -715,7 +737,7 @@ func (e *CallEngine) callStats(nc *ngCall) *CallStats {
 		}
 		for _, st := range streams {
 			end := st.Ends[s]
-			ms := MediaStats{Index: st.Index + 1, Type: "audio"}
+			ms := MediaStats{Index: st.Index + 1, Type: "audio", Protocol: nc.protos[s][st.Index]}
 			if st.Disabled {
 				ms.Flags = []string{}
 			} else {

@@ -170,41 +170,47 @@ func checkRTPStats(t *testing.T, k *Kamailio, tag string, n int, packets int64) 
 // (the callee echoes), the BYE logs the relay's counts and deletes the
 // call.
 func TestCalls(t *testing.T) {
-	l := lab.NewT(t)
-	r := startRelay(t, l, relayA(l))
-	p := newProxy(t, l, Options{}, []mediaRelay{r})
-	const n = 3
-	uac, uas := p.placeCalls(t, call{n: n})
-	checkSDPs(t, "caller, 200", uac.sdps("200"), n, r.Media4())
-	checkSDPs(t, "callee, INVITE", uas.sdps("INVITE"), n, r.Media4())
-	checkRTPStats(t, p.k, "kam", n, mediaPackets)
-	if got := len(p.k.Lines("MOS ci=kam-")); got != n {
-		t.Errorf("%d MOS lines, want %d", got, n)
-	}
-	waitNoCalls(t, r)
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		l := lab.NewT(t)
+		r := k.start(t, l, relayA(l))
+		p := newProxy(t, l, Options{}, []mediaRelay{r})
+		const n = 3
+		uac, uas := p.placeCalls(t, call{n: n})
+		checkSDPs(t, "caller, 200", uac.sdps("200"), n, r.Media4())
+		checkSDPs(t, "callee, INVITE", uas.sdps("INVITE"), n, r.Media4())
+		checkRTPStats(t, p.k, "kam", n, mediaPackets)
+		checkFastPath(t, r, n*mediaPackets)
+		if got := len(p.k.Lines("MOS ci=kam-")); got != n {
+			t.Errorf("%d MOS lines, want %d", got, n)
+		}
+		waitNoCalls(t, r)
+	})
 }
 
 // TestLateOffer: the INVITE has no SDP; the callee's 200 carries the
 // offer, the caller's ACK the answer, both rewritten by the relay.
 func TestLateOffer(t *testing.T) {
-	l := lab.NewT(t)
-	r := startRelay(t, l, relayA(l))
-	p := newProxy(t, l, Options{}, []mediaRelay{r})
-	const n = 2
-	uac, uas := p.placeCalls(t, call{n: n, late: true})
-	checkSDPs(t, "caller, 200 (offer)", uac.sdps("200"), n, r.Media4())
-	var acks []receivedSDP
-	for _, s := range uas.sdps("ACK") {
-		if s.Conn != "" {
-			acks = append(acks, s)
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		l := lab.NewT(t)
+		r := k.start(t, l, relayA(l))
+		p := newProxy(t, l, Options{}, []mediaRelay{r})
+		const n = 2
+		uac, uas := p.placeCalls(t, call{n: n, late: true})
+		checkSDPs(t, "caller, 200 (offer)", uac.sdps("200"), n, r.Media4())
+		var acks []receivedSDP
+		for _, s := range uas.sdps("ACK") {
+			if s.Conn != "" {
+				acks = append(acks, s)
+			}
 		}
-	}
-	checkSDPs(t, "callee, ACK (answer)", acks, n, r.Media4())
-	if got := len(p.k.Lines("OFFER ci=kam-")); got != n || len(p.k.Lines("in=ACK")) != n {
-		t.Errorf("Kamailio logged %d offers, %d answers in ACKs; want %d each:\n%s", got, len(p.k.Lines("in=ACK")), n, p.k.Log())
-	}
-	checkRTPStats(t, p.k, "kam", n, mediaPackets)
-	waitNoCalls(t, r)
+		checkSDPs(t, "callee, ACK (answer)", acks, n, r.Media4())
+		checkFastPath(t, r, n*mediaPackets)
+		if got := len(p.k.Lines("OFFER ci=kam-")); got != n || len(p.k.Lines("in=ACK")) != n {
+			t.Errorf("Kamailio logged %d offers, %d answers in ACKs; want %d each:\n%s", got, len(p.k.Lines("in=ACK")), n, p.k.Log())
+		}
+		checkRTPStats(t, p.k, "kam", n, mediaPackets)
+		waitNoCalls(t, r)
+	})
 }
 
 // TestSDESTowardCallee: RTP/SAVP with SDES toward the callee, plain RTP
@@ -212,61 +218,65 @@ func TestLateOffer(t *testing.T) {
 // echo of the relay's SRTP is valid SRTP for the relay to decrypt: RTP
 // flows both ways without errors.
 func TestSDESTowardCallee(t *testing.T) {
-	l := lab.NewT(t)
-	r := startRelay(t, l, relayA(l))
-	p := newProxy(t, l, Options{
-		CalleeFlags: []string{"transport-protocol=RTP/SAVP"},
-		CallerFlags: []string{"transport-protocol=RTP/AVP"},
-	}, []mediaRelay{r})
-	const n = 2
-	uac, uas := p.placeCalls(t, call{n: n, uasProf: "RTP/SAVP", uasAttr: "a=crypto:[$crypto]"})
-	for _, s := range checkSDPs(t, "callee, INVITE", uas.sdps("INVITE"), n, r.Media4()) {
-		if s.Proto != "RTP/SAVP" || !strings.Contains(s.Crypto, "inline:") {
-			t.Errorf("callee got %s with crypto %q, want RTP/SAVP with an SDES key", s.Proto, s.Crypto)
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		l := lab.NewT(t)
+		r := k.start(t, l, relayA(l))
+		p := newProxy(t, l, Options{
+			CalleeFlags: []string{"transport-protocol=RTP/SAVP"},
+			CallerFlags: []string{"transport-protocol=RTP/AVP"},
+		}, []mediaRelay{r})
+		const n = 2
+		uac, uas := p.placeCalls(t, call{n: n, uasProf: "RTP/SAVP", uasAttr: "a=crypto:[$crypto]"})
+		for _, s := range checkSDPs(t, "callee, INVITE", uas.sdps("INVITE"), n, r.Media4()) {
+			if s.Proto != "RTP/SAVP" || !strings.Contains(s.Crypto, "inline:") {
+				t.Errorf("callee got %s with crypto %q, want RTP/SAVP with an SDES key", s.Proto, s.Crypto)
+			}
 		}
-	}
-	for _, s := range checkSDPs(t, "caller, 200", uac.sdps("200"), n, r.Media4()) {
-		if s.Proto != "RTP/AVP" || s.Crypto != "" {
-			t.Errorf("caller got %s with crypto %q, want plain RTP/AVP", s.Proto, s.Crypto)
+		for _, s := range checkSDPs(t, "caller, 200", uac.sdps("200"), n, r.Media4()) {
+			if s.Proto != "RTP/AVP" || s.Crypto != "" {
+				t.Errorf("caller got %s with crypto %q, want plain RTP/AVP", s.Proto, s.Crypto)
+			}
 		}
-	}
-	checkRTPStats(t, p.k, "kam", n, mediaPackets)
-	waitNoCalls(t, r)
+		checkRTPStats(t, p.k, "kam", n, mediaPackets)
+		waitNoCalls(t, r)
+	})
 }
 
 // TestCallEnds: a canceled call and a rejected one (486) leave nothing on
 // the relay.
 func TestCallEnds(t *testing.T) {
-	l := lab.NewT(t)
-	r := startRelay(t, l, relayA(l))
-	p := newProxy(t, l, Options{}, []mediaRelay{r})
-	for _, tc := range []struct {
-		name, uac, uas, cause string
-	}{
-		{"cancel", uacCancelScenario, uasRingScenario, "cause=CANCEL"},
-		{"486", fmt.Sprintf(uacRejectedScenario, 486), fmt.Sprintf(uasRejectScenario, 486), "cause=486"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			wait := p.runUAS(t, ctx, 1, tc.uas)
-			uac := runSIPp(t, ctx, l.Caller, p.k.Listen.String(), "-sf", writeFile(t, "uac.xml", tc.uac), "-s", "100",
-				"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-cid_str", tc.name+"-%u-%p@%s", "-m", "1",
-				"-recv_timeout", "8000", "-timeout", "20", "-timeout_error")
-			uas := wait()
-			if ok, _ := uac.calls(); ok != "1" {
-				t.Fatalf("caller: %v", uac)
-			}
-			if ok, _ := uas.calls(); ok != "1" {
-				t.Fatalf("callee: %v", uas)
-			}
-			if len(p.k.Lines("OFFER ci="+tc.name+"-")) != 1 {
-				t.Errorf("no offer for the call in Kamailio's log:\n%s", p.k.Log())
-			}
-			if len(p.k.Lines(tc.cause)) == 0 {
-				t.Errorf("no delete with %s in Kamailio's log", tc.cause)
-			}
-			waitNoCalls(t, r)
-		})
-	}
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		l := lab.NewT(t)
+		r := k.start(t, l, relayA(l))
+		p := newProxy(t, l, Options{}, []mediaRelay{r})
+		for _, tc := range []struct {
+			name, uac, uas, cause string
+		}{
+			{"cancel", uacCancelScenario, uasRingScenario, "cause=CANCEL"},
+			{"486", fmt.Sprintf(uacRejectedScenario, 486), fmt.Sprintf(uasRejectScenario, 486), "cause=486"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				wait := p.runUAS(t, ctx, 1, tc.uas)
+				uac := runSIPp(t, ctx, l.Caller, p.k.Listen.String(), "-sf", writeFile(t, "uac.xml", tc.uac), "-s", "100",
+					"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-cid_str", tc.name+"-%u-%p@%s", "-m", "1",
+					"-recv_timeout", "8000", "-timeout", "20", "-timeout_error")
+				uas := wait()
+				if ok, _ := uac.calls(); ok != "1" {
+					t.Fatalf("caller: %v", uac)
+				}
+				if ok, _ := uas.calls(); ok != "1" {
+					t.Fatalf("callee: %v", uas)
+				}
+				if len(p.k.Lines("OFFER ci="+tc.name+"-")) != 1 {
+					t.Errorf("no offer for the call in Kamailio's log:\n%s", p.k.Log())
+				}
+				if len(p.k.Lines(tc.cause)) == 0 {
+					t.Errorf("no delete with %s in Kamailio's log", tc.cause)
+				}
+				waitNoCalls(t, r)
+			})
+		}
+	})
 }

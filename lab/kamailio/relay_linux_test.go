@@ -12,10 +12,9 @@ import (
 	"github.com/relayd/relayd/lab/rtpengine"
 )
 
-// The tests run against "the relay": whatever startRelay starts. It is
-// Debian's rtpengine now; relayd's ng front end plugs in here by giving
-// startRelay another implementation of mediaRelay, and every test runs
-// unchanged against it.
+// The tests run against "the relay", a mediaRelay: each test runs once
+// per relayKind (eachRelay), against Debian's rtpengine and against
+// relayd's ng front end (relayd_linux_test.go).
 
 // relaySpec says where to start a relay.
 type relaySpec struct {
@@ -40,10 +39,6 @@ type mediaRelay interface {
 	// Restart starts it again with the same spec, after Kill.
 	Restart(t *testing.T)
 }
-
-// startRelay starts the relay under test in a lab and stops it in
-// t.Cleanup.
-var startRelay func(t *testing.T, l *lab.Lab, s relaySpec) mediaRelay = startRTPEngine
 
 // relayA is the relay in the relay namespace, with Kamailio, reached over
 // loopback; relayB (relayPair) the one in relay2.
@@ -129,13 +124,17 @@ func calls(t *testing.T, r mediaRelay) []string {
 	return ids
 }
 
-// waitNoCalls waits up to 3 s until the relay lists no call.
+// waitNoCalls waits up to 3 s until the relay lists no call; relayd must
+// also carry none (/v1/calls).
 func waitNoCalls(t *testing.T, r mediaRelay) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		ids := calls(t, r)
 		if len(ids) == 0 {
+			if d, ok := r.(*relaydRelay); ok {
+				d.checkIdle(t)
+			}
 			return
 		}
 		if time.Now().After(deadline) {

@@ -18,14 +18,14 @@ import (
 
 // twoRelays starts A and B (with specs changed by mod) and Kamailio in
 // front of them with weights wa and wb.
-func twoRelays(t *testing.T, o Options, wa, wb int, mod func(a, b *relaySpec)) (p *proxy, a, b mediaRelay) {
+func twoRelays(t *testing.T, k relayKind, o Options, wa, wb int, mod func(a, b *relaySpec)) (p *proxy, a, b mediaRelay) {
 	t.Helper()
 	l := lab.NewT(t)
 	sa, sb := relayA(l), relayB(t, l)
 	if mod != nil {
 		mod(&sa, &sb)
 	}
-	a, b = startRelay(t, l, sa), startRelay(t, l, sb)
+	a, b = k.start(t, l, sa), k.start(t, l, sb)
 	return newProxy(t, l, o, []mediaRelay{a, b}, wa, wb), a, b
 }
 
@@ -87,50 +87,59 @@ func (p *proxy) whileUp(t *testing.T, c call, wait time.Duration, relays ...medi
 // as B; each caller sees the media address of the relay that lists its
 // call.
 func TestWeights(t *testing.T) {
-	p, a, b := twoRelays(t, Options{}, 2, 1, nil)
-	const n = 12
-	lists, done := p.whileUp(t, call{n: n, hold: 2 * time.Second}, 1500*time.Millisecond, a, b)
-	uac := done()
-	onA, onB := lists[0], lists[1]
-	t.Logf("A has %d calls, B %d", len(onA), len(onB))
-	if len(onA)+len(onB) != n || len(onB) == 0 || len(onA) <= len(onB) {
-		t.Errorf("calls on A %d, on B %d: want %d in all, more on A (weight 2) than on B (weight 1), some on B", len(onA), len(onB), n)
-	}
-	sdps := checkSDPs(t, "caller, 200", uac.sdps("200"), n, a.Media4(), b.Media4())
-	for _, set := range []struct {
-		ids []string
-		r   mediaRelay
-	}{{onA, a}, {onB, b}} {
-		for _, id := range set.ids {
-			if s, ok := sdps[id]; !ok || s.Conn != set.r.Media4().String() {
-				t.Errorf("call %s on relay %s: the caller saw %+v", id, set.r.NGAddr(), s)
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		p, a, b := twoRelays(t, k, Options{}, 2, 1, nil)
+		const n = 12
+		lists, done := p.whileUp(t, call{n: n, hold: 2 * time.Second}, 1500*time.Millisecond, a, b)
+		uac := done()
+		onA, onB := lists[0], lists[1]
+		t.Logf("A has %d calls, B %d", len(onA), len(onB))
+		if len(onA)+len(onB) != n || len(onB) == 0 || len(onA) <= len(onB) {
+			t.Errorf("calls on A %d, on B %d: want %d in all, more on A (weight 2) than on B (weight 1), some on B", len(onA), len(onB), n)
+		}
+		sdps := checkSDPs(t, "caller, 200", uac.sdps("200"), n, a.Media4(), b.Media4())
+		for _, set := range []struct {
+			ids []string
+			r   mediaRelay
+		}{{onA, a}, {onB, b}} {
+			for _, id := range set.ids {
+				if s, ok := sdps[id]; !ok || s.Conn != set.r.Media4().String() {
+					t.Errorf("call %s on relay %s: the caller saw %+v", id, set.r.NGAddr(), s)
+				}
 			}
 		}
-	}
-	checkRTPStats(t, p.k, "kam", n, mediaPackets)
-	waitNoCalls(t, a)
-	waitNoCalls(t, b)
+		checkRTPStats(t, p.k, "kam", n, mediaPackets)
+		checkFastPath(t, a, float64(len(onA)*mediaPackets))
+		checkFastPath(t, b, float64(len(onB)*mediaPackets))
+		waitNoCalls(t, a)
+		waitNoCalls(t, b)
+	})
 }
 
 // TestLoadLimit: A refuses every call with "load limit"; Kamailio tries B
 // for each, and every call completes there.
 func TestLoadLimit(t *testing.T) {
-	p, a, b := twoRelays(t, Options{}, 5, 1, func(a, _ *relaySpec) { a.MaxSessions = -1 })
-	const n = 4
-	lists, done := p.whileUp(t, call{n: n, hold: 1500 * time.Millisecond}, 1000*time.Millisecond, a, b)
-	done()
-	if len(lists[0]) != 0 || len(lists[1]) != n {
-		t.Errorf("calls on A %q, on B %q: want all %d on B", lists[0], lists[1], n)
-	}
-	for id, node := range nodeOf(p.k, "kam") {
-		if node != sockOf(b) {
-			t.Errorf("call %s offered to %s, want B %s", id, node, sockOf(b))
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		p, a, b := twoRelays(t, k, Options{}, 5, 1, func(a, _ *relaySpec) { a.MaxSessions = -1 })
+		const n = 4
+		lists, done := p.whileUp(t, call{n: n, hold: 1500 * time.Millisecond}, 1000*time.Millisecond, a, b)
+		done()
+		if len(lists[0]) != 0 || len(lists[1]) != n {
+			t.Errorf("calls on A %q, on B %q: want all %d on B", lists[0], lists[1], n)
 		}
-	}
-	if len(p.k.Lines("load limit")) == 0 {
-		t.Errorf("Kamailio did not log A's load limit:\n%s", p.k.Log())
-	}
-	checkRTPStats(t, p.k, "kam", n, mediaPackets/2)
+		for id, node := range nodeOf(p.k, "kam") {
+			if node != sockOf(b) {
+				t.Errorf("call %s offered to %s, want B %s", id, node, sockOf(b))
+			}
+		}
+		if len(p.k.Lines("load limit")) == 0 {
+			t.Errorf("Kamailio did not log A's load limit:\n%s", p.k.Log())
+		}
+		checkRTPStats(t, p.k, "kam", n, mediaPackets/2)
+		checkFastPath(t, b, n*mediaPackets/2)
+		waitNoCalls(t, a)
+		waitNoCalls(t, b)
+	})
 }
 
 // TestFailover: A is killed during calls. The next new call that hashes
@@ -139,87 +148,89 @@ func TestLoadLimit(t *testing.T) {
 // disable timeout has passed, Kamailio pings it, enables it and gives it
 // new calls again.
 func TestFailover(t *testing.T) {
-	o := Options{DisableTimeout: 2, TimeoutMS: 200, Retries: 1, Children: 1}
-	p, a, b := twoRelays(t, o, 1, 1, nil)
+	eachRelay(t, func(t *testing.T, k relayKind) {
+		o := Options{DisableTimeout: 2, TimeoutMS: 200, Retries: 1, Children: 1}
+		p, a, b := twoRelays(t, k, o, 1, 1, nil)
 
-	// One callee for phases 1 and 2.
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	uasWait := p.runUAS(t, ctx, 10, p.uasBody(call{}))
+		// One callee for phases 1 and 2.
+		ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+		defer cancel()
+		uasWait := p.runUAS(t, ctx, 10, p.uasBody(call{}))
 
-	// Phase 1: calls on both relays, held across the kill.
-	lists, done1 := p.whileUp(t, call{n: 6, hold: 4500 * time.Millisecond, cidTag: "p1", noUAS: true}, 1200*time.Millisecond, a, b)
-	if len(lists[0]) == 0 || len(lists[1]) == 0 {
-		t.Fatalf("calls on A %q, on B %q: want some on each", lists[0], lists[1])
-	}
-	a.Kill(t)
-	killed := time.Now()
+		// Phase 1: calls on both relays, held across the kill.
+		lists, done1 := p.whileUp(t, call{n: 6, hold: 4500 * time.Millisecond, cidTag: "p1", noUAS: true}, 1200*time.Millisecond, a, b)
+		if len(lists[0]) == 0 || len(lists[1]) == 0 {
+			t.Fatalf("calls on A %q, on B %q: want some on each", lists[0], lists[1])
+		}
+		a.Kill(t)
+		killed := time.Now()
 
-	// Phase 2, while phase 1 still runs: new calls, from another port.
-	_, done2 := p.whileUp(t, call{n: 4, hold: 1000 * time.Millisecond, cidTag: "p2", port: 5082, noUAS: true}, 0)
-	done2()
-	for id, node := range nodeOf(p.k, "p2") {
-		if node != sockOf(b) {
-			t.Errorf("call %s after A died offered to %s, want B %s", id, node, sockOf(b))
+		// Phase 2, while phase 1 still runs: new calls, from another port.
+		_, done2 := p.whileUp(t, call{n: 4, hold: 1000 * time.Millisecond, cidTag: "p2", port: 5082, noUAS: true}, 0)
+		done2()
+		for id, node := range nodeOf(p.k, "p2") {
+			if node != sockOf(b) {
+				t.Errorf("call %s after A died offered to %s, want B %s", id, node, sockOf(b))
+			}
 		}
-	}
-	if got := len(nodeOf(p.k, "p2")); got != 4 {
-		t.Errorf("%d of 4 calls after A died got media: %v", got, nodeOf(p.k, "p2"))
-	}
-	done1()
-	if uas := uasWait(); uas.Stats["SuccessfulCall(C)"] != "10" {
-		t.Errorf("callee of phases 1 and 2: %v", uas)
-	}
-	// B's phase 1 calls: 2 s of audio each way, complete.
-	stats := checkRTPStatsOn(t, p.k, "p1", lists[1])
-	for _, id := range lists[0] {
-		if s, ok := stats[id]; ok && s.OK && s.Node == sockOf(a) {
-			t.Errorf("call %s on the dead A has counters %+v", id, s)
+		if got := len(nodeOf(p.k, "p2")); got != 4 {
+			t.Errorf("%d of 4 calls after A died got media: %v", got, nodeOf(p.k, "p2"))
 		}
-	}
+		done1()
+		if uas := uasWait(); uas.Stats["SuccessfulCall(C)"] != "10" {
+			t.Errorf("callee of phases 1 and 2: %v", uas)
+		}
+		// B's phase 1 calls: 2 s of audio each way, complete.
+		stats := checkRTPStatsOn(t, p.k, "p1", lists[1])
+		for _, id := range lists[0] {
+			if s, ok := stats[id]; ok && s.OK && s.Node == sockOf(a) {
+				t.Errorf("call %s on the dead A has counters %+v", id, s)
+			}
+		}
 
-	// Phase 3: A back. Once the disable timeout has passed, the next
-	// call's node selection pings A and enables it. A worker whose UDP
-	// socket to A took an ICMP port unreachable while A was down fails its
-	// next send to A with that stale ECONNREFUSED and disables A again for
-	// another disable timeout (Kamailio 5.6): with one worker (Children: 1)
-	// this costs at most one more round. Short calls until one is offered
-	// and answered on A.
-	a.Restart(t)
-	deadline := killed.Add(3*time.Duration(o.DisableTimeout)*time.Second + 2*time.Second)
-	for round := 0; ; round++ {
-		time.Sleep(500 * time.Millisecond)
-		tag := "p3r" + itoa(round)
-		_, done := p.whileUp(t, call{n: 2, hold: 300 * time.Millisecond, cidTag: tag}, 0)
-		done()
-		back := false
-		for id, node := range nodeOf(p.k, tag) {
-			back = back || node == sockOf(a) && len(p.k.Lines("ANSWER ci="+id+" node="+sockOf(a))) == 1
+		// Phase 3: A back. Once the disable timeout has passed, the next
+		// call's node selection pings A and enables it. A worker whose UDP
+		// socket to A took an ICMP port unreachable while A was down fails its
+		// next send to A with that stale ECONNREFUSED and disables A again for
+		// another disable timeout (Kamailio 5.6): with one worker (Children: 1)
+		// this costs at most one more round. Short calls until one is offered
+		// and answered on A.
+		a.Restart(t)
+		deadline := killed.Add(3*time.Duration(o.DisableTimeout)*time.Second + 2*time.Second)
+		for round := 0; ; round++ {
+			time.Sleep(500 * time.Millisecond)
+			tag := "p3r" + itoa(round)
+			_, done := p.whileUp(t, call{n: 2, hold: 300 * time.Millisecond, cidTag: tag}, 0)
+			done()
+			back := false
+			for id, node := range nodeOf(p.k, tag) {
+				back = back || node == sockOf(a) && len(p.k.Lines("ANSWER ci="+id+" node="+sockOf(a))) == 1
+			}
+			if back {
+				t.Logf("A took calls again %v after it was killed, %d rounds after its restart", time.Since(killed).Round(100*time.Millisecond), round+1)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("A restarted but got no call %v after it was killed:\n%s", time.Since(killed), strings.Join(p.k.Lines("rtpengine"), "\n"))
+			}
 		}
-		if back {
-			t.Logf("A took calls again %v after it was killed, %d rounds after its restart", time.Since(killed).Round(100*time.Millisecond), round+1)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A restarted but got no call %v after it was killed:\n%s", time.Since(killed), strings.Join(p.k.Lines("rtpengine"), "\n"))
-		}
-	}
 
-	// Phase 4: both relays share the calls again, media and all.
-	lists, done4 := p.whileUp(t, call{n: 6, hold: 2 * time.Second, cidTag: "p4"}, 1500*time.Millisecond, a, b)
-	done4()
-	t.Logf("after A's return: A has %d calls, B %d", len(lists[0]), len(lists[1]))
-	if len(lists[0]) == 0 || len(lists[1]) == 0 {
-		t.Errorf("after A's return: calls on A %q, on B %q; want some on each", lists[0], lists[1])
-	}
-	checkRTPStats(t, p.k, "p4", 6, mediaPackets)
-	for _, id := range calls(t, a) {
-		if strings.HasPrefix(id, "p4-") {
-			t.Errorf("A still lists %s after its BYE", id)
+		// Phase 4: both relays share the calls again, media and all.
+		lists, done4 := p.whileUp(t, call{n: 6, hold: 2 * time.Second, cidTag: "p4"}, 1500*time.Millisecond, a, b)
+		done4()
+		t.Logf("after A's return: A has %d calls, B %d", len(lists[0]), len(lists[1]))
+		if len(lists[0]) == 0 || len(lists[1]) == 0 {
+			t.Errorf("after A's return: calls on A %q, on B %q; want some on each", lists[0], lists[1])
 		}
-	}
-	waitNoCalls(t, b)
-	t.Logf("the module's messages:\n%s", strings.Join(p.k.Lines("rtpengine ["), "\n"))
+		checkRTPStats(t, p.k, "p4", 6, mediaPackets)
+		for _, id := range calls(t, a) {
+			if strings.HasPrefix(id, "p4-") {
+				t.Errorf("A still lists %s after its BYE", id)
+			}
+		}
+		waitNoCalls(t, b)
+		t.Logf("the module's messages:\n%s", strings.Join(p.k.Lines("rtpengine ["), "\n"))
+	})
 }
 
 // checkRTPStatsOn checks the $rtpstat lines of the calls ids: full media,

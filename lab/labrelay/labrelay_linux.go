@@ -14,9 +14,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/control/admin"
+	calls "github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/lab"
 )
 
@@ -39,9 +42,23 @@ type Options struct {
 	Ports      string // media.ports; default 30000-39999
 	Timeout    string // media.timeout; default 60s
 	Workers    int    // dataplane.workers; 0 (default): one per online CPU
+	// NS is the namespace relayd runs in; default the lab's relay. The
+	// bpffs and the admin socket live in the test's mount namespace, so
+	// they work from any network namespace.
+	NS *lab.NS
+	// Interfaces are dataplane.interfaces, where XDP attaches; default
+	// the relay's two veths (toward the caller and the callee).
+	Interfaces []string
+	// Media4 and Media6 are media.address and media.address6; default the
+	// lab's relay media addresses. Both unset: the relay's.
+	Media4, Media6 netip.Addr
+	// Extra is TOML appended after the [media] section: whole sections
+	// such as [ng].
+	Extra string
 }
 
-// Relay is a relayd process in a lab's relay namespace. Not safe for
+// Relay is a relayd process in a lab namespace (the relay's unless
+// Options.NS says otherwise). Not safe for
 // concurrent Start/Kill/Stop; the API methods are.
 type Relay struct {
 	Lab  *lab.Lab
@@ -120,6 +137,15 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	if o.Timeout == "" {
 		o.Timeout = "60s"
 	}
+	if o.NS == nil {
+		o.NS = l.Relay
+	}
+	if len(o.Interfaces) == 0 {
+		o.Interfaces = []string{lab.RelayCallerIfName, lab.RelayCalleeIfName}
+	}
+	if !o.Media4.IsValid() && !o.Media6.IsValid() {
+		o.Media4, o.Media6 = l.RelayMedia4, l.RelayMedia6
+	}
 	if o.Bin == "" {
 		bin, err := Build()
 		if err != nil {
@@ -152,6 +178,16 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	if err := unix.Mount("bpffs", r.PinPath, "bpf", 0, "mode=0700"); err != nil {
 		return nil, fmt.Errorf("mount bpffs on %s: %w", r.PinPath, err)
 	}
+	ifaces := make([]string, len(o.Interfaces))
+	for i, name := range o.Interfaces {
+		ifaces[i] = strconv.Quote(name)
+	}
+	addr := func(a netip.Addr) string {
+		if !a.IsValid() {
+			return ""
+		}
+		return a.String()
+	}
 	cfg := fmt.Sprintf(`[log]
 level = %q
 format = "json"
@@ -160,7 +196,7 @@ listen = "unix:%s"
 [dataplane]
 mode = %q
 xdp_mode = %q
-interfaces = [%q, %q]
+interfaces = [%s]
 enable_forwarding = true
 pin_path = %q
 workers = %d
@@ -170,8 +206,9 @@ address6 = %q
 ports = %q
 timeout = %q
 %s
-`, o.LogLevel, r.Socket, o.Mode, o.XDPMode, lab.RelayCallerIfName, lab.RelayCalleeIfName,
-		r.PinPath, o.Workers, l.RelayMedia4, l.RelayMedia6, o.Ports, o.Timeout, o.ExtraMedia)
+%s
+`, o.LogLevel, r.Socket, o.Mode, o.XDPMode, strings.Join(ifaces, ", "),
+		r.PinPath, o.Workers, addr(o.Media4), addr(o.Media6), o.Ports, o.Timeout, o.ExtraMedia, o.Extra)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
@@ -184,7 +221,7 @@ func (r *Relay) Start() error {
 	if err != nil {
 		return err
 	}
-	r.cmd = r.Lab.Relay.Command(r.opts.Bin, "-config", r.ConfigPath)
+	r.cmd = r.opts.NS.Command(r.opts.Bin, "-config", r.ConfigPath)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	// Its own process group: a terminal's Ctrl-C goes to the caller, which
 	// stops relayd in order.
@@ -268,7 +305,7 @@ func (r *Relay) signal(sig syscall.Signal) error {
 // unmounts the bpffs.
 func (r *Relay) Close() error {
 	errs := []error{r.Stop()}
-	cmd := r.Lab.Relay.Command(r.opts.Bin, "-config", r.ConfigPath, "-detach")
+	cmd := r.opts.NS.Command(r.opts.Bin, "-config", r.ConfigPath, "-detach")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		errs = append(errs, fmt.Errorf("relayd -detach: %w: %s", err, out))
 	}
@@ -295,6 +332,14 @@ func (r *Relay) Flows() ([]admin.Flow, error) {
 	var l admin.FlowList
 	err := r.do(http.MethodGet, "/v1/flows", nil, &l, http.StatusOK)
 	return l.Flows, err
+}
+
+// Calls lists the calls relayd carries (GET /v1/calls), whichever front
+// end set them up.
+func (r *Relay) Calls() ([]calls.Info, error) {
+	var l admin.CallList
+	err := r.do(http.MethodGet, "/v1/calls", nil, &l, http.StatusOK)
+	return l.Calls, err
 }
 
 // Metrics returns the Prometheus exposition.
