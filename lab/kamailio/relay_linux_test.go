@@ -24,6 +24,9 @@ type relaySpec struct {
 	// MaxSessions > 0 makes it refuse more concurrent calls with
 	// rtpengine's "load limit" reply; -1 refuses every call. 0: no limit.
 	MaxSessions int
+	// Keep gives relayd a [state] store: its answered calls survive a
+	// restart (rtpengine would need Redis).
+	Keep bool
 }
 
 // mediaRelay is a running relay under test.

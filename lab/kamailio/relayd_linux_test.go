@@ -45,12 +45,19 @@ func startRelayd(t *testing.T, l *lab.Lab, s relaySpec) mediaRelay {
 		// Kamailio sends from the relay's end of the link.
 		ng += fmt.Sprintf("allow = [%q]\n", netip.PrefixFrom(s.NGAddr.Addr(), 24).Masked().String())
 	}
+	if s.Keep {
+		ng += fmt.Sprintf("[state]\npath = %q\n", o.Dir+"/state.db")
+		// A flow still latching is relayed in userspace: its media waits
+		// for the new relayd. The restart test kills relayd after the
+		// sources are locked, when XDP alone carries the media.
+		o.ExtraMedia += "\nlatch_window = \"300ms\"\n"
+	}
 	o.Extra = ng
 	switch {
 	case s.MaxSessions > 0:
-		o.ExtraMedia = "max_sessions = " + strconv.Itoa(s.MaxSessions)
+		o.ExtraMedia += "\n" + "max_sessions = " + strconv.Itoa(s.MaxSessions)
 	case s.MaxSessions < 0:
-		o.ExtraMedia = "max_sessions = 1"
+		o.ExtraMedia += "\nmax_sessions = 1"
 	}
 	if s.NS == l.Relay2 {
 		o.Interfaces = []string{lab.Relay2IfName}
@@ -228,4 +235,48 @@ func checkFastPath(t *testing.T, r mediaRelay, min float64) {
 	if got < min {
 		t.Errorf("relayd in %s: XDP forwarded %v packets, want >= %v", d.spec.NS.Name(), got, min)
 	}
+}
+
+// TestRelaydRestartKeepsCalls: relayd killed (SIGKILL) and started again
+// in the middle of calls Kamailio set up on it, after their sources are
+// latched (a flow still latching is relayed in userspace and waits for
+// the new process): media keeps flowing
+// through the pinned XDP flows, the new relayd takes the calls back from
+// its store, Kamailio's query and delete at the BYE find them (the
+// $rtpstat counts span the restart), and nothing is left after.
+func TestRelaydRestartKeepsCalls(t *testing.T) {
+	l := lab.NewT(t)
+	spec := relayA(l)
+	spec.Keep = true
+	r := startRelayd(t, l, spec).(*relaydRelay)
+	p := newProxy(t, l, Options{}, []mediaRelay{r})
+	const n = 2
+	lists, done := p.whileUp(t, call{n: n, hold: 4 * time.Second, cidTag: "kept"}, 1200*time.Millisecond, r)
+	if len(lists[0]) != n {
+		t.Fatalf("relayd lists %q before the kill, want %d calls", lists[0], n)
+	}
+	before := r.forwarded(t)
+	r.Kill(t)
+	r.Restart(t)
+	ids := calls(t, r)
+	if len(ids) != n {
+		t.Errorf("after the restart relayd lists %q, want the %d calls back", ids, n)
+	}
+	if !strings.Contains(r.r.Log(), "ng calls of the previous run restored") {
+		t.Errorf("relayd did not restore the calls:\n%s", tail(r.r.Log(), 20))
+	}
+	done()
+	// 2 s of audio each way per call, complete although relayd restarted.
+	checkRTPStats(t, p.k, "kept", n, mediaPackets)
+	for _, line := range p.k.Lines("rtpengine [") {
+		if strings.Contains(line, "Unknown call-id") || strings.Contains(line, "not found") {
+			t.Errorf("Kamailio met a call relayd lost: %s", line)
+		}
+	}
+	// The new relayd's counters are its own; XDP kept forwarding the
+	// pinned flows while no relayd ran.
+	if after := r.forwarded(t); after <= 0 {
+		t.Errorf("the restarted relayd's XDP forwarded %v packets (before the kill: %v)", after, before)
+	}
+	waitNoCalls(t, r)
 }
