@@ -123,7 +123,7 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 // generic XDP on veth, IPv4 and IPv6, an interface re-created between two
 // starts (the pinned link severed), the punt of a packet to an unresolved
 // neighbour, the userspace relay steered by sk_lookup, SRTP, and SIP calls
-// through the B2BUA with SIPp. Restarts that keep media and calls run
+// through the B2BUA with SIPp and over ng, IPv4 and IPv6. Restarts that keep media and calls run
 // under the same kernel in lab/appliance, with systemd.
 func TestRelayOnDebianKernel(t *testing.T) {
 	requireVM(t)
@@ -135,14 +135,14 @@ func TestRelayOnDebianKernel(t *testing.T) {
 	if b, err := exec.Command("go", "build", "-o", relayd, "github.com/relayd/relayd/cmd/relayd").CombinedOutput(); err != nil {
 		t.Fatalf("go build relayd: %v\n%s", err, b)
 	}
-	tests := "^(TestRelayForwarding|TestRelayUnresolvedNeighbour|TestRelayStopAndDetach|TestRelayInterfaceRecreated|TestRelayUserspace|TestRelaySRTP|TestSIPCallsThroughXDP)$"
+	tests := "^(TestRelayForwarding|TestRelayUnresolvedNeighbour|TestRelayStopAndDetach|TestRelayInterfaceRecreated|TestRelayUserspace|TestRelaySRTP|TestSIPCallsThroughXDP|TestNGMedia)$"
 	script := preamble + "cd " + repoDir(t, "slowpath") + "\n" + slow + " -test.count=1\n" +
 		"cd " + repoDir(t, "lab/labrelay") + "\nRELAYD_TEST_RATE_DIVISOR=20 RELAYD_TEST_BIN=" + relayd + " " + e2e + " -test.v -test.count=1 -test.run '" + tests + "'\n"
 	res := boot(t, k, dir, script, 15*time.Minute)
 	if res.ExitCode != 0 {
 		t.Fatalf("relay tests under %s: exit status %d", k.Release, res.ExitCode)
 	}
-	for _, name := range []string{"TestRelayForwarding", "TestRelayUserspace", "TestSIPCallsThroughXDP"} {
+	for _, name := range []string{"TestRelayForwarding", "TestRelayUserspace", "TestSIPCallsThroughXDP", "TestNGMedia"} {
 		if !strings.Contains(res.Output, "--- PASS: "+name) {
 			t.Errorf("%s did not pass under %s", name, k.Release)
 		}
