@@ -24,7 +24,7 @@ type proxy struct {
 
 // newProxy starts Kamailio in front of relays (weights as given, 0 is
 // 1), routing to the callee's SIPp at 198.18.2.2:5060.
-func newProxy(t *testing.T, l *lab.Lab, o Options, relays []mediaRelay, weights ...int) *proxy {
+func newProxy(t testing.TB, l *lab.Lab, o Options, relays []mediaRelay, weights ...int) *proxy {
 	t.Helper()
 	needSIPp(t)
 	for i, r := range relays {
@@ -49,11 +49,12 @@ type call struct {
 	uasAttr string        // SDP attributes of the callee's answer
 	uasProf string        // the callee's m= profile; default RTP/AVP
 	noUAS   bool          // a callee already runs (whileUp)
+	rate    int           // calls per second; default 20
 }
 
 // runUAS runs the callee's SIPp for n calls of scenario body in the
 // background; wait returns its run.
-func (p *proxy) runUAS(t *testing.T, ctx context.Context, n int, body string) (wait func() sippRun) {
+func (p *proxy) runUAS(t testing.TB, ctx context.Context, n int, body string) (wait func() sippRun) {
 	t.Helper()
 	path := writeFile(t, "uas.xml", body)
 	var r sippRun
@@ -69,7 +70,7 @@ func (p *proxy) runUAS(t *testing.T, ctx context.Context, n int, body string) (w
 }
 
 // runUAC places c's calls through Kamailio and returns the caller's run.
-func (p *proxy) runUAC(t *testing.T, ctx context.Context, c call) sippRun {
+func (p *proxy) runUAC(t testing.TB, ctx context.Context, c call) sippRun {
 	t.Helper()
 	if c.hold == 0 {
 		c.hold = 2500 * time.Millisecond
@@ -80,6 +81,9 @@ func (p *proxy) runUAC(t *testing.T, ctx context.Context, c call) sippRun {
 	if c.cidTag == "" {
 		c.cidTag = "kam"
 	}
+	if c.rate == 0 {
+		c.rate = 20
+	}
 	invite, ack := withSDP, noBody
 	if c.late {
 		invite, ack = noBody, withSDP
@@ -88,7 +92,7 @@ func (p *proxy) runUAC(t *testing.T, ctx context.Context, c call) sippRun {
 	return runSIPp(t, ctx, p.l.Caller, p.k.Listen.String(), "-sf", scen, "-s", "15551234",
 		"-i", p.l.CallerAddr4.String(), "-p", strconv.Itoa(c.port), "-mp", strconv.Itoa(6000+50*(c.port-5080)),
 		"-cid_str", c.cidTag+"-%u-%p@%s",
-		"-m", strconv.Itoa(c.n), "-r", "20", "-l", strconv.Itoa(c.n), "-recv_timeout", "8000", "-timeout", "40", "-timeout_error")
+		"-m", strconv.Itoa(c.n), "-r", strconv.Itoa(c.rate), "-l", strconv.Itoa(c.n), "-recv_timeout", "8000", "-timeout", "40", "-timeout_error")
 }
 
 func (p *proxy) uasBody(c call) string {
@@ -101,7 +105,7 @@ func (p *proxy) uasBody(c call) string {
 
 // placeCalls runs c against a fresh callee and checks that every call
 // completed on both sides.
-func (p *proxy) placeCalls(t *testing.T, c call) (uac, uas sippRun) {
+func (p *proxy) placeCalls(t testing.TB, c call) (uac, uas sippRun) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -124,7 +128,7 @@ const mediaPackets = 160
 
 // checkSDPs checks that each SDP names one of the relays' media address
 // and a port, and returns them by Call-ID.
-func checkSDPs(t *testing.T, what string, sdps []receivedSDP, n int, media ...netip.Addr) map[string]receivedSDP {
+func checkSDPs(t testing.TB, what string, sdps []receivedSDP, n int, media ...netip.Addr) map[string]receivedSDP {
 	t.Helper()
 	if len(sdps) != n {
 		t.Fatalf("%s: %d SDPs logged, want %d: %+v", what, len(sdps), n, sdps)
@@ -146,7 +150,7 @@ func checkSDPs(t *testing.T, what string, sdps []receivedSDP, n int, media ...ne
 // checkRTPStats checks the $rtpstat lines of the calls whose Call-IDs
 // start with tag: n of them, each with at least packets RTP packets and
 // no errors.
-func checkRTPStats(t *testing.T, k *Kamailio, tag string, n int, packets int64) map[string]RTPStat {
+func checkRTPStats(t testing.TB, k *Kamailio, tag string, n int, packets int64) map[string]RTPStat {
 	t.Helper()
 	out := map[string]RTPStat{}
 	for _, s := range k.RTPStats() {

@@ -1,6 +1,7 @@
 package kamailio
 
 import (
+	"cmp"
 	"context"
 	"net/netip"
 	"strconv"
@@ -24,6 +25,9 @@ type relaySpec struct {
 	// MaxSessions > 0 makes it refuse more concurrent calls with
 	// rtpengine's "load limit" reply; -1 refuses every call. 0: no limit.
 	MaxSessions int
+	// PortMax ends the media port range 30000-PortMax; 0 means 30999
+	// (500 pairs: 250 calls).
+	PortMax int
 	// Keep gives relayd a [state] store: its answered calls survive a
 	// restart (rtpengine would need Redis).
 	Keep bool
@@ -38,9 +42,11 @@ type mediaRelay interface {
 	// Calls lists its calls' Call-IDs (ng list).
 	Calls(ctx context.Context) ([]string, error)
 	// Kill kills it abruptly (SIGKILL) and waits until it is gone.
-	Kill(t *testing.T)
+	Kill(t testing.TB)
+	// Pid is its process.
+	Pid() int
 	// Restart starts it again with the same spec, after Kill.
-	Restart(t *testing.T)
+	Restart(t testing.TB)
 }
 
 // relayA is the relay in the relay namespace, with Kamailio, reached over
@@ -49,7 +55,7 @@ func relayA(l *lab.Lab) relaySpec {
 	return relaySpec{NS: l.Relay, NGAddr: netip.MustParseAddrPort("127.0.0.1:2223"), Media4: l.RelayMedia4, Media6: l.RelayMedia6}
 }
 
-func relayB(t *testing.T, l *lab.Lab) relaySpec {
+func relayB(t testing.TB, l *lab.Lab) relaySpec {
 	t.Helper()
 	if err := l.AddRelay2(); err != nil {
 		t.Fatal(err)
@@ -64,18 +70,18 @@ type rtpEngineRelay struct {
 	e    *rtpengine.Engine
 }
 
-func startRTPEngine(t *testing.T, l *lab.Lab, s relaySpec) mediaRelay {
+func startRTPEngine(t testing.TB, l *lab.Lab, s relaySpec) mediaRelay {
 	t.Helper()
 	r := &rtpEngineRelay{l: l, spec: s}
 	r.start(t)
 	return r
 }
 
-func (r *rtpEngineRelay) start(t *testing.T) {
+func (r *rtpEngineRelay) start(t testing.TB) {
 	t.Helper()
 	o := rtpengine.Options{
 		NS: r.spec.NS, NGAddr: r.spec.NGAddr, Media4: r.spec.Media4, Media6: r.spec.Media6,
-		Threads: 1, PortMin: 30000, PortMax: 30999,
+		Threads: 1, PortMin: 30000, PortMax: cmp.Or(r.spec.PortMax, 30999),
 	}
 	switch {
 	case r.spec.MaxSessions > 0:
@@ -87,13 +93,14 @@ func (r *rtpEngineRelay) start(t *testing.T) {
 }
 
 func (r *rtpEngineRelay) NGAddr() netip.AddrPort { return r.spec.NGAddr }
+func (r *rtpEngineRelay) Pid() int               { return r.e.Pid() }
 func (r *rtpEngineRelay) Media4() netip.Addr     { return r.spec.Media4 }
 
 func (r *rtpEngineRelay) Calls(ctx context.Context) ([]string, error) {
 	return r.e.Client().List(ctx, 0)
 }
 
-func (r *rtpEngineRelay) Kill(t *testing.T) {
+func (r *rtpEngineRelay) Kill(t testing.TB) {
 	t.Helper()
 	pid := r.e.Pid()
 	if pid == 0 {
@@ -109,14 +116,14 @@ func (r *rtpEngineRelay) Kill(t *testing.T) {
 	}
 }
 
-func (r *rtpEngineRelay) Restart(t *testing.T) {
+func (r *rtpEngineRelay) Restart(t testing.TB) {
 	t.Helper()
 	r.e.Close()
 	r.start(t)
 }
 
 // calls lists a relay's calls, failing the test on error.
-func calls(t *testing.T, r mediaRelay) []string {
+func calls(t testing.TB, r mediaRelay) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -129,7 +136,7 @@ func calls(t *testing.T, r mediaRelay) []string {
 
 // waitNoCalls waits up to 3 s until the relay lists no call; relayd must
 // also carry none (/v1/calls).
-func waitNoCalls(t *testing.T, r mediaRelay) {
+func waitNoCalls(t testing.TB, r mediaRelay) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {

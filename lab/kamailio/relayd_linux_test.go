@@ -1,6 +1,7 @@
 package kamailio
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -34,11 +35,11 @@ type relaydRelay struct {
 // "load limit". Calls leaves it out.
 const placeholderCallID = "lab-placeholder@relayd"
 
-func startRelayd(t *testing.T, l *lab.Lab, s relaySpec) mediaRelay {
+func startRelayd(t testing.TB, l *lab.Lab, s relaySpec) mediaRelay {
 	t.Helper()
 	o := labrelay.Options{
 		Dir: t.TempDir(), NS: s.NS, Media4: s.Media4, Media6: s.Media6,
-		Ports: "30000-30999", LogLevel: "info",
+		Ports: "30000-" + strconv.Itoa(cmp.Or(s.PortMax, 30999)), LogLevel: "info",
 	}
 	ng := fmt.Sprintf("[ng]\nlisten = [%q]\n", "udp:"+s.NGAddr.String())
 	if !s.NGAddr.Addr().IsLoopback() {
@@ -106,7 +107,7 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-func (d *relaydRelay) start(t *testing.T) {
+func (d *relaydRelay) start(t testing.TB) {
 	t.Helper()
 	if err := d.r.Start(); err != nil {
 		t.Fatal(err)
@@ -136,6 +137,7 @@ func (d *relaydRelay) start(t *testing.T) {
 }
 
 func (d *relaydRelay) NGAddr() netip.AddrPort { return d.spec.NGAddr }
+func (d *relaydRelay) Pid() int               { return d.r.Pid() }
 func (d *relaydRelay) Media4() netip.Addr     { return d.spec.Media4 }
 
 func (d *relaydRelay) Calls(ctx context.Context) ([]string, error) {
@@ -143,21 +145,21 @@ func (d *relaydRelay) Calls(ctx context.Context) ([]string, error) {
 	return slices.DeleteFunc(ids, func(id string) bool { return id == placeholderCallID }), err
 }
 
-func (d *relaydRelay) Kill(t *testing.T) {
+func (d *relaydRelay) Kill(t testing.TB) {
 	t.Helper()
 	if err := d.r.Kill(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (d *relaydRelay) Restart(t *testing.T) {
+func (d *relaydRelay) Restart(t testing.TB) {
 	t.Helper()
 	d.start(t)
 }
 
 // checkIdle: relayd carries no call of any front end (/v1/calls), apart
 // from the placeholder.
-func (d *relaydRelay) checkIdle(t *testing.T) {
+func (d *relaydRelay) checkIdle(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
@@ -182,7 +184,7 @@ func (d *relaydRelay) checkIdle(t *testing.T) {
 
 // forwarded is the packets relayd's XDP program forwarded (every
 // relayd_packets_total sample with verdict "forward") since it started.
-func (d *relaydRelay) forwarded(t *testing.T) float64 {
+func (d *relaydRelay) forwarded(t testing.TB) float64 {
 	t.Helper()
 	m, err := d.r.Metrics()
 	if err != nil {
@@ -206,7 +208,7 @@ func (d *relaydRelay) forwarded(t *testing.T) float64 {
 // relayKind is one relay the tests run against.
 type relayKind struct {
 	name  string
-	start func(t *testing.T, l *lab.Lab, s relaySpec) mediaRelay
+	start func(t testing.TB, l *lab.Lab, s relaySpec) mediaRelay
 }
 
 var relayKinds = []relayKind{
@@ -224,7 +226,7 @@ func eachRelay(t *testing.T, f func(t *testing.T, k relayKind)) {
 // checkFastPath checks, for relayd, that its XDP program forwarded at
 // least min packets: the calls' RTP went through the fast path, not the
 // stack. rtpengine, in userspace here, has nothing to check.
-func checkFastPath(t *testing.T, r mediaRelay, min float64) {
+func checkFastPath(t testing.TB, r mediaRelay, min float64) {
 	t.Helper()
 	d, ok := r.(*relaydRelay)
 	if !ok {

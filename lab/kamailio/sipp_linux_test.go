@@ -303,13 +303,13 @@ Content-Length: 0
 </scenario>
 `
 
-func needSIPp(t *testing.T) {
+func needSIPp(t testing.TB) {
 	t.Helper()
 	testenv.NeedCommand(t, "sipp", "sip-tester")
 }
 
 // pcmuWAV writes a µ-law WAV file of d of audio for rtp_stream.
-func pcmuWAV(t *testing.T, d time.Duration) string {
+func pcmuWAV(t testing.TB, d time.Duration) string {
 	t.Helper()
 	n := int(d.Seconds() * 8000)
 	var b bytes.Buffer
@@ -340,7 +340,7 @@ func pcmuWAV(t *testing.T, d time.Duration) string {
 	return path
 }
 
-func writeFile(t *testing.T, name, body string) string {
+func writeFile(t testing.TB, name, body string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
@@ -366,7 +366,7 @@ func (r sippRun) String() string {
 }
 
 // runSIPp runs SIPp in ns until it exits or ctx ends.
-func runSIPp(t *testing.T, ctx context.Context, ns *lab.NS, args ...string) sippRun {
+func runSIPp(t testing.TB, ctx context.Context, ns *lab.NS, args ...string) sippRun {
 	t.Helper()
 	dir := t.TempDir()
 	stat, logPath := filepath.Join(dir, "stat.csv"), filepath.Join(dir, "log.txt")

@@ -18,7 +18,7 @@ import (
 
 // twoRelays starts A and B (with specs changed by mod) and Kamailio in
 // front of them with weights wa and wb.
-func twoRelays(t *testing.T, k relayKind, o Options, wa, wb int, mod func(a, b *relaySpec)) (p *proxy, a, b mediaRelay) {
+func twoRelays(t testing.TB, k relayKind, o Options, wa, wb int, mod func(a, b *relaySpec)) (p *proxy, a, b mediaRelay) {
 	t.Helper()
 	l := lab.NewT(t)
 	sa, sb := relayA(l), relayB(t, l)
@@ -47,7 +47,7 @@ func sockOf(r mediaRelay) string { return "udp:" + r.NGAddr().String() }
 // whileUp places c's calls in the background and, after wait, lists each
 // relay's calls once all of them are up (or 3 s later); done waits for the
 // calls to end and checks they all completed.
-func (p *proxy) whileUp(t *testing.T, c call, wait time.Duration, relays ...mediaRelay) (lists [][]string, done func() sippRun) {
+func (p *proxy) whileUp(t testing.TB, c call, wait time.Duration, relays ...mediaRelay) (lists [][]string, done func() sippRun) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	uasWait := func() sippRun { return sippRun{Stats: map[string]string{"SuccessfulCall(C)": itoa(c.n)}} }
@@ -235,7 +235,7 @@ func TestFailover(t *testing.T) {
 
 // checkRTPStatsOn checks the $rtpstat lines of the calls ids: full media,
 // no errors.
-func checkRTPStatsOn(t *testing.T, k *Kamailio, tag string, ids []string) map[string]RTPStat {
+func checkRTPStatsOn(t testing.TB, k *Kamailio, tag string, ids []string) map[string]RTPStat {
 	t.Helper()
 	all := map[string]RTPStat{}
 	for _, s := range k.RTPStats() {
