@@ -143,6 +143,13 @@ const (
 type Render struct {
 	// KeepOrigin leaves the peer's o= line as it is.
 	KeepOrigin bool
+	// OriginAddress, with KeepOrigin, keeps the peer's o= line but puts
+	// relayd's address in it (rtpengine's "replace origin").
+	OriginAddress bool
+	// RTPEngineLayout lays the attributes out as rtpengine does: a=rtcp
+	// without its address when that is the c= address, relayd's
+	// attributes before a=ptime, which ends the media section.
+	RTPEngineLayout bool
 	// KeepSessionConnection leaves the session-level c= line as it is;
 	// every stream gets a media-level c= with relayd's address.
 	KeepSessionConnection bool
@@ -169,8 +176,13 @@ type OfferOptions struct {
 	// data plane runs). Without it a policy that needs SRTP on one leg
 	// only fails with ErrSRTPUnsupported, and SRTPOffer stays plain.
 	SRTPTermination bool
-	Codecs          CodecPolicy
-	RTCPMux         MuxPolicy
+	// Suites are the SDES suites relayd offers, in order, when it keys
+	// a leg: one a=crypto line each, and the answer picks one. Empty
+	// offers AES_CM_128_HMAC_SHA1_80 alone. A re-offer keeps the key the
+	// leg uses.
+	Suites  []sdes.Suite
+	Codecs  CodecPolicy
+	RTCPMux MuxPolicy
 	// Latch is the policy for the offerer's leg.
 	Latch LatchPolicy
 	// Render shapes the SDP toward the answerer.
@@ -198,8 +210,10 @@ type decision struct {
 	// relayd's key for it in Send, answered with the offer's tag).
 	terminate bool
 	// keyed: relayd offered its own key to the answerer (Send of the
-	// answerer's end); require: the answerer must take it.
+	// answerer's end); require: the answerer must take it. offered are
+	// the keys relayd offered, one per suite: the answer picks one.
 	keyed, require bool
+	offered        []*sdes.Crypto
 	offerMux       bool // the offerer offered rtcp-mux
 	sentMux        bool // relayd offered rtcp-mux to the answerer
 }
@@ -335,6 +349,8 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 	plan := sdp.Plan{
 		Addr:                  s.local[to].Advertised(),
 		KeepSessionConnection: o.Render.KeepSessionConnection,
+		OriginAddress:         o.Render.KeepOrigin && o.Render.OriginAddress,
+		RTPEngineLayout:       o.Render.RTPEngineLayout,
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
 	mp := o.RTCPMux
@@ -361,6 +377,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 		}
 		sp.RTCPMux = dec.sentMux
 		var relayKey *sdes.Crypto
+		var moreKeys []*sdes.Crypto
 		m.Edit(i, func(ms *Stream) {
 			ms.Disabled = false
 			fe, te := &ms.Ends[from], &ms.Ends[to]
@@ -378,14 +395,30 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 				fe.Recv = st.Crypto[0]
 				fe.Send, err = keyFor(fe.Send, st.Crypto[0].Suite, st.Crypto[0].Tag)
 				te.Recv, te.Send = nil, nil
+			case dec.keyed && te.Send == nil && len(o.Suites) > 1:
+				fe.Recv, fe.Send = nil, nil
+				for k, suite := range o.Suites {
+					key, kerr := sdes.Generate(k+1, suite)
+					if kerr != nil {
+						err = kerr
+						return
+					}
+					dec.offered = append(dec.offered, key)
+				}
+				te.Send = dec.offered[0]
+				relayKey, moreKeys = dec.offered[0], dec.offered[1:]
 			case dec.keyed:
 				fe.Recv, fe.Send = nil, nil
 				suite, tag := sdes.AES_CM_128_HMAC_SHA1_80, 1
+				if len(o.Suites) == 1 {
+					suite = o.Suites[0]
+				}
 				if te.Send != nil {
 					suite, tag = te.Send.Suite, te.Send.Tag
 				}
 				te.Send, err = keyFor(te.Send, suite, tag)
 				relayKey = te.Send
+				dec.offered = []*sdes.Crypto{te.Send}
 			default:
 				fe.Recv, fe.Send, te.Recv, te.Send = nil, nil, nil, nil
 			}
@@ -393,7 +426,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 		if err != nil {
 			return nil, fmt.Errorf("stream %d: %w", i, err)
 		}
-		sp.Crypto = relayKey
+		sp.Crypto, sp.MoreCrypto = relayKey, moreKeys
 		decs[i] = dec
 		plan.Streams[i] = sp
 	}
@@ -494,6 +527,8 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 	plan := sdp.Plan{
 		Addr:                  s.local[to].Advertised(),
 		KeepSessionConnection: o.Render.KeepSessionConnection,
+		OriginAddress:         o.Render.KeepOrigin && o.Render.OriginAddress,
+		RTPEngineLayout:       o.Render.RTPEngineLayout,
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
 	var errs []error
@@ -524,10 +559,10 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 			case dec.terminate:
 				sp.Crypto = te.Send
 			case dec.keyed:
-				key := matchKey(st.Crypto, fe.Send)
+				key, offered := matchOffered(st.Crypto, dec.offered)
 				switch {
 				case key != nil:
-					fe.Recv = key
+					fe.Recv, fe.Send = key, offered
 				case dec.require:
 					errs = append(errs, fmt.Errorf("stream %d: SRTP required and the answer has no matching a=crypto: %w", i, sdp.ErrNotAcceptable))
 				default:
@@ -566,6 +601,25 @@ func keyFor(old *sdes.Crypto, suite sdes.Suite, tag int) (*sdes.Crypto, error) {
 		return &k, nil
 	}
 	return sdes.Generate(tag, suite)
+}
+
+// matchOffered returns the answer's key for one of relayd's offered keys
+// and that offered key: same tag and suite (RFC 4568), or else, like
+// rtpengine, the same suite under another tag (answerers that renumber).
+func matchOffered(keys, offered []*sdes.Crypto) (answer, relay *sdes.Crypto) {
+	for _, o := range offered {
+		if k := matchKey(keys, o); k != nil {
+			return k, o
+		}
+	}
+	for _, o := range offered {
+		for _, k := range keys {
+			if k.Suite == o.Suite {
+				return k, o
+			}
+		}
+	}
+	return nil, nil
 }
 
 // matchKey returns the answer's key for relayd's offered one: same tag

@@ -170,7 +170,7 @@ func TestNegotiateSRTP(t *testing.T) {
 		policy      Policy
 		noTerm      bool   // no userspace SRTP
 		offerKeys   bool   // a=crypto in A's offer
-		answer      string // B's a=crypto: "none", "match" (relayd's or the offer's tag and suite), "other"
+		answer      string // B's a=crypto: "none", "match" (relayd's or the offer's tag and suite), "other" (neither), "renumbered" (the suite under another tag)
 		want        want
 		offerErr    error
 		answerErr   error
@@ -198,6 +198,9 @@ func TestNegotiateSRTP(t *testing.T) {
 			want: want{"RTP/SAVP relay", "RTP/AVP none", "none", "none", "answer", "relay", dataplane.PathUserspace}},
 		{name: "require plain, callee plain", policy: SRTPRequire, answer: "none", answerErr: sdp.ErrNotAcceptable},
 		{name: "require plain, callee answers another key", policy: SRTPRequire, answer: "other", answerErr: sdp.ErrNotAcceptable},
+		// Like rtpengine: the offered suite under another tag is taken.
+		{name: "require plain, callee renumbers the key", policy: SRTPRequire, answer: "renumbered",
+			want: want{"RTP/SAVP relay", "RTP/AVP none", "none", "none", "answer", "relay", dataplane.PathUserspace}},
 		{name: "require plain without userspace", policy: SRTPRequire, noTerm: true, offerErr: ErrSRTPUnsupported},
 		{name: "require keys on RTP/AVP", policy: SRTPRequire, offerKeys: true, answer: "match", answerProto: "RTP/AVP",
 			want: want{"RTP/SAVP offer", "RTP/AVP answer", "none", "none", "none", "none", dataplane.PathXDP}},
@@ -234,6 +237,12 @@ func TestNegotiateSRTP(t *testing.T) {
 					k := newKey(t, ref.Tag)
 					ans.keys = []*sdes.Crypto{k}
 				case "other":
+					k, err := sdes.Generate(ref.Tag+4, sdes.AES_CM_128_HMAC_SHA1_32)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ans.keys = []*sdes.Crypto{k}
+				case "renumbered":
 					ans.keys = []*sdes.Crypto{newKey(t, ref.Tag+4)}
 				}
 				if tc.answerProto != "" {
@@ -767,5 +776,41 @@ func TestEndSnapshot(t *testing.T) {
 	if diff := cmp.Diff(before, c.Media.Streams(), cmp.Comparer(func(a, b *sdes.Crypto) bool { return keyText(a) == keyText(b) }),
 		cmpopts.EquateComparable(netip.Addr{}, netip.AddrPort{})); diff != "" {
 		t.Errorf("restored streams (-before +after):\n%s", diff)
+	}
+}
+
+// TestNegotiateSuites: relayd keying the answerer's leg offers one key
+// per suite; the answer's pick (tag and suite) becomes the leg's key, the
+// others are dropped; a re-offer offers only the key in use.
+func TestNegotiateSuites(t *testing.T) {
+	n := newNegCall(t)
+	opts := OfferOptions{SRTP: SRTPRequire, SRTPTermination: true, Suites: []sdes.Suite{sdes.AEAD_AES_256_GCM, sdes.AES_CM_128_HMAC_SHA1_80}}
+	body, err := n.s.Offer(A, (peerSDP{addr: "198.18.0.2", port: 4000}).parse(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := mustParse(t, body)
+	if len(off.Streams[0].Crypto) != 2 || off.Streams[0].Crypto[0].Suite != sdes.AEAD_AES_256_GCM || off.Streams[0].Crypto[1].Tag != 2 {
+		t.Fatalf("offered keys %v", off.Streams[0].Crypto)
+	}
+	picked := off.Streams[0].Crypto[1]
+	own, err := sdes.Generate(2, sdes.AES_CM_128_HMAC_SHA1_80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.s.Answer(B, (peerSDP{addr: "198.18.2.2", port: 6000, keys: []*sdes.Crypto{own}}).parse(t), AnswerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.s.Complete()
+	e := n.c.Media.Streams()[0].Ends[B]
+	if keyText(e.Send) != keyText(picked) || keyText(e.Recv) != keyText(own) {
+		t.Errorf("B's keys send %s recv %s, want %s and %s", keyText(e.Send), keyText(e.Recv), keyText(picked), keyText(own))
+	}
+	body, err = n.s.Offer(A, (peerSDP{addr: "198.18.0.2", port: 4000}).parse(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := mustParse(t, body); len(again.Streams[0].Crypto) != 1 || keyText(again.Streams[0].Crypto[0]) != keyText(picked) {
+		t.Errorf("re-offer keys %v, want only %s", again.Streams[0].Crypto, keyText(picked))
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/relayd/relayd/control/sdp"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/rtp/emodel"
+	"github.com/relayd/relayd/sdes"
 )
 
 // EngineConfig configures the ng Engine on relayd's call layer.
@@ -668,7 +669,47 @@ func (e *CallEngine) offerOptions(r *Request, d *sdp.Description) (call.OfferOpt
 	if slices.Contains(r.SDES, "off") && keys {
 		o.SRTP = call.SRTPOff
 	}
+	o.Suites = offerSuites(r.SDES)
 	return o, nil
+}
+
+// rtpengineSuites are the SDES suites relayd offers when it keys a leg, in
+// rtpengine's order (it offers AES_192_CM, F8 and NULL too, which relayd
+// does not implement).
+var rtpengineSuites = []sdes.Suite{
+	sdes.AEAD_AES_256_GCM, sdes.AEAD_AES_128_GCM, sdes.AES_256_CM_HMAC_SHA1_80, sdes.AES_256_CM_HMAC_SHA1_32,
+	sdes.AES_CM_128_HMAC_SHA1_80, sdes.AES_CM_128_HMAC_SHA1_32,
+}
+
+// offerSuites applies the SDES options "no-SUITE" (leave it out) and
+// "only-SUITE" (offer only those) to rtpengineSuites.
+func offerSuites(opts []string) []sdes.Suite {
+	var only []sdes.Suite
+	no := make(map[sdes.Suite]bool)
+	for _, opt := range opts {
+		name, isOnly := strings.CutPrefix(opt, "only-")
+		if !isOnly {
+			name, _ = strings.CutPrefix(opt, "no-")
+		}
+		suite, err := sdes.ParseSuite(name)
+		switch {
+		case err != nil:
+		case isOnly:
+			only = append(only, suite)
+		case name != opt:
+			no[suite] = true
+		}
+	}
+	out := []sdes.Suite{}
+	for _, s := range rtpengineSuites {
+		if (len(only) == 0 || slices.Contains(only, s)) && !no[s] {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return rtpengineSuites[:1]
+	}
+	return out
 }
 
 func latchOf(r *Request) call.LatchPolicy {
@@ -681,13 +722,18 @@ func latchOf(r *Request) call.LatchPolicy {
 	return call.LatchSymmetric
 }
 
-// renderOf: like rtpengine, the peer's o= line and session-level c= stay
-// unless "replace" names them; ICE goes (relayd anchors on plain UDP)
-// unless ICE=force, which relayd cannot do.
+// renderOf: the SDP as rtpengine 10.5 writes it. The peer's o= line
+// stays, with relayd's address when "replace" names origin; the
+// session-level c= names relayd (rtpengine rewrites it with or without
+// "replace session-connection" when the media sections have no c= of
+// their own, and relayd's flows need the peer to send to relayd either
+// way); rtpengine's attribute layout; ICE goes (relayd anchors on plain
+// UDP) unless ICE=force, which relayd cannot do.
 func renderOf(r *Request) call.Render {
 	ren := call.Render{
-		KeepOrigin:            !slices.Contains(r.Replace, "origin"),
-		KeepSessionConnection: !slices.Contains(r.Replace, "session-connection"),
+		KeepOrigin:      true,
+		OriginAddress:   slices.Contains(r.Replace, "origin"),
+		RTPEngineLayout: true,
 	}
 	if ice := strings.ToLower(r.ICE); ice == "force" || ice == "force-relay" {
 		ren.ICE = call.ICEForce

@@ -46,7 +46,7 @@ func TestQueryViaBranchAndProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := e.Answer(ctx, &Request{CallID: "c1", FromTag: "ft", ToTag: "tt", ViaBranch: "vb1", SDP: audioSDP("198.18.2.2", 5000, "RTP/SAVP") +
-		"a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n"}); err != nil {
+		"a=crypto:5 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n"}); err != nil {
 		t.Fatal(err)
 	}
 	nc := e.lookup("c1")

@@ -18,6 +18,7 @@ import (
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
+	"github.com/relayd/relayd/sdes"
 )
 
 var (
@@ -99,8 +100,11 @@ func TestEngineCall(t *testing.T) {
 	if !strings.Contains(out, "c=IN IP4 198.18.1.1") || !strings.Contains(out, "m=audio 300") || strings.Contains(out, "4000") {
 		t.Fatalf("offer toward the callee not anchored on the relay:\n%s", out)
 	}
-	if strings.Contains(out, "o=- 7 7 IN IP4 198.18.0.10") {
-		t.Errorf("replace origin: o= line kept:\n%s", out)
+	if !strings.Contains(out, "o=- 7 7 IN IP4 198.18.1.1\r\n") {
+		t.Errorf("replace origin: want the caller's o= line with relayd's address:\n%s", out)
+	}
+	if !strings.Contains(out, "a=rtcp:30001\r\na=sendrecv\r\n") && !strings.Contains(out, "a=sendrecv\r\na=rtcp:") {
+		t.Errorf("a=rtcp not in rtpengine's short form:\n%s", out)
 	}
 	ans := r.do(t, "supports", []string{"load limit"}, "sdp", sdpOf("198.18.2.2", "6000"), "call-id", "call-1",
 		"from-tag", "alice", "to-tag", "bob", "command", "answer")
@@ -257,11 +261,15 @@ func TestEngineSDES(t *testing.T) {
 	off := r.do(t, "sdp", sdpOf("198.18.0.10", "4000"), "transport-protocol", "RTP/SAVP", "call-id", "s", "from-tag", "a", "command", "offer")
 	wantOK(t, off)
 	s := off.GetString("sdp")
-	if !strings.Contains(s, "RTP/SAVP") || !strings.Contains(s, "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:") {
-		t.Fatalf("offer toward the callee without SRTP:\n%s", s)
+	if !strings.Contains(s, "RTP/SAVP") || strings.Count(s, "a=crypto:") != 6 || !strings.Contains(s, "a=crypto:1 AEAD_AES_256_GCM inline:") {
+		t.Fatalf("offer toward the callee without rtpengine's six suites relayd has:\n%s", s)
 	}
-	key := s[strings.Index(s, "a=crypto:"):]
+	// The callee takes the fifth: AES_CM_128_HMAC_SHA1_80.
+	key := s[strings.Index(s, "a=crypto:5 "):]
 	key = key[:strings.Index(key, "\r\n")+2]
+	if !strings.HasPrefix(key, "a=crypto:5 AES_CM_128_HMAC_SHA1_80 inline:") {
+		t.Fatalf("fifth suite %q", key)
+	}
 	answer := strings.Replace(sdpOf("198.18.2.2", "6000", key), "RTP/AVP", "RTP/SAVP", 1)
 	ans := r.do(t, "sdp", answer, "call-id", "s", "from-tag", "a", "to-tag", "b", "command", "answer")
 	wantOK(t, ans)
@@ -270,6 +278,21 @@ func TestEngineSDES(t *testing.T) {
 	}
 	if r.us.Len() != 4 || r.xdp.Len() != 0 {
 		t.Errorf("%d userspace, %d XDP flows; want the 4 in userspace", r.us.Len(), r.xdp.Len())
+	}
+	list, _ := r.us.List()
+	for _, fs := range list {
+		for _, k := range []*dataplane.SRTP{fs.Flow.Encrypt, fs.Flow.Decrypt} {
+			if k != nil && k.Suite != "AES_CM_128_HMAC_SHA1_80" {
+				t.Errorf("flow %s keyed with %s, want the suite the callee took", fs.Flow.Match, k.Suite)
+			}
+		}
+	}
+	// SDES-only-X and SDES-no-X narrow the offer.
+	if got := offerSuites([]string{"only-AES_CM_128_HMAC_SHA1_32", "only-AEAD_AES_128_GCM"}); len(got) != 2 || got[0] != sdes.AEAD_AES_128_GCM {
+		t.Errorf("only: %v", got)
+	}
+	if got := offerSuites([]string{"no-AEAD_AES_256_GCM", "no-AEAD_AES_128_GCM", "pad"}); len(got) != 4 || got[0] != sdes.AES_256_CM_HMAC_SHA1_80 {
+		t.Errorf("no: %v", got)
 	}
 }
 

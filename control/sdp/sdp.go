@@ -460,6 +460,9 @@ type StreamPlan struct {
 	// SRTP through the relay), else none is written.
 	Crypto     *sdes.Crypto
 	KeepCrypto bool
+	// MoreCrypto are written after Crypto: more suites offered at once,
+	// the answer picks one.
+	MoreCrypto []*sdes.Crypto
 }
 
 // Plan is the SDP relayd sends on one leg.
@@ -472,6 +475,13 @@ type Plan struct {
 	// is; every enabled stream then gets a media-level c= with Addr. The
 	// zero value replaces the session-level c= with Addr.
 	KeepSessionConnection bool
+	// OriginAddress, when Rewrite keeps the peer's o= line (a nil
+	// Origin), puts Addr in it: rtpengine's "replace origin".
+	OriginAddress bool
+	// RTPEngineLayout writes a=rtcp as rtpengine does (the port alone
+	// when the address is the c= one) and moves a=ptime after the
+	// attributes relayd adds, so that a proxy sees the layout it knows.
+	RTPEngineLayout bool
 	// Streams has one entry per m= line of the description; missing
 	// entries disable the stream.
 	Streams []StreamPlan
@@ -502,11 +512,14 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 	// Work on a shallow copy of the session: attributes and media are
 	// rebuilt, the parsed description stays as it was.
 	sd := *d.sd
-	if o != nil {
+	switch {
+	case o != nil:
 		sd.Origin = psdp.Origin{
 			Username: "relayd", SessionID: o.SessionID, SessionVersion: o.Version,
 			NetworkType: "IN", AddressType: addrType, UnicastAddress: p.Addr.String(),
 		}
+	case p.OriginAddress:
+		sd.Origin.NetworkType, sd.Origin.AddressType, sd.Origin.UnicastAddress = "IN", addrType, p.Addr.String()
 	}
 	relayConn := func() *psdp.ConnectionInformation {
 		return &psdp.ConnectionInformation{NetworkType: "IN", AddressType: addrType, Address: &psdp.Address{Address: p.Addr.String()}}
@@ -556,27 +569,37 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 			}
 		}
 		attrs := make([]psdp.Attribute, 0, len(src.Attributes)+2)
+		var ptime []psdp.Attribute
 		for _, a := range src.Attributes {
 			switch {
 			case iceAttrs[a.Key], a.Key == "rtcp", a.Key == "rtcp-mux", a.Key == "fingerprint", a.Key == "setup":
 				continue
 			case a.Key == "crypto" && !(sp.KeepCrypto && sp.Crypto == nil):
 				continue
+			case a.Key == "ptime" && p.RTPEngineLayout:
+				ptime = append(ptime, a)
+				continue
 			}
 			attrs = append(attrs, a)
 		}
-		attrs = append(attrs, psdp.NewAttribute("rtcp", fmt.Sprintf("%d IN %s %s", sp.Port+1, addrType, p.Addr)))
+		if p.RTPEngineLayout && !hold {
+			attrs = append(attrs, psdp.NewAttribute("rtcp", strconv.Itoa(sp.Port+1)))
+		} else {
+			attrs = append(attrs, psdp.NewAttribute("rtcp", fmt.Sprintf("%d IN %s %s", sp.Port+1, addrType, p.Addr)))
+		}
 		if sp.RTCPMux {
 			attrs = append(attrs, psdp.NewPropertyAttribute("rtcp-mux"))
 		}
 		if sp.Crypto != nil {
-			v, err := sp.Crypto.Marshal()
-			if err != nil {
-				return nil, fmt.Errorf("rewrite SDP: stream %d crypto: %w", i, err)
+			for _, c := range append([]*sdes.Crypto{sp.Crypto}, sp.MoreCrypto...) {
+				v, err := c.Marshal()
+				if err != nil {
+					return nil, fmt.Errorf("rewrite SDP: stream %d crypto: %w", i, err)
+				}
+				attrs = append(attrs, psdp.NewAttribute("crypto", v))
 			}
-			attrs = append(attrs, psdp.NewAttribute("crypto", v))
 		}
-		md.Attributes = attrs
+		md.Attributes = append(attrs, ptime...)
 		sd.MediaDescriptions[i] = &md
 	}
 	out, err := sd.Marshal()
