@@ -99,6 +99,8 @@ func (c *Config) validateInterfaces(bad func(key, format string, args ...any)) {
 			bad(key+".name", "required")
 		case names[in.Name]:
 			bad(key+".name", "media interface %q defined twice", in.Name)
+		case in.Name == "default" && (m.Addr.IsValid() || m.Addr6.IsValid()):
+			bad(key+".name", `"default" names the [media] address's interface; choose another name`)
 		}
 		names[in.Name] = true
 		if in.Address == "" && in.Address6 == "" {

@@ -60,6 +60,8 @@ func TestParseMediaInterfaceErrors(t *testing.T) {
 		{"duplicate name", ifaceBase + "[[media.interface]]\nname = \"ext\"\naddress = \"198.18.2.1\"\n" +
 			"[[media.interface]]\nname = \"ext\"\naddress = \"198.18.3.1\"\n",
 			"media.interface[1].name", 9, `"ext" defined twice`},
+		{"named default beside [media]", ifaceBase + "[[media.interface]]\nname = \"default\"\naddress = \"198.18.2.1\"\n",
+			"media.interface[0].name", 6, `"default" names the [media] address's interface`},
 		{"no address", ifaceBase + "[[media.interface]]\nname = \"ext\"\nports = \"40000-40999\"\n",
 			"media.interface[0].address", 0, "need address or address6"},
 		{"address of [media]", ifaceBase + "[[media.interface]]\nname = \"ext\"\naddress = \"198.18.1.1\"\n",

@@ -323,13 +323,15 @@ func (r *Registry) Interfaces() []Interface {
 	return out
 }
 
+// DefaultName is how front ends name the unnamed interface of [media]
+// (rtpengine calls an interface given without a name "default").
+const DefaultName = "default"
+
 // Interface returns the media interface with this name; "" is the
-// default (the first).
+// default (the first), and so is DefaultName when no interface has that
+// name.
 func (r *Registry) Interface(name string) (Interface, error) {
-	if name == "" {
-		return r.ifaces[0].Interface, nil
-	}
-	in, ok := r.byName[name]
+	in, ok := r.lookup(name)
 	if !ok {
 		return Interface{}, fmt.Errorf("%w: %q (have %s)", ErrUnknownInterface, name, r.names())
 	}
@@ -339,7 +341,7 @@ func (r *Registry) Interface(name string) (Interface, error) {
 func (r *Registry) names() string {
 	var names []string
 	for _, in := range r.ifaces {
-		names = append(names, fmt.Sprintf("%q", in.Name))
+		names = append(names, fmt.Sprintf("%q", cmp.Or(in.Name, DefaultName)))
 	}
 	return strings.Join(names, ", ")
 }
@@ -380,10 +382,7 @@ func (r *Registry) Describe() string {
 				addrs = append(addrs, a.String())
 			}
 		}
-		name := in.Name
-		if name == "" {
-			name = "default"
-		}
+		name := cmp.Or(in.Name, DefaultName)
 		parts = append(parts, fmt.Sprintf("%s %v ports %d-%d", name, addrs, in.PortMin, in.PortMax))
 	}
 	return "relay media interfaces: " + strings.Join(parts, "; ")
@@ -394,7 +393,7 @@ func (r *Registry) lookup(name string) (*iface, bool) {
 	if in, ok := r.byName[name]; ok {
 		return in, true
 	}
-	if name == "" {
+	if name == "" || name == DefaultName {
 		return r.ifaces[0], true
 	}
 	return nil, false

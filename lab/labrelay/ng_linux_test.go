@@ -120,3 +120,60 @@ func TestNGMedia(t *testing.T) {
 		t.Errorf("/v1/calls after the deletes: %v %v", infos, err)
 	}
 }
+
+// TestNGMediaInterfaces: direction puts each leg of an ng call on its
+// named media interface, and the media leaves from that interface's
+// address: the callee hears the relay from the external address, the
+// caller from the internal one, through XDP, both ways.
+func TestNGMediaInterfaces(t *testing.T) {
+	l := lab.NewT(t)
+	external := netip.MustParseAddr("198.18.3.1")
+	if out, err := l.Relay.Command("ip", "addr", "add", external.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("add the external media address: %v\n%s", err, out)
+	}
+	const ngAddr = "127.0.0.1:2223"
+	r := startRelayIn(t, l, Options{Extra: `[ng]
+listen = ["udp:` + ngAddr + `"]
+[[media.interface]]
+name = "external"
+address = "` + external.String() + `"
+ports = "40000-40999"
+`})
+	c := ngClient(t, l, ngAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4100)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5100)
+	// The unnamed [media] interface answers to "default", as rtpengine
+	// names an interface given without a name.
+	req := ngclient.Request{CallID: "ng-interfaces", FromTag: "caller", SDP: audioSDP(callerEP), Direction: []string{"default", "external"}}
+	off, err := c.Offer(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	towardCallee := mediaOf(t, off.SDP)
+	req.ToTag, req.SDP = "callee", audioSDP(calleeEP)
+	ans, err := c.Answer(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	towardCaller := mediaOf(t, ans.SDP)
+	if towardCallee.Addr() != external || towardCallee.Port() < 40000 || towardCaller.Addr() != l.RelayMedia4 {
+		t.Fatalf("callee sends to %s, caller to %s; want %s:40000-40999 and %s", towardCallee, towardCaller, external, l.RelayMedia4)
+	}
+	caller := openLeg(t, l.Caller, callerEP, towardCaller)
+	callee := openLeg(t, l.Callee, calleeEP, towardCallee)
+	const n = 300
+	// recv checks each packet comes from the address and port its leg
+	// sends to: the callee hears the external interface.
+	toCallee, toCaller := exchange(t, caller, callee, n, 1000)
+	if toCallee != n || toCaller != n {
+		t.Errorf("%d of %d packets reached the callee, %d the caller", toCallee, n, toCaller)
+	}
+	if fwd, err := r.Metric(`relayd_packets_total{reason="redirect",verdict="forward"}`); err != nil || fwd == 0 {
+		t.Errorf("XDP redirected %v packets (%v): the media did not take the fast path", fwd, err)
+	}
+	if _, err := c.Delete(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+}
