@@ -111,7 +111,7 @@ topology() {
 # configure: the two keys the packaged config leaves empty, and IPv6.
 configure() {
 	must sed -i -e 's/^interfaces = \[\]/interfaces = ["r0", "r1"]/' -e 's/^address = ""/address = "198.18.1.1"/' \
-		-e 's/^# address6 = .*/address6 = "2001:2:0:1::1"/' "$config" &&
+		-e '0,/^# address6 = /s/^# address6 = .*/address6 = "2001:2:0:1::1"/' "$config" &&
 	must relayd -check -config "$config"
 }
 
