@@ -222,7 +222,8 @@ func flowByID(t *testing.T, r *Relay, id uint64) admin.Flow {
 	return admin.Flow{}
 }
 
-// TestRelayForwarding relays 10,000 packets each way, IPv4 and IPv6,
+// TestRelayForwarding relays 10,000 packets each way (a twentieth under
+// emulation), IPv4 and IPv6,
 // through relayd's XDP program in native and generic mode. Packets reach
 // the far side only through XDP: the kernel would deliver them locally to
 // the relay's media address, where nothing listens.
@@ -234,7 +235,9 @@ func TestRelayForwarding(t *testing.T) {
 				m, _ := r.Metrics()
 				t.Fatalf("r0 not attached in %s mode:\n%s", mode, m)
 			}
-			const n = 10000
+			// Under emulation (lab/vm) the senders are slower by
+			// rateDivisor: as many fewer packets keep the run short.
+			n := 10000 / rateDivisor
 			for i, v6 := range []bool{false, true} {
 				name := map[bool]string{false: "ipv4", true: "ipv6"}[v6]
 				t.Run(name, func(t *testing.T) {
@@ -248,7 +251,7 @@ func TestRelayForwarding(t *testing.T) {
 						// Lost below zero is reordering before the relay: an XDP
 						// veth spreads a sender that changes CPU over its queues,
 						// and RFC 3550 counts from the first packet seen.
-						if f.Packets != n || f.Path != "xdp" || f.Lost > 0 || f.Dropped != 0 || f.Received != n {
+						if f.Packets != uint64(n) || f.Path != "xdp" || f.Lost > 0 || f.Dropped != 0 || f.Received != uint64(n) {
 							t.Errorf("flow %s: %+v, want %d packets on xdp, none lost or dropped", f.Match, f, n)
 						}
 					}
@@ -479,7 +482,7 @@ func TestRelayStopAndDetach(t *testing.T) {
 	}
 }
 
-// TestRelayUserspace relays 10,000 packets each way, IPv4 and IPv6, through
+// TestRelayUserspace relays 10,000 packets each way (a twentieth under emulation), IPv4 and IPv6, through
 // the userspace worker pool: with relayd in userspace mode, and with flows
 // in mode userspace next to XDP.
 func TestRelayUserspace(t *testing.T) {
@@ -494,7 +497,9 @@ func TestRelayUserspace(t *testing.T) {
 					t.Errorf("no relayd thread pinned to CPU %d (threads by affinity: %v)", cpu, pinned)
 				}
 			}
-			const n = 10000
+			// Under emulation (lab/vm) the senders are slower by
+			// rateDivisor: as many fewer packets keep the run short.
+			n := 10000 / rateDivisor
 			for i, v6 := range []bool{false, true} {
 				caller, callee, flows := callMode(t, l, r, v6, uint16(31000+8*i), "userspace")
 				toCallee, toCaller := exchange(t, caller, callee, n, 20000)
@@ -504,7 +509,7 @@ func TestRelayUserspace(t *testing.T) {
 				for _, fl := range flows {
 					f := flowByID(t, r, fl.ID)
 					// Lost below zero: reordering before the relay (see above).
-					if f.Packets != n || f.Path != "userspace" || f.Lost > 0 || f.Dropped != 0 || f.Received != n {
+					if f.Packets != uint64(n) || f.Path != "userspace" || f.Lost > 0 || f.Dropped != 0 || f.Received != uint64(n) {
 						t.Errorf("flow %s: %+v, want %d packets in userspace, none lost or dropped", f.Match, f, n)
 					}
 				}

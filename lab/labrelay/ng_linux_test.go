@@ -96,7 +96,7 @@ func TestNGMedia(t *testing.T) {
 			caller := openLeg(t, l.Caller, callerEP, towardCaller)
 			callee := openLeg(t, l.Callee, calleeEP, towardCallee)
 			const n = 300
-			toCallee, toCaller := exchange(t, caller, callee, n, 1000)
+			toCallee, toCaller := exchange(t, caller, callee, n, 5000)
 			if toCallee != n || toCaller != n {
 				t.Errorf("%d of %d packets reached the callee, %d the caller", toCallee, n, toCaller)
 			}
