@@ -2,6 +2,7 @@ package labrelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -175,5 +176,36 @@ ports = "40000-40999"
 	}
 	if _, err := c.Delete(ctx, req); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNGAllowList: ng on an address other parties reach answers only the
+// proxies of its allow list; a command from anywhere else gets no reply
+// and is counted.
+func TestNGAllowList(t *testing.T) {
+	l := lab.NewT(t)
+	ngAddr := netip.AddrPortFrom(l.RelayMedia4, 2223)
+	r := startRelayIn(t, l, Options{Extra: fmt.Sprintf("[ng]\nlisten = [\"udp:%s\"]\nallow = [%q]\n", ngAddr, l.CalleeAddr4)})
+	dial := func(ns *lab.NS) *ngclient.Client {
+		conn, err := ns.DialUDP("udp4", "", ngAddr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ngclient.New(conn, ngclient.Config{Timeout: 300 * time.Millisecond, Retries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ctx := context.Background()
+	if err := dial(l.Callee).Ping(ctx); err != nil {
+		t.Errorf("the allowed proxy: %v", err)
+	}
+	if err := dial(l.Caller).Ping(ctx); !errors.Is(err, ngclient.ErrTimeout) {
+		t.Errorf("a party outside the allow list: %v, want no reply", err)
+	}
+	if v, err := r.Metric(`relayd_ng_ignored_total{reason="not_allowed"}`); err != nil || v < 1 {
+		t.Errorf("ignored commands counted %v (%v), want at least 1", v, err)
 	}
 }

@@ -286,7 +286,7 @@ watchdog() {
 # /var/lib/relayd/state.db.
 sip() {
 	must grep -q '^path = "/var/lib/relayd/state.db"' "$config" || return 1
-	must sed -i 's|^listen = \[\] .*|listen = ["udp:198.18.0.1:5060", "udp:[2001:2::1]:5060"]|' "$config" || return 1
+	must sed -i '/^\[sip\]/,/^\[/ s|^listen = \[\] .*|listen = ["udp:198.18.0.1:5060", "udp:[2001:2::1]:5060"]|' "$config" || return 1
 	cat >> "$config" <<'EOT'
 [[route]]
 name = "callee6"
