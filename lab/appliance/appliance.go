@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -171,7 +172,12 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		o.Memory = "1536"
 	}
 	if o.CPUs == 0 {
+		// RELAYD_VM_CPUS: the Makefile runs the two VM packages side
+		// by side with one vCPU each on a two-core host.
 		o.CPUs = 2
+		if n, err := strconv.Atoi(os.Getenv("RELAYD_VM_CPUS")); err == nil && n > 0 {
+			o.CPUs = n
+		}
 	}
 	accel, _ := Accel()
 	cpu := "max"
