@@ -24,7 +24,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -172,12 +171,9 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		o.Memory = "1536"
 	}
 	if o.CPUs == 0 {
-		// RELAYD_VM_CPUS: the Makefile runs the two VM packages side
-		// by side with one vCPU each on a two-core host.
+		// Two vCPUs: with one, the guest's own media senders lose
+		// packets while apt and dpkg run an upgrade.
 		o.CPUs = 2
-		if n, err := strconv.Atoi(os.Getenv("RELAYD_VM_CPUS")); err == nil && n > 0 {
-			o.CPUs = n
-		}
 	}
 	accel, _ := Accel()
 	cpu := "max"
