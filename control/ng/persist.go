@@ -9,16 +9,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/control/state"
 )
 
 // Store keeps answered ng calls across a restart of relayd (control/state
 // implements it). The engine writes a call when it is answered and when its
 // media changes (latched sources), and deletes it when the call ends.
-type Store interface {
-	Put(namespace, key string, value []byte) error
-	Delete(namespace, key string) error
-	ForEach(namespace string, f func(key string, value []byte) error) error
-}
+type Store = state.Records
 
 // storeNamespace is the ng engine's namespace in the store; keys are ng
 // call-ids.

@@ -16,15 +16,12 @@ import (
 
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/route"
+	"github.com/relayd/relayd/control/state"
 )
 
 // Store keeps call records across restarts (control/state implements it).
 // Put returns once the record is durable.
-type Store interface {
-	Put(namespace, key string, value []byte) error
-	Delete(namespace, key string) error
-	ForEach(namespace string, f func(key string, value []byte) error) error
-}
+type Store = state.Records
 
 // storeNamespace is the B2BUA's namespace in the store.
 const storeNamespace = "sip"

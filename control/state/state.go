@@ -75,6 +75,17 @@ type Config struct {
 	migrations     []Migration
 }
 
+// Records is what a front end keeps its calls in, one namespace each
+// (the SIP B2BUA's "sip", the ng engine's "ng"): a *Store, or a fake in
+// tests.
+type Records interface {
+	Put(namespace, key string, value []byte) error
+	Delete(namespace, key string) error
+	ForEach(namespace string, f func(key string, value []byte) error) error
+}
+
+var _ Records = (*Store)(nil)
+
 // Store is an open state file. Safe for concurrent use; the zero value is
 // not usable (Open).
 type Store struct {
