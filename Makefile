@@ -52,11 +52,11 @@ generate-check: generate
 	@git diff --exit-code --stat -- fastpath/ slowpath/ lab/minfwd/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
 
 build:
-	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./voipgen/cmd/...
 
 lint:
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	$(GO) vet ./... ./voipgen/...
+	$(GO) tool staticcheck ./... ./voipgen/...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 # All tests, root-only ones included (they skip only where the capability
@@ -64,8 +64,8 @@ lint:
 # One package at a time (-p 1): the lab tests measure timing (glitches,
 # pacing, setup times) and would measure each other on a 2-core machine.
 test: need
-	$(GO) vet ./...
-	$(GO) test -p 1 -count=1 -timeout 30m ./...
+	$(GO) vet ./... ./voipgen/...
+	$(GO) test -p 1 -count=1 -timeout 30m ./... ./voipgen/...
 
 # Short fuzzing session on every fuzz target.
 FUZZTIME ?= 20s
@@ -74,7 +74,7 @@ fuzz:
 		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
 		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
-		cmd/voipgen:FuzzParseSDP; do \
+		voipgen/cmd/voipgen:FuzzParseSDP; do \
 		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
 	done
 
@@ -83,17 +83,17 @@ fuzz:
 # concurrent calls): the table, and plots in $(BENCH_OUT).
 BENCH_OUT ?= /tmp/relayd-bench
 demo: need
-	$(GO) run ./cmd/voipgen demo
-	$(GO) run ./cmd/voipgen bench --modes xdp,userspace --calls 250,1000 --sip-calls 50 --sip-duration 3s --quiet-wait 10s --out $(BENCH_OUT)
+	$(GO) run ./voipgen/cmd/voipgen demo
+	$(GO) run ./voipgen/cmd/voipgen bench --modes xdp,userspace --calls 250,1000 --sip-calls 50 --sip-duration 3s --quiet-wait 10s --out $(BENCH_OUT)
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
 # hot paths, then the forwarding limit and CPU per packet in the lab, then
 # the full comparison over concurrent calls (xdp, userspace, srtp and
 # rtpengine; table, bench.json and plots in $(BENCH_OUT)).
 bench: need
-	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./cmd/voipgen/
-	$(GO) run ./cmd/voipgen fwdbench
-	$(GO) run ./cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
+	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./voipgen/cmd/voipgen/
+	$(GO) run ./voipgen/cmd/voipgen fwdbench
+	$(GO) run ./voipgen/cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
 
 # Debian packages, built with dpkg-deb over staged trees
 # (packaging/deb/build.sh): relayd (daemon, relayctl, unit, conffile) and
@@ -109,7 +109,7 @@ deb:
 	rm -rf $(DEB_BIN)
 	CGO_CFLAGS="$(DEB_CGO_CFLAGS)" CGO_LDFLAGS="$(DEB_CGO_LDFLAGS)" \
 		$(GO) build -trimpath -buildmode=pie -ldflags "$(LDFLAGS) -s -w -linkmode=external -extldflags '$(DEB_CGO_LDFLAGS)'" \
-		-o $(DEB_BIN)/ ./cmd/relayd ./cmd/relayctl ./cmd/voipgen
+		-o $(DEB_BIN)/ ./cmd/relayd ./cmd/relayctl ./voipgen/cmd/voipgen
 	rm -f $(DIST)/relayd_*.deb $(DIST)/relayd-tools_*.deb
 	packaging/deb/build.sh $(DEB_VERSION) $(DEB_BIN) $(DIST)
 

@@ -148,7 +148,7 @@ strip_extra "$t/usr/bin/voipgen"
 install -D -m 0644 "$here/relayd-tools.lintian-overrides" "$t/usr/share/lintian/overrides/relayd-tools"
 tdoc=$t/usr/share/doc/relayd-tools
 install -d "$tdoc"
-copyright relayd-tools ./cmd/voipgen > "$tdoc/copyright"
+copyright relayd-tools ./voipgen/cmd/voipgen > "$tdoc/copyright"
 changelog relayd-tools > "$work/changelog"; gz "$work/changelog" "$tdoc/changelog.Debian.gz"
 gz docs/man/voipgen.1 "$t/usr/share/man/man1/voipgen.1.gz"
 control relayd-tools "$t" "$(depends "$t/usr/bin/voipgen")" "Description: VoIP traffic generator and lab benchmark for relayd
