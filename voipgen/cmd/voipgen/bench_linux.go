@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"errors"
 	"fmt"
@@ -336,7 +337,7 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name stri
 	if err != nil {
 		return fail(err)
 	}
-	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	c, err := payload.LookupAny("pcmu", 20*time.Millisecond)
 	if err != nil {
 		return fail(err)
 	}
@@ -457,7 +458,7 @@ type benchBatch struct {
 
 func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
 	l := s.b.l
-	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	c, err := payload.LookupAny("pcmu", 20*time.Millisecond)
 	if err != nil {
 		return err
 	}
@@ -499,7 +500,7 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 		return nil
 	}
 	l, k := s.b.l, len(s.batches)
-	c, err := lookupAnyCodec("pcmu", 20*time.Millisecond)
+	c, err := payload.LookupAny("pcmu", 20*time.Millisecond)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -48,7 +49,7 @@ flags:
 type demoConfig struct {
 	streams  int
 	duration time.Duration
-	codec    codec
+	codec    payload.Codec
 	ptime    time.Duration
 	xdpMode  string // native | generic
 	relayd   string // prebuilt relayd binary; "" builds one with labrelay.Build
@@ -93,7 +94,7 @@ func parseDemo(args []string, out io.Writer) (demoConfig, error) {
 		ipv6: *v6, json: *js, allFlows: *all, progress: os.Stderr, grace: 250 * time.Millisecond,
 	}
 	var err error
-	if cfg.codec, err = lookupCodec(*codecName, *ptime); err != nil {
+	if cfg.codec, err = payload.Lookup(*codecName, *ptime); err != nil {
 		return cfg, err
 	}
 	return cfg, cfg.validate()

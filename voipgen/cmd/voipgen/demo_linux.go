@@ -42,7 +42,7 @@ func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, por
 	rc := &receiver{cfg: recvConfig{
 		addr: local, portLo: port, portHi: port + 2*(cfg.streams-1),
 		duration:  cfg.duration + 10*time.Second, // a safety net: the demo stops receivers itself
-		clockRate: cfg.codec.clockRate, batch: 64, maxSSRCsPerPort: 16,
+		clockRate: cfg.codec.ClockRate, batch: 64, maxSSRCsPerPort: 16,
 	}}
 	defer func() {
 		if err != nil {
@@ -163,7 +163,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 		media, callerA, calleeA = l.RelayMedia6, l.CallerAddr6, l.CalleeAddr6
 	}
 	rep := &demoReport{Config: demoConfigReport{
-		Streams: cfg.streams, Directions: 2, Codec: cfg.codec.name, PtimeMs: cfg.ptime.Milliseconds(),
+		Streams: cfg.streams, Directions: 2, Codec: cfg.codec.Name, PtimeMs: cfg.ptime.Milliseconds(),
 		DurationS: cfg.duration.Seconds(), PacketsPerStream: cfg.packetsPerStream(), IPv6: cfg.ipv6,
 		XDPMode: cfg.xdpMode, Lab: l.Prefix(), RelayMedia: media.String(), Caller: callerA.String(), Callee: calleeA.String(),
 	}}
@@ -209,7 +209,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	}
 	sides := []*demoSide{caller, callee}
 
-	step("sending %d %s/%v streams each way for %v (%.0f pps into the relay)", cfg.streams, cfg.codec.name, cfg.ptime, cfg.duration, rep.Load.PPS)
+	step("sending %d %s/%v streams each way for %v (%.0f pps into the relay)", cfg.streams, cfg.codec.Name, cfg.ptime, cfg.duration, rep.Load.PPS)
 	recvCtx, stopRecv := context.WithCancel(ctx)
 	defer stopRecv()
 	var recvWG, sendWG sync.WaitGroup
@@ -283,7 +283,7 @@ func demoDirectionReport(from, to *demoSide, cfg demoConfig) demoDirection {
 	}
 	for i, n := range got {
 		d.Received += n
-		if n != from.snd.streams[i].sent {
+		if n != from.snd.streams[i].Sent {
 			d.StreamsShort++
 		}
 	}

@@ -23,7 +23,7 @@ func TestDemoFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.streams != 100 || cfg.duration != 10*time.Second || cfg.codec.name != "pcmu" || cfg.ptime != 20*time.Millisecond ||
+	if cfg.streams != 100 || cfg.duration != 10*time.Second || cfg.codec.Name != "pcmu" || cfg.ptime != 20*time.Millisecond ||
 		cfg.xdpMode != "native" || cfg.ipv6 || cfg.json || cfg.relayd != "" || cfg.packetsPerStream() != 500 {
 		t.Errorf("defaults: %+v", cfg)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -30,7 +31,7 @@ import (
 type genStream struct {
 	idx    int
 	offset time.Duration // within the ptime
-	st     *stream       // st.buf aliases frame[rtpOff:]
+	st     *payload.Stream       // st.buf aliases frame[rtpOff:]
 	frame  []byte        // raw: IP + UDP + RTP (+ SRTP tag); else RTP (+ tag)
 	rtpOff int
 	rtpLen int // RTP header + payload, before SRTP
@@ -167,8 +168,8 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 		}
 		tag = enc.RTPOverhead()
 	}
-	payload := cfg.codec.payloadSize(cfg.ptime)
-	rtpLen := rtp.HeaderSize + payload
+	plen := cfg.codec.PayloadSize(cfg.ptime)
+	rtpLen := rtp.HeaderSize + plen
 	ipHdr := 0
 	if g.raw {
 		ipHdr = 20 + 8
@@ -188,8 +189,8 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 		gs.offset = time.Duration(int64(i) * int64(cfg.ptime) / int64(cfg.streams))
 		gs.frame = make([]byte, ipHdr+rtpLen+tag)
 		gs.rtpOff, gs.rtpLen = ipHdr, rtpLen
-		gs.st = newStream(cfg.codec, cfg.ptime, i, rng.Uint32(), uint16(rng.Uint32()), rng.Uint32())
-		gs.st.buf = gs.frame[ipHdr : ipHdr+rtpLen : ipHdr+rtpLen+tag]
+		gs.st = payload.NewStream(cfg.codec, cfg.ptime, i, rng.Uint32(), uint16(rng.Uint32()), rng.Uint32())
+		gs.st.Buf = gs.frame[ipHdr : ipHdr+rtpLen : ipHdr+rtpLen+tag]
 		src, dst := cfg.src.at(i), cfg.dst.at(i)
 		gs.cname = fmt.Sprintf("voipgen-%d@%s", i, src.Addr())
 		if g.raw {
@@ -669,7 +670,7 @@ func (g *generator) newCall(th *genThread, gs *genStream, t time.Duration) {
 		// A fresh call: new SSRC, sequence number and timestamp. The
 		// first call of each channel keeps those chosen at setup.
 		r := th.rng.Uint64()
-		gs.st.restart(uint32(r), uint16(r>>32), th.rng.Uint32())
+		gs.st.Restart(uint32(r), uint16(r>>32), th.rng.Uint32())
 	}
 	gs.active = true
 	gs.calls++
@@ -686,10 +687,10 @@ func (g *generator) newCall(th *genThread, gs *genStream, t time.Duration) {
 
 // buildRTP writes the stream's next packet into its frame.
 func (g *generator) buildRTP(th *genThread, gs *genStream) bool {
-	gs.st.next()
+	gs.st.Next()
 	n := gs.rtpLen
 	if th.enc != nil {
-		out, err := th.enc.EncryptRTP(gs.st.buf[:0], gs.st.buf)
+		out, err := th.enc.EncryptRTP(gs.st.Buf[:0], gs.st.Buf)
 		if err != nil {
 			th.res.srtpErrors++
 			return false
@@ -727,11 +728,11 @@ func (g *generator) buildRTCP(th *genThread, gs *genStream) bool {
 		off -= th.enc.RTCPOverhead()
 	}
 	b := gs.rtcpFrame[off : off+rtcpLen(gs.cname)]
-	ssrc := gs.st.hdr.SSRC
+	ssrc := gs.st.Header.SSRC
 	h := rtp.RTCPHeader{Type: rtp.TypeSenderReport, Length: 6, SSRC: ssrc}
 	h.MarshalTo(b)
 	now := time.Now()
-	si := rtp.SenderInfo{NTPTime: ntpTime(now), RTPTime: gs.st.hdr.Timestamp - gs.st.tsStep,
+	si := rtp.SenderInfo{NTPTime: ntpTime(now), RTPTime: gs.st.Header.Timestamp - gs.st.TSStep,
 		PacketCount: gs.packets, OctetCount: gs.octets}
 	si.MarshalTo(b[8:])
 	s := b[28:]

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"encoding/binary"
 	"io"
@@ -430,17 +431,17 @@ func TestOpusPackets(t *testing.T) {
 		{60 * time.Millisecond, 16, 0xfb, 2 + 120},
 		{30 * time.Millisecond, 32, 0xf3, 2 + 120},
 	} {
-		c, err := lookupAnyCodec("opus", tc.ptime)
+		c, err := payload.LookupAny("opus", tc.ptime)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, err = c.withKbps(tc.kbps); err != nil {
+		if c, err = c.WithKbps(tc.kbps); err != nil {
 			t.Fatal(err)
 		}
-		s := newStream(c, tc.ptime, 0, 1, 0, 0)
-		b := s.next()
-		if len(b) != 12+tc.size || b[12] != tc.toc || b[1]&0x7f != opusPT || s.tsStep != uint32(48*tc.ptime/time.Millisecond) {
-			t.Errorf("%v %d kbit/s: %d bytes, TOC %02x, step %d; want %d bytes, TOC %02x", tc.ptime, tc.kbps, len(b), b[12], s.tsStep, 12+tc.size, tc.toc)
+		s := payload.NewStream(c, tc.ptime, 0, 1, 0, 0)
+		b := s.Next()
+		if len(b) != 12+tc.size || b[12] != tc.toc || b[1]&0x7f != payload.OpusPT || s.TSStep != uint32(48*tc.ptime/time.Millisecond) {
+			t.Errorf("%v %d kbit/s: %d bytes, TOC %02x, step %d; want %d bytes, TOC %02x", tc.ptime, tc.kbps, len(b), b[12], s.TSStep, 12+tc.size, tc.toc)
 		}
 		if tc.toc&3 == 3 && int(b[13]) != int(tc.ptime/(time.Duration(map[byte]int{0xfb: 20, 0xf3: 10}[tc.toc])*time.Millisecond)) {
 			t.Errorf("%v: frame count %d", tc.ptime, b[13])

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"errors"
 	"flag"
 	"fmt"
@@ -120,7 +121,7 @@ func (e endpoints) String() string {
 type genConfig struct {
 	dst, src   endpoints
 	streams    int
-	codec      codec
+	codec      payload.Codec
 	ptime      time.Duration
 	duration   time.Duration
 	callDur    time.Duration
@@ -236,11 +237,11 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	if *calls != 0 {
 		cfg.streams = *calls
 	}
-	if cfg.codec, err = lookupAnyCodec(*codecName, cfg.ptime); err != nil {
+	if cfg.codec, err = payload.LookupAny(*codecName, cfg.ptime); err != nil {
 		return cfg, err
 	}
-	if cfg.codec.kbps != 0 {
-		if cfg.codec, err = cfg.codec.withKbps(*kbps); err != nil {
+	if cfg.codec.Kbps != 0 {
+		if cfg.codec, err = cfg.codec.WithKbps(*kbps); err != nil {
 			return cfg, err
 		}
 	}
@@ -331,7 +332,7 @@ func (c *genConfig) load() genLoad {
 	if c.bidir {
 		l.Directions = 2
 	}
-	l.PayloadBytes = c.codec.payloadSize(c.ptime)
+	l.PayloadBytes = c.codec.PayloadSize(c.ptime)
 	l.RTPBytes = 12 + l.PayloadBytes
 	if c.srtp != nil {
 		l.RTPBytes += c.srtp.Suite.RTPTagLen()
@@ -372,7 +373,7 @@ func (l genLoad) writeText(w io.Writer, c *genConfig) {
 		srtp = "SRTP " + c.srtp.Suite.String()
 	}
 	fmt.Fprintf(w, "model: %d concurrent calls, %s/%v (%s), calls of %s, ramp %.1f s, %s, from %s to %s for %v\n",
-		c.streams, c.codec.name, c.ptime, srtp, dur, l.RampS, map[bool]string{false: "one-way", true: "bidirectional (peer sends back)"}[c.bidir],
+		c.streams, c.codec.Name, c.ptime, srtp, dur, l.RampS, map[bool]string{false: "one-way", true: "bidirectional (peer sends back)"}[c.bidir],
 		c.src, c.dst, c.duration)
 	fmt.Fprintf(w, "load: %.0f pps; packet payload %d B, RTP %d B, IP %d B, frame %d B, wire %d B; %.3f Mbit/s on the wire (%.1f kbit/s per stream), %.3f Mbit/s IP",
 		l.PPS, l.PayloadBytes, l.RTPBytes, l.IPBytes, l.FrameBytes, l.WireBytes, l.WireBitsPS/1e6, l.PerStreamBPS/1e3, l.IPBitsPS/1e6)

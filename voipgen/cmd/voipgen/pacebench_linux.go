@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -189,7 +190,7 @@ func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration,
 	}
 	cfg := genConfig{
 		dst: endpoints{lo: l.CalleeAddr4, n: 1, port: 40000}, src: endpoints{lo: l.CallerAddr4, n: 1, port: 20000},
-		streams: n, codec: codecs["pcmu"], ptime: 20 * time.Millisecond, duration: dur, threads: 1, transport: "raw",
+		streams: n, codec: payload.Codecs["pcmu"], ptime: 20 * time.Millisecond, duration: dur, threads: 1, transport: "raw",
 		slot: time.Millisecond, dscp: 46, rtPriority: rt,
 	}
 	var g *generator

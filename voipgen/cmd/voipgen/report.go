@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"fmt"
 	"io"
@@ -31,7 +32,7 @@ func (o emodelOpts) codecByPT(pt uint8) (emodel.Codec, string, bool) {
 		return emodel.G711, name, true
 	case 18:
 		return emodel.G729A, "g729", true
-	case opusPT:
+	case payload.OpusPT:
 		return emodel.Codec{}, "opus", false
 	}
 	return emodel.Codec{}, "", false

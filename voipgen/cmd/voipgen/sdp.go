@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"bufio"
 	"bytes"
 	"errors"
@@ -15,17 +16,17 @@ import (
 // needs: it offers or answers one codec and reads back c= and m=audio.
 
 // sdpBody returns an SDP offer or answer for one audio stream at media.
-func sdpBody(media netip.AddrPort, c codec, ptime time.Duration, sessID int64) []byte {
+func sdpBody(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64) []byte {
 	ip := "IP4"
 	if !media.Addr().Is4() {
 		ip = "IP6"
 	}
-	enc := map[string]string{"pcmu": "PCMU/8000", "pcma": "PCMA/8000", "g729": "G729/8000", "opus": "opus/48000/2"}[c.name]
+	enc := map[string]string{"pcmu": "PCMU/8000", "pcma": "PCMA/8000", "g729": "G729/8000", "opus": "opus/48000/2"}[c.Name]
 	var b strings.Builder
 	fmt.Fprintf(&b, "v=0\r\no=voipgen %d %d IN %s %s\r\ns=voipgen\r\nc=IN %s %s\r\nt=0 0\r\n",
 		sessID, sessID, ip, media.Addr(), ip, media.Addr())
-	fmt.Fprintf(&b, "m=audio %d RTP/AVP %d\r\na=rtpmap:%d %s\r\n", media.Port(), c.payloadType, c.payloadType, enc)
-	if c.name == "g729" {
+	fmt.Fprintf(&b, "m=audio %d RTP/AVP %d\r\na=rtpmap:%d %s\r\n", media.Port(), c.PayloadType, c.PayloadType, enc)
+	if c.Name == "g729" {
 		fmt.Fprintf(&b, "a=fmtp:18 annexb=no\r\n")
 	}
 	fmt.Fprintf(&b, "a=ptime:%d\r\na=sendrecv\r\n", ptime/time.Millisecond)
@@ -35,7 +36,7 @@ func sdpBody(media netip.AddrPort, c codec, ptime time.Duration, sessID int64) [
 // sdpBodyCrypto is sdpBody for SRTP with SDES (RFC 4568): RTP/SAVP and
 // one a=crypto line, crypto being its value ("1 AES_CM_128_HMAC_SHA1_80
 // inline:...").
-func sdpBodyCrypto(media netip.AddrPort, c codec, ptime time.Duration, sessID int64, crypto string) []byte {
+func sdpBodyCrypto(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64, crypto string) []byte {
 	b := string(sdpBody(media, c, ptime, sessID))
 	b = strings.Replace(b, " RTP/AVP ", " RTP/SAVP ", 1)
 	return []byte(b + "a=crypto:" + crypto + "\r\n")

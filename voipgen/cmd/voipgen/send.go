@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -36,7 +37,7 @@ type sendConfig struct {
 	src          netip.Addr
 	srcPort      int
 	streams      int
-	codec        codec
+	codec        payload.Codec
 	ptime        time.Duration
 	duration     time.Duration
 	sharedSocket bool
@@ -72,7 +73,7 @@ func parseSend(args []string, out io.Writer) (sendConfig, error) {
 			return cfg, fmt.Errorf("--src %s and --dst %s are of different IP families", cfg.src, cfg.dst)
 		}
 	}
-	if cfg.codec, err = lookupCodec(*codecName, *ptime); err != nil {
+	if cfg.codec, err = payload.Lookup(*codecName, *ptime); err != nil {
 		return cfg, err
 	}
 	cfg.srcPort, cfg.streams, cfg.ptime, cfg.duration = *srcPort, *streams, *ptime, *duration
@@ -111,7 +112,7 @@ type load struct {
 
 func (c *sendConfig) load() load {
 	var l load
-	l.RTPBytes = 12 + c.codec.payloadSize(c.ptime)
+	l.RTPBytes = 12 + c.codec.PayloadSize(c.ptime)
 	l.IPBytes = l.RTPBytes + 8 + 20
 	if c.dst.Addr().Is6() && !c.dst.Addr().Is4In6() {
 		l.IPBytes = l.RTPBytes + 8 + 40
@@ -140,7 +141,7 @@ func (w v6writer) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
 
 type sender struct {
 	cfg     sendConfig
-	streams []*stream
+	streams []*payload.Stream
 	msgs    []ipv4.Message // msgs[i] carries streams[i]'s buffer and address
 	conns   []*net.UDPConn
 	writers []batchWriter // one per stream, or one shared
@@ -202,10 +203,10 @@ func newSender(cfg sendConfig) (*sender, error) {
 			s.close()
 			return nil, fmt.Errorf("random SSRC: %w", err)
 		}
-		st := newStream(cfg.codec, cfg.ptime, i, binary.BigEndian.Uint32(rnd[:]),
+		st := payload.NewStream(cfg.codec, cfg.ptime, i, binary.BigEndian.Uint32(rnd[:]),
 			binary.BigEndian.Uint16(rnd[4:]), binary.BigEndian.Uint32(rnd[:])^0x5a5a5a5a)
 		s.streams = append(s.streams, st)
-		bufs[i] = st.buf
+		bufs[i] = st.Buf
 		s.msgs[i].Buffers = bufs[i : i+1]
 		s.msgs[i].Addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstAddr, cfg.dst.Port()+uint16(2*i)))
 	}
@@ -244,7 +245,7 @@ func (s *sender) run(ctx context.Context) sendResult {
 			}
 			lo, hi := s.slotRange(k)
 			for i := lo; i < hi; i++ {
-				s.streams[i].next()
+				s.streams[i].Next()
 			}
 			if s.cfg.sharedSocket {
 				s.write(&res, s.writers[0], s.msgs[lo:hi])

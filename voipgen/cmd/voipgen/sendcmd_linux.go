@@ -28,7 +28,7 @@ func isTerminal(fd int) bool {
 func (g *generator) bidirReceiver() *receiver {
 	rc := &receiver{cfg: recvConfig{
 		addr: g.cfg.src.lo, duration: g.cfg.duration + g.cfg.grace + 10*time.Second,
-		clockRate: g.cfg.codec.clockRate, batch: 8, maxSSRCsPerPort: 64,
+		clockRate: g.cfg.codec.ClockRate, batch: 8, maxSSRCsPerPort: 64,
 	}}
 	add := func(c *net.UDPConn) {
 		port := c.LocalAddr().(*net.UDPAddr).Port
@@ -159,14 +159,14 @@ func (r genResult) writeText(w io.Writer) {
 
 func (c *genConfig) jsonConfig() map[string]any {
 	m := map[string]any{
-		"dst": c.dst.String(), "src": c.src.String(), "streams": c.streams, "codec": c.codec.name,
+		"dst": c.dst.String(), "src": c.src.String(), "streams": c.streams, "codec": c.codec.Name,
 		"ptime_ms": float64(c.ptime) / 1e6, "duration_s": c.duration.Seconds(),
 		"call_duration_s": c.callDur.Seconds(), "call_duration_exp": c.callDurExp, "rate": c.rate,
 		"bidir": c.bidir, "rtcp": c.rtcp, "threads": c.threads, "transport": c.transport,
 		"slot_us": float64(c.slot) / 1e3, "dscp": c.dscp,
 	}
-	if c.codec.kbps != 0 {
-		m["opus_kbps"] = c.codec.kbps
+	if c.codec.Kbps != 0 {
+		m["opus_kbps"] = c.codec.Kbps
 	}
 	if c.srtp != nil {
 		m["srtp_suite"] = c.srtp.Suite.String()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -30,7 +31,7 @@ type sipEndpoint struct {
 	listen   netip.AddrPort // SIP
 	media    netip.Addr     // RTP address put into SDP
 	rtpPort  int            // first RTP port; call i uses rtpPort+2i
-	codec    codec
+	codec    payload.Codec
 	ptime    time.Duration
 	emodel   emodelOpts
 	json     bool
@@ -95,7 +96,7 @@ func (e *sipEndpoint) parse(listen, media, codecName string) error {
 			return fmt.Errorf("--media %q: %w", media, err)
 		}
 	}
-	if e.codec, err = lookupAnyCodec(codecName, e.ptime); err != nil {
+	if e.codec, err = payload.LookupAny(codecName, e.ptime); err != nil {
 		return err
 	}
 	if e.rtpPort < 1 || e.rtpPort > 65000 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/csv"
@@ -20,11 +21,11 @@ import (
 
 func TestSDP(t *testing.T) {
 	for _, name := range []string{"pcmu", "pcma", "g729", "opus"} {
-		c, _ := lookupAnyCodec(name, 20*time.Millisecond)
+		c, _ := payload.LookupAny(name, 20*time.Millisecond)
 		for _, ap := range []string{"198.18.0.2:20000", "[2001:2::2]:20002"} {
 			a := netip.MustParseAddrPort(ap)
 			m, err := parseSDP(sdpBody(a, c, 20*time.Millisecond, 1))
-			if err != nil || m.addr != a || len(m.pts) != 1 || m.pts[0] != int(c.payloadType) {
+			if err != nil || m.addr != a || len(m.pts) != 1 || m.pts[0] != int(c.PayloadType) {
 				t.Errorf("%s %s: %+v %v", name, ap, m, err)
 			}
 		}
@@ -44,7 +45,7 @@ func TestSDP(t *testing.T) {
 }
 
 func FuzzParseSDP(f *testing.F) {
-	c, _ := lookupCodec("pcmu", 20*time.Millisecond)
+	c, _ := payload.Lookup("pcmu", 20*time.Millisecond)
 	f.Add(sdpBody(netip.MustParseAddrPort("198.18.0.2:20000"), c, 20*time.Millisecond, 1))
 	f.Add([]byte("m=audio 6000/2 RTP/AVP 0\nc=IN IP6 2001:2::1/64\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {

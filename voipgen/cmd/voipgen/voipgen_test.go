@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"io"
 	"net/netip"
@@ -12,24 +13,24 @@ import (
 )
 
 func TestPacketBuildNoAlloc(t *testing.T) {
-	for name := range codecs {
-		c, err := lookupAnyCodec(name, 20*time.Millisecond)
+	for name := range payload.Codecs {
+		c, err := payload.LookupAny(name, 20*time.Millisecond)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := newStream(c, 20*time.Millisecond, 3, 0x11223344, 65534, 0xfffffff0)
-		if n := testing.AllocsPerRun(1000, func() { s.next() }); n != 0 {
+		s := payload.NewStream(c, 20*time.Millisecond, 3, 0x11223344, 65534, 0xfffffff0)
+		if n := testing.AllocsPerRun(1000, func() { s.Next() }); n != 0 {
 			t.Errorf("%s: %v allocs per packet, want 0", name, n)
 		}
 	}
 }
 
 func TestPacketContents(t *testing.T) {
-	c, _ := lookupCodec("pcmu", 20*time.Millisecond)
-	s := newStream(c, 20*time.Millisecond, 6, 0xcafe, 65535, 100) // stream 6: 1000 Hz
+	c, _ := payload.Lookup("pcmu", 20*time.Millisecond)
+	s := payload.NewStream(c, 20*time.Millisecond, 6, 0xcafe, 65535, 100) // stream 6: 1000 Hz
 	var h rtp.Header
 	for i := 0; i < 3; i++ {
-		b := s.next()
+		b := s.Next()
 		off, err := h.Unmarshal(b)
 		if err != nil {
 			t.Fatal(err)
@@ -54,9 +55,9 @@ func TestPacketContents(t *testing.T) {
 		}
 	}
 
-	g, _ := lookupCodec("g729", 20*time.Millisecond)
-	s = newStream(g, 20*time.Millisecond, 0, 1, 0, 0)
-	b := s.next()
+	g, _ := payload.Lookup("g729", 20*time.Millisecond)
+	s = payload.NewStream(g, 20*time.Millisecond, 0, 1, 0, 0)
+	b := s.Next()
 	if len(b) != 12+20 || b[1] != 0x80|18 {
 		t.Fatalf("g729 packet % x", b)
 	}
@@ -71,7 +72,7 @@ func TestPacketContents(t *testing.T) {
 			t.Fatalf("frame %d: parity bit %d, want %d", f, bit(26), par)
 		}
 	}
-	if _, err := lookupCodec("g729", 25*time.Millisecond); err == nil {
+	if _, err := payload.Lookup("g729", 25*time.Millisecond); err == nil {
 		t.Fatal("g729 accepted a 25 ms ptime")
 	}
 }
@@ -95,7 +96,7 @@ func TestLoad(t *testing.T) {
 		{"pcmu", 200, 218, 238, 95200, 1},
 		{"g729", 60, 78, 98, 39200, 1},
 	} {
-		c, _ := lookupCodec(tc.codec, 20*time.Millisecond)
+		c, _ := payload.Lookup(tc.codec, 20*time.Millisecond)
 		cfg := sendConfig{dst: netip.MustParseAddrPort("127.0.0.1:4000"), codec: c, ptime: 20 * time.Millisecond, streams: 10504}
 		l := cfg.load()
 		if l.IPBytes != tc.ip || l.FrameBytes != tc.frame || l.WireBytes != tc.wire || l.PerStreamBP != tc.bitsPerStream {
@@ -150,7 +151,7 @@ func loopback(t *testing.T, addr string, streams int, shared bool) (recvReport, 
 	done := make(chan recvReport)
 	go func() { done <- rc.run(context.Background()) }()
 
-	c, _ := lookupCodec("pcma", 20*time.Millisecond)
+	c, _ := payload.Lookup("pcma", 20*time.Millisecond)
 	s, err := newSender(sendConfig{dst: netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(base)), streams: streams,
 		codec: c, ptime: 20 * time.Millisecond, duration: time.Second, sharedSocket: shared})
 	if err != nil {
@@ -222,11 +223,11 @@ func TestRxTimestamp(t *testing.T) {
 }
 
 func BenchmarkPacketBuild(b *testing.B) {
-	c, _ := lookupCodec("pcmu", 20*time.Millisecond)
-	s := newStream(c, 20*time.Millisecond, 0, 1, 0, 0)
+	c, _ := payload.Lookup("pcmu", 20*time.Millisecond)
+	s := payload.NewStream(c, 20*time.Millisecond, 0, 1, 0, 0)
 	b.ReportAllocs()
 	b.SetBytes(172)
 	for b.Loop() {
-		s.next()
+		s.Next()
 	}
 }

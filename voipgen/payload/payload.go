@@ -1,4 +1,4 @@
-package main
+package payload
 
 import (
 	"fmt"
@@ -10,83 +10,83 @@ import (
 	"github.com/relayd/relayd/rtp/g711"
 )
 
-// codec describes what voipgen puts on the wire for one payload format.
-type codec struct {
-	name        string
-	payloadType uint8
-	clockRate   uint32
-	// bytesPerMs is the payload size per millisecond of audio.
-	bytesPerMs int
-	// frameMs is the granularity ptime must be a multiple of.
-	frameMs int
-	// kbps is the bit rate of a variable-rate codec (opus), whose payload
+// Codec describes what voipgen puts on the wire for one payload format.
+type Codec struct {
+	Name        string
+	PayloadType uint8
+	ClockRate   uint32
+	// BytesPerMs is the payload size per millisecond of audio.
+	BytesPerMs int
+	// FrameMs is the granularity ptime must be a multiple of.
+	FrameMs int
+	// Kbps is the bit rate of a variable-rate codec (opus), whose payload
 	// size voipgen derives from it; 0 for the fixed-rate ones.
-	kbps int
+	Kbps int
 }
 
-var codecs = map[string]codec{
-	"pcmu": {name: "pcmu", payloadType: 0, clockRate: 8000, bytesPerMs: 8, frameMs: 1},
-	"pcma": {name: "pcma", payloadType: 8, clockRate: 8000, bytesPerMs: 8, frameMs: 1},
-	"g729": {name: "g729", payloadType: 18, clockRate: 8000, bytesPerMs: 1, frameMs: 10},
+var Codecs = map[string]Codec{
+	"pcmu": {Name: "pcmu", PayloadType: 0, ClockRate: 8000, BytesPerMs: 8, FrameMs: 1},
+	"pcma": {Name: "pcma", PayloadType: 8, ClockRate: 8000, BytesPerMs: 8, FrameMs: 1},
+	"g729": {Name: "g729", PayloadType: 18, ClockRate: 8000, BytesPerMs: 1, FrameMs: 10},
 	// Opus (RFC 7587): dynamic payload type, 48 kHz RTP clock whatever the
 	// audio bandwidth, payload size from the bit rate (see opusFrame).
-	"opus": {name: "opus", payloadType: opusPT, clockRate: 48000, frameMs: 10, kbps: 32},
+	"opus": {Name: "opus", PayloadType: OpusPT, ClockRate: 48000, FrameMs: 10, Kbps: 32},
 }
 
-// opusPT is the dynamic payload type voipgen uses for Opus, as many phones
+// OpusPT is the dynamic payload type voipgen uses for Opus, as many phones
 // and WebRTC stacks do.
-const opusPT = 111
+const OpusPT = 111
 
-// maxPtime bounds ptime for every codec (Opus packets carry at most 120 ms).
-const maxPtime = 120 * time.Millisecond
+// MaxPtime bounds ptime for every codec (Opus packets carry at most 120 ms).
+const MaxPtime = 120 * time.Millisecond
 
-// lookupCodec returns a fixed-rate codec (pcmu, pcma, g729), as the demo
+// Lookup returns a fixed-rate codec (pcmu, pcma, g729), as the demo
 // and the basic sender take.
-func lookupCodec(name string, ptime time.Duration) (codec, error) {
-	if c, ok := codecs[name]; !ok || c.kbps != 0 {
-		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma or g729)", name)
+func Lookup(name string, ptime time.Duration) (Codec, error) {
+	if c, ok := Codecs[name]; !ok || c.Kbps != 0 {
+		return Codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma or g729)", name)
 	}
-	return lookupAnyCodec(name, ptime)
+	return LookupAny(name, ptime)
 }
 
-// lookupAnyCodec is lookupCodec with opus too (voipgen send, call, answer).
-func lookupAnyCodec(name string, ptime time.Duration) (codec, error) {
-	c, ok := codecs[name]
+// LookupAny is lookupCodec with opus too (voipgen send, call, answer).
+func LookupAny(name string, ptime time.Duration) (Codec, error) {
+	c, ok := Codecs[name]
 	if !ok {
-		return codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma, g729 or opus)", name)
+		return Codec{}, fmt.Errorf("unknown codec %q (want pcmu, pcma, g729 or opus)", name)
 	}
-	if ptime <= 0 || ptime > maxPtime || ptime%(time.Duration(c.frameMs)*time.Millisecond) != 0 {
-		return codec{}, fmt.Errorf("ptime %v is not a multiple of %d ms up to %v for %s", ptime, c.frameMs, maxPtime, name)
+	if ptime <= 0 || ptime > MaxPtime || ptime%(time.Duration(c.FrameMs)*time.Millisecond) != 0 {
+		return Codec{}, fmt.Errorf("ptime %v is not a multiple of %d ms up to %v for %s", ptime, c.FrameMs, MaxPtime, name)
 	}
 	return c, nil
 }
 
-// withKbps returns c with its bit rate set, for opus (6 to 510 kbit/s).
-func (c codec) withKbps(kbps int) (codec, error) {
-	if c.kbps == 0 {
-		return c, fmt.Errorf("codec %s has a fixed bit rate", c.name)
+// WithKbps returns c with its bit rate set, for opus (6 to 510 kbit/s).
+func (c Codec) WithKbps(kbps int) (Codec, error) {
+	if c.Kbps == 0 {
+		return c, fmt.Errorf("codec %s has a fixed bit rate", c.Name)
 	}
 	if kbps < 6 || kbps > 510 {
 		return c, fmt.Errorf("opus bit rate %d kbit/s: want 6 to 510", kbps)
 	}
-	c.kbps = kbps
+	c.Kbps = kbps
 	return c, nil
 }
 
-func (c codec) payloadSize(ptime time.Duration) int {
-	if c.kbps != 0 {
+func (c Codec) PayloadSize(ptime time.Duration) int {
+	if c.Kbps != 0 {
 		// TOC byte, plus the frame count byte of a code 3 packet.
-		n := 1 + c.kbps*int(ptime/time.Millisecond)/8
+		n := 1 + c.Kbps*int(ptime/time.Millisecond)/8
 		if ptime > 20*time.Millisecond {
 			n++
 		}
 		return n
 	}
-	return int(ptime/time.Millisecond) * c.bytesPerMs
+	return int(ptime/time.Millisecond) * c.BytesPerMs
 }
 
-func (c codec) samplesPer(ptime time.Duration) uint32 {
-	return uint32(int64(ptime) * int64(c.clockRate) / int64(time.Second))
+func (c Codec) SamplesPer(ptime time.Duration) uint32 {
+	return uint32(int64(ptime) * int64(c.ClockRate) / int64(time.Second))
 }
 
 // sine is one period of a sine wave at about -10 dBm0 (amplitude 10000 of 32767).
@@ -97,9 +97,9 @@ var sine = func() (t [1024]int16) {
 	return t
 }()
 
-// toneHz returns the tone frequency of stream i: 400 Hz to 3300 Hz in 100 Hz
+// ToneHz returns the tone frequency of stream i: 400 Hz to 3300 Hz in 100 Hz
 // steps, so neighbouring streams are distinguishable when listened to.
-func toneHz(i int) int { return 400 + 100*(i%toneCount) }
+func ToneHz(i int) int { return 400 + 100*(i%toneCount) }
 
 const toneCount = 30
 
@@ -114,7 +114,7 @@ func toneTable(pt uint8, tone int) []byte {
 	toneOnce.Do(func() {
 		for k := range toneCount {
 			u, a := make([]byte, 8000), make([]byte, 8000)
-			inc := uint32(uint64(toneHz(k)) << 32 / 8000)
+			inc := uint32(uint64(ToneHz(k)) << 32 / 8000)
 			var ph uint32
 			for i := range u {
 				u[i], a[i] = g711.EncodeUlaw(sine[ph>>22]), g711.EncodeAlaw(sine[ph>>22])
@@ -129,41 +129,41 @@ func toneTable(pt uint8, tone int) []byte {
 	return toneTables[0][tone]
 }
 
-// stream is the sending state of one RTP stream. Its packet buffer is
+// Stream is the sending state of one RTP Stream. Its packet buffer is
 // allocated once; next rewrites it in place.
-type stream struct {
-	codec  codec
-	hdr    rtp.Header
-	tsStep uint32
+type Stream struct {
+	codec  Codec
+	Header    rtp.Header
+	TSStep uint32
 	rng    uint64 // xorshift state for G.729 frames
 	tone   int    // index of the stream's tone (toneHz)
 	pos    int    // next sample of the tone table
-	buf    []byte // header + payload, constant length
-	sent   uint64
+	Buf    []byte // header + payload, constant length
+	Sent   uint64
 }
 
-func newStream(c codec, ptime time.Duration, i int, ssrc uint32, seq uint16, ts uint32) *stream {
-	s := &stream{
+func NewStream(c Codec, ptime time.Duration, i int, ssrc uint32, seq uint16, ts uint32) *Stream {
+	s := &Stream{
 		codec:  c,
-		hdr:    rtp.Header{PayloadType: c.payloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
-		tsStep: c.samplesPer(ptime),
+		Header:    rtp.Header{PayloadType: c.PayloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
+		TSStep: c.SamplesPer(ptime),
 		rng:    uint64(ssrc)<<32 | uint64(i) | 1,
 		tone:   i % toneCount,
-		buf:    make([]byte, rtp.HeaderSize+c.payloadSize(ptime)),
+		Buf:    make([]byte, rtp.HeaderSize+c.PayloadSize(ptime)),
 	}
 	return s
 }
 
-// next builds the stream's next packet into its buffer and returns it. It
+// Next builds the stream's Next packet into its buffer and returns it. It
 // does not allocate.
-func (s *stream) next() []byte {
-	n, _ := s.hdr.MarshalTo(s.buf) // fixed 12-byte header always fits
-	p := s.buf[n:]
-	switch s.codec.payloadType {
+func (s *Stream) Next() []byte {
+	n, _ := s.Header.MarshalTo(s.Buf) // fixed 12-byte header always fits
+	p := s.Buf[n:]
+	switch s.codec.PayloadType {
 	case 0, 8:
 		// One second of the stream's tone, encoded once: an integer
 		// number of periods, so it loops without a click.
-		t := toneTable(s.codec.payloadType, s.tone)
+		t := toneTable(s.codec.PayloadType, s.tone)
 		for off := 0; off < len(p); {
 			n := copy(p[off:], t[s.pos:])
 			off += n
@@ -176,11 +176,11 @@ func (s *stream) next() []byte {
 	default:
 		s.opusFrame(p)
 	}
-	s.hdr.Marker = false
-	s.hdr.SequenceNumber++
-	s.hdr.Timestamp += s.tsStep
-	s.sent++
-	return s.buf
+	s.Header.Marker = false
+	s.Header.SequenceNumber++
+	s.Header.Timestamp += s.TSStep
+	s.Sent++
+	return s.Buf
 }
 
 // g729Frame writes a 10-byte, 80-bit frame with the field layout of G.729
@@ -189,11 +189,11 @@ func (s *stream) next() []byte {
 // pitch and codebook fields are pseudo-random and P0 is the real parity of
 // P1's six most significant bits. It is not encoded audio: voipgen has no
 // G.729 encoder, and a decoder would produce noise-like sound from it.
-func (s *stream) g729Frame(f []byte) {
+func (s *Stream) g729Frame(f []byte) {
 	r := s.rand()
 	var w bitWriter
 	w.put(0, 1)                       // L0
-	w.put(uint64(s.hdr.SSRC)&0x7f, 7) // L1: fixed per stream
+	w.put(uint64(s.Header.SSRC)&0x7f, 7) // L1: fixed per stream
 	w.put(16, 5)                      // L2
 	w.put(16, 5)                      // L3
 	p1 := r & 0xff
@@ -220,8 +220,8 @@ func (s *stream) g729Frame(f []byte) {
 // frame; for ptimes over 20 ms code 3 with a constant-bitrate frame count
 // byte (frames of 20 ms, or 10 ms when ptime is not a multiple of 20). The
 // frame bytes are pseudo-random: the sizes are real, the audio is not.
-func (s *stream) opusFrame(p []byte) {
-	ms := int(s.tsStep / 48)
+func (s *Stream) opusFrame(p []byte) {
+	ms := int(s.TSStep / 48)
 	toc, frames := byte(31<<3), 0
 	switch {
 	case ms == 10:
@@ -247,14 +247,14 @@ func (s *stream) opusFrame(p []byte) {
 	}
 }
 
-// restart makes the stream a new call's stream: new SSRC, sequence number
+// Restart makes the stream a new call's stream: new SSRC, sequence number
 // and timestamp, marker on the next packet.
-func (s *stream) restart(ssrc uint32, seq uint16, ts uint32) {
-	s.hdr.SSRC, s.hdr.SequenceNumber, s.hdr.Timestamp, s.hdr.Marker = ssrc, seq, ts, true
-	s.sent = 0
+func (s *Stream) Restart(ssrc uint32, seq uint16, ts uint32) {
+	s.Header.SSRC, s.Header.SequenceNumber, s.Header.Timestamp, s.Header.Marker = ssrc, seq, ts, true
+	s.Sent = 0
 }
 
-func (s *stream) rand() uint64 {
+func (s *Stream) rand() uint64 {
 	x := s.rng
 	x ^= x << 13
 	x ^= x >> 7
