@@ -7,14 +7,9 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-)
 
-// mmsghdr is struct mmsghdr.
-type mmsghdr struct {
-	hdr unix.Msghdr
-	len uint32
-	_   [4]byte
-}
+	"github.com/relayd/relayd/internal/pktio"
+)
 
 const (
 	batchSize = 64
@@ -24,7 +19,7 @@ const (
 // rxBatch is a worker's receive batch: buffers, addresses and control
 // messages allocated once and reused for every recvmmsg.
 type rxBatch struct {
-	hdrs  [batchSize]mmsghdr
+	hdrs  [batchSize]pktio.Mmsghdr
 	iovs  [batchSize]unix.Iovec
 	bufs  [batchSize][maxPacket]byte
 	names [batchSize]unix.RawSockaddrInet6
@@ -40,13 +35,13 @@ func newRxBatch() *rxBatch {
 	for i := range b.hdrs {
 		b.iovs[i].Base = &b.bufs[i][0]
 		b.iovs[i].SetLen(maxPacket)
-		h := &b.hdrs[i].hdr
+		h := &b.hdrs[i].Hdr
 		h.Iov = &b.iovs[i]
 		h.SetIovlen(1)
 	}
 	b.read = func(fd uintptr) bool {
 		for i := range b.hdrs {
-			h := &b.hdrs[i].hdr
+			h := &b.hdrs[i].Hdr
 			h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
 			h.Namelen = unix.SizeofSockaddrInet6
 			h.Control = &b.oobs[i][0]
@@ -78,9 +73,9 @@ func (b *rxBatch) recv(rc syscall.RawConn) (int, error) {
 // packet returns message i: payload, source, original destination and the
 // kernel's receive timestamp (CLOCK_REALTIME ns; 0 if missing).
 func (b *rxBatch) packet(i int) (payload []byte, src, dst netip.AddrPort, ts int64) {
-	payload = b.bufs[i][:b.hdrs[i].len]
+	payload = b.bufs[i][:b.hdrs[i].Len]
 	src = sockaddrAddrPort(&b.names[i])
-	oob := b.oobs[i][:b.hdrs[i].hdr.Controllen]
+	oob := b.oobs[i][:b.hdrs[i].Hdr.Controllen]
 	for len(oob) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		if h.Len < unix.SizeofCmsghdr || int(h.Len) > len(oob) {
@@ -122,7 +117,7 @@ func sockaddrAddrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
 type txBatch struct {
 	fd    int
 	v6    bool
-	hdrs  [batchSize]mmsghdr
+	hdrs  [batchSize]pktio.Mmsghdr
 	iovs  [batchSize]unix.Iovec
 	bufs  [batchSize][maxPacket]byte
 	names [batchSize]unix.RawSockaddrInet6
@@ -133,7 +128,7 @@ func newTxBatch(fd int, v6 bool) *txBatch {
 	t := &txBatch{fd: fd, v6: v6}
 	for i := range t.hdrs {
 		t.iovs[i].Base = &t.bufs[i][0]
-		h := &t.hdrs[i].hdr
+		h := &t.hdrs[i].Hdr
 		h.Iov = &t.iovs[i]
 		h.SetIovlen(1)
 		h.Name = (*byte)(unsafe.Pointer(&t.names[i]))
@@ -153,7 +148,7 @@ func (t *txBatch) next() []byte {
 func (t *txBatch) commit(n int, dst netip.Addr) {
 	i := t.n
 	t.iovs[i].SetLen(n)
-	h := &t.hdrs[i].hdr
+	h := &t.hdrs[i].Hdr
 	if t.v6 {
 		sa := &t.names[i]
 		*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dst.As16()}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/pktio"
 	"github.com/relayd/relayd/rtp"
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"
@@ -220,7 +221,7 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 // place, for a datagram from -> to. Both must be of one family.
 func writeHeaders(pkt []byte, from, to netip.AddrPort) {
 	var udp []byte
-	var sum uint32
+	var sum uint64
 	if to.Addr().Is4() {
 		ip := pkt[:ipv4HeaderLen]
 		ip[0] = 0x45
@@ -234,7 +235,7 @@ func writeHeaders(pkt []byte, from, to netip.AddrPort) {
 		a, b := from.Addr().As4(), to.Addr().As4()
 		copy(ip[12:16], a[:])
 		copy(ip[16:20], b[:])
-		sum = sum16(sum, ip[12:20])
+		sum = pktio.Sum(sum, ip[12:20])
 		udp = pkt[ipv4HeaderLen:]
 	} else {
 		ip := pkt[:ipv6HeaderLen]
@@ -245,45 +246,16 @@ func writeHeaders(pkt []byte, from, to netip.AddrPort) {
 		a, b := from.Addr().As16(), to.Addr().As16()
 		copy(ip[8:24], a[:])
 		copy(ip[24:40], b[:])
-		sum = sum16(sum, ip[8:40])
+		sum = pktio.Sum(sum, ip[8:40])
 		udp = pkt[ipv6HeaderLen:]
 	}
 	binary.BigEndian.PutUint16(udp[0:], from.Port())
 	binary.BigEndian.PutUint16(udp[2:], to.Port())
 	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
 	udp[6], udp[7] = 0, 0
-	sum += 17 + uint32(len(udp))
-	sum = sum16(sum, udp)
-	c := ^fold(sum)
-	if c == 0 {
-		c = 0xffff
-	}
-	binary.BigEndian.PutUint16(udp[6:], c)
-}
-
-// sum16 adds b to a one's complement sum as big-endian 16-bit words.
-func sum16(sum uint32, b []byte) uint32 {
-	for len(b) >= 8 {
-		sum += uint32(binary.BigEndian.Uint16(b)) + uint32(binary.BigEndian.Uint16(b[2:])) +
-			uint32(binary.BigEndian.Uint16(b[4:])) + uint32(binary.BigEndian.Uint16(b[6:]))
-		b = b[8:]
-		sum = sum&0xffff + sum>>16
-	}
-	for len(b) >= 2 {
-		sum += uint32(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	return sum
-}
-
-func fold(sum uint32) uint16 {
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return uint16(sum)
+	sum += 17 + uint64(len(udp))
+	sum = pktio.Sum(sum, udp)
+	binary.BigEndian.PutUint16(udp[6:], pktio.Checksum(sum))
 }
 
 // newTransforms builds the SRTP contexts of fl.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/pktio"
 	"github.com/relayd/relayd/rtp"
 )
 
@@ -60,7 +61,7 @@ func checkPacket(t *testing.T, pkt []byte, from, to netip.AddrPort, payload []by
 		}
 	}
 	sum += 17 + uint32(len(udp))
-	if fold(sum) != 0xffff {
+	if pktio.Fold(uint64(sum)) != 0xffff {
 		t.Errorf("bad UDP checksum %#04x", binary.BigEndian.Uint16(udp[6:]))
 	}
 	if string(udp[8:]) != string(payload) {

@@ -21,7 +21,7 @@ import (
 // payload, source address and the control messages the worker asks for.
 func fillRx(rx *rxBatch, i int, payload []byte, src, dst netip.AddrPort, ts int64) {
 	copy(rx.bufs[i][:], payload)
-	rx.hdrs[i].len = uint32(len(payload))
+	rx.hdrs[i].Len = uint32(len(payload))
 	sa := &rx.names[i]
 	*sa = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: netip.AddrFrom16(src.Addr().As16()).As16()}
 	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:], src.Port())
@@ -44,7 +44,7 @@ func fillRx(rx *rxBatch, i int, payload []byte, src, dst netip.AddrPort, ts int6
 	a := dst.Addr().As4()
 	copy(od[4:8], a[:])
 	put(unix.SOL_IP, unix.IP_ORIGDSTADDR, od[:])
-	rx.hdrs[i].hdr.SetControllen(n)
+	rx.hdrs[i].Hdr.SetControllen(n)
 }
 
 // TestRelayBatch runs a full batch through the worker's packet path: control
