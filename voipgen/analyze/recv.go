@@ -1,8 +1,7 @@
-package main
+package analyze
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,13 +15,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relayd/relayd/internal/pktio"
+
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 
 	"github.com/relayd/relayd/rtp"
 )
 
-const recvHelp = `usage: voipgen recv --listen ADDR:PORT-PORT [flags]
+const Help = `usage: voipgen recv --listen ADDR:PORT-PORT [flags]
 
 Listens on every port of the range (one socket and goroutine per port, reads
 batched with recvmmsg, kernel receive timestamps per packet) and reports per
@@ -52,22 +53,22 @@ packets once traffic has started, or on SIGINT.
 flags:
 `
 
-type recvConfig struct {
-	emodel           emodelOpts
-	direction        string // label of the direction received, for reports
-	progress         bool   // one-line live progress on stderr
-	allStreams       bool   // list every stream in the text report
-	addr             netip.Addr
-	portLo, portHi   int
-	duration, idle   time.Duration
-	json             bool
-	clockRate        uint32
-	batch            int
-	maxSSRCsPerPort  int
-	timestampsKernel bool
+type Config struct {
+	Emodel           EmodelOpts
+	Direction        string // label of the direction received, for reports
+	Progress         bool   // one-line live progress on stderr
+	AllStreams       bool   // list every stream in the text report
+	Addr             netip.Addr
+	PortLo, PortHi   int
+	Duration, Idle   time.Duration
+	JSON             bool
+	ClockRate        uint32
+	Batch            int
+	MaxSSRCsPerPort  int
+	TimestampsKernel bool
 }
 
-func parseListen(s string) (netip.Addr, int, int, error) {
+func ParseListen(s string) (netip.Addr, int, int, error) {
 	i := strings.LastIndex(s, ":")
 	if i < 0 {
 		return netip.Addr{}, 0, 0, fmt.Errorf("--listen %q: want ADDR:PORT-PORT", s)
@@ -91,10 +92,10 @@ func parseListen(s string) (netip.Addr, int, int, error) {
 	return addr, plo, phi, nil
 }
 
-func parseRecv(args []string, out io.Writer) (recvConfig, error) {
+func Parse(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("recv", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprint(out, recvHelp); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(out, Help); fs.PrintDefaults() }
 	listen := fs.String("listen", "", "ADDR:PORT-PORT to listen on (required)")
 	duration := fs.Duration("duration", 12*time.Second, "how long to receive")
 	idle := fs.Duration("idle", 0, "stop this long after the last packet once traffic started (0: never)")
@@ -105,15 +106,15 @@ func parseRecv(args []string, out io.Writer) (recvConfig, error) {
 	delay := fs.Float64("emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
 	noPLC := fs.Bool("no-plc", false, "E-model: the receiving phone has no packet loss concealment (G.711 Bpl 4.3, not 25.1)")
 	if err := fs.Parse(args); err != nil {
-		return recvConfig{}, err
+		return Config{}, err
 	}
-	cfg := recvConfig{duration: *duration, idle: *idle, json: *js, clockRate: uint32(*rate), batch: 64, maxSSRCsPerPort: 16,
-		direction: *dir, allStreams: *all, emodel: emodelOpts{delayMs: *delay, noPLC: *noPLC}, progress: isTerminal(stderrFd)}
+	cfg := Config{Duration: *duration, Idle: *idle, JSON: *js, ClockRate: uint32(*rate), Batch: 64, MaxSSRCsPerPort: 16,
+		Direction: *dir, AllStreams: *all, Emodel: EmodelOpts{DelayMs: *delay, NoPLC: *noPLC}}
 	var err error
-	if cfg.addr, cfg.portLo, cfg.portHi, err = parseListen(*listen); err != nil {
+	if cfg.Addr, cfg.PortLo, cfg.PortHi, err = ParseListen(*listen); err != nil {
 		return cfg, err
 	}
-	if cfg.clockRate == 0 {
+	if cfg.ClockRate == 0 {
 		return cfg, errors.New("--clock-rate must be positive")
 	}
 	return cfg, nil
@@ -149,8 +150,8 @@ type portReader struct {
 
 const drainTime = 20 * time.Millisecond
 
-type receiver struct {
-	cfg     recvConfig
+type Receiver struct {
+	cfg     Config
 	readers []*portReader
 	last    atomic.Int64 // Unix ns of the newest batch, 0 before traffic
 
@@ -158,21 +159,21 @@ type receiver struct {
 	start              time.Time
 }
 
-func newReceiver(cfg recvConfig) (*receiver, error) {
-	rc := &receiver{cfg: cfg}
+func New(cfg Config) (*Receiver, error) {
+	rc := &Receiver{cfg: cfg}
 	network := "udp4"
-	if cfg.addr.Is6() && !cfg.addr.Is4In6() {
+	if cfg.Addr.Is6() && !cfg.Addr.Is4In6() {
 		network = "udp6"
 	}
-	for p := cfg.portLo; p <= cfg.portHi; p++ {
-		c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(cfg.addr, uint16(p))))
+	for p := cfg.PortLo; p <= cfg.PortHi; p++ {
+		c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(netip.AddrPortFrom(cfg.Addr, uint16(p))))
 		if err != nil {
-			rc.close()
+			rc.Close()
 			return nil, fmt.Errorf("listen on port %d: %w", p, err)
 		}
 		_ = c.SetReadBuffer(1 << 20)
-		pr, ts := newPortReader(c, p, cfg.batch, 2048, &rc.last)
-		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || ts
+		pr, ts := newPortReader(c, p, cfg.Batch, 2048, &rc.last)
+		rc.cfg.TimestampsKernel = rc.cfg.TimestampsKernel || ts
 		rc.readers = append(rc.readers, pr)
 	}
 	return rc, nil
@@ -183,7 +184,7 @@ func newReceiver(cfg recvConfig) (*receiver, error) {
 // timestamps when the system has them (ts reports whether it does).
 func newPortReader(c *net.UDPConn, port, batch, bufSize int, last *atomic.Int64) (pr *portReader, ts bool) {
 	pr = &portReader{port: port, conn: c, last: last}
-	if raw, err := c.SyscallConn(); err == nil && enableTimestamps(raw) == nil {
+	if raw, err := c.SyscallConn(); err == nil && pktio.EnableTimestamps(raw) == nil {
 		ts = true
 	}
 	if la, ok := c.LocalAddr().(*net.UDPAddr); ok && la.IP.To4() == nil {
@@ -195,14 +196,14 @@ func newPortReader(c *net.UDPConn, port, batch, bufSize int, last *atomic.Int64)
 	bufs := make([]byte, batch*bufSize)
 	for i := range pr.msgs {
 		pr.msgs[i].Buffers = [][]byte{bufs[i*bufSize : (i+1)*bufSize : (i+1)*bufSize]}
-		if oobSize > 0 {
-			pr.msgs[i].OOB = make([]byte, oobSize)
+		if pktio.TimestampOOBSize > 0 {
+			pr.msgs[i].OOB = make([]byte, pktio.TimestampOOBSize)
 		}
 	}
 	return pr, ts
 }
 
-func (rc *receiver) close() {
+func (rc *Receiver) Close() {
 	for _, pr := range rc.readers {
 		pr.conn.Close()
 	}
@@ -238,7 +239,7 @@ func (pr *portReader) loop(clockRate uint32, maxSSRCs int) {
 				pr.other++
 				continue
 			}
-			at := rxTimestamp(m.OOB[:m.NN])
+			at := pktio.RxTimestamp(m.OOB[:m.NN])
 			if at == 0 {
 				at = now
 			}
@@ -292,25 +293,25 @@ func (pr *portReader) lookup(ssrc uint32, clockRate uint32, maxSSRCs int) *rtp.S
 	return a
 }
 
-// run receives until ctx is done, the duration passed or traffic went idle,
+// Run receives until ctx is done, the duration passed or traffic went idle,
 // then closes the sockets and returns the report.
-func (rc *receiver) run(ctx context.Context) recvReport {
+func (rc *Receiver) Run(ctx context.Context) Report {
 	var wg sync.WaitGroup
 	start := time.Now()
 	rc.start = start
 	for _, pr := range rc.readers {
 		pr.received, pr.lossRuns = &rc.received, &rc.lossRuns
-		wg.Go(func() { pr.loop(rc.cfg.clockRate, rc.cfg.maxSSRCsPerPort) })
+		wg.Go(func() { pr.loop(rc.cfg.ClockRate, rc.cfg.MaxSSRCsPerPort) })
 	}
-	if rc.cfg.progress {
+	if rc.cfg.Progress {
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
 		var pwg sync.WaitGroup
 		defer pwg.Wait()
 		defer stop()
-		pwg.Go(func() { rc.showProgress(pctx, os.Stderr) })
+		pwg.Go(func() { rc.ShowProgress(pctx, os.Stderr) })
 	}
-	timer := time.NewTimer(rc.cfg.duration)
+	timer := time.NewTimer(rc.cfg.Duration)
 	defer timer.Stop()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
@@ -322,7 +323,7 @@ wait:
 		case <-timer.C:
 			break wait
 		case <-tick.C:
-			if last := rc.last.Load(); rc.cfg.idle > 0 && last != 0 && time.Since(time.Unix(0, last)) > rc.cfg.idle {
+			if last := rc.last.Load(); rc.cfg.Idle > 0 && last != 0 && time.Since(time.Unix(0, last)) > rc.cfg.Idle {
 				break wait
 			}
 		}
@@ -335,35 +336,15 @@ wait:
 		_ = pr.conn.SetReadDeadline(drain)
 	}
 	wg.Wait()
-	rc.close()
-	return rc.report(time.Since(start))
+	rc.Close()
+	return rc.Report(time.Since(start))
 }
 
-func runRecv(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := parseRecv(args, out)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	rc, err := newReceiver(cfg)
-	if err != nil {
-		return err
-	}
-	r := rc.run(ctx)
-	if cfg.json {
-		return json.NewEncoder(out).Encode(r)
-	}
-	r.writeTextAll(out, cfg.allStreams)
-	return nil
-}
-
-// newReceiverOn is newReceiver on a list of endpoints instead of a port
+// NewOn is newReceiver on a list of endpoints instead of a port
 // range (cfg.addr and the port range only label the report). Sockets are
 // opened in the caller's network namespace.
-func newReceiverOn(cfg recvConfig, eps []netip.AddrPort) (*receiver, error) {
-	rc := &receiver{cfg: cfg}
+func NewOn(cfg Config, eps []netip.AddrPort) (*Receiver, error) {
+	rc := &Receiver{cfg: cfg}
 	for _, ep := range eps {
 		network := "udp4"
 		if !ep.Addr().Unmap().Is4() {
@@ -371,14 +352,54 @@ func newReceiverOn(cfg recvConfig, eps []netip.AddrPort) (*receiver, error) {
 		}
 		c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(ep))
 		if err != nil {
-			rc.close()
+			rc.Close()
 			return nil, fmt.Errorf("listen on %s: %w", ep, err)
 		}
 		_ = c.SetReadBuffer(256 << 10)
-		pr, ts := newPortReader(c, int(ep.Port()), cfg.batch, 1500, &rc.last)
+		pr, ts := newPortReader(c, int(ep.Port()), cfg.Batch, 1500, &rc.last)
 		pr.local = ep
-		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || ts
+		rc.cfg.TimestampsKernel = rc.cfg.TimestampsKernel || ts
 		rc.readers = append(rc.readers, pr)
 	}
 	return rc, nil
 }
+
+// NewOnConns is a receiver reading sockets opened elsewhere, such as a
+// sender's own (voipgen send --bidir, the demo): each conn is a stream's
+// socket, and the port range in the report is that of conns. The
+// receiver's Run ends by closing them, like its own.
+func NewOnConns(cfg Config, conns []*net.UDPConn) *Receiver {
+	rc := &Receiver{cfg: cfg}
+	for _, c := range conns {
+		la := c.LocalAddr().(*net.UDPAddr).AddrPort()
+		pr, ts := newPortReader(c, int(la.Port()), cfg.Batch, 1500, &rc.last)
+		pr.local = la
+		rc.cfg.TimestampsKernel = rc.cfg.TimestampsKernel || ts
+		rc.readers = append(rc.readers, pr)
+	}
+	if len(rc.readers) > 0 {
+		rc.cfg.PortLo, rc.cfg.PortHi = rc.readers[0].port, rc.readers[len(rc.readers)-1].port
+	}
+	return rc
+}
+
+// Conns returns the receiver's sockets in the order of its streams' ports,
+// for a sender that sends from them.
+func (rc *Receiver) Conns() []*net.UDPConn {
+	cs := make([]*net.UDPConn, len(rc.readers))
+	for i, pr := range rc.readers {
+		cs[i] = pr.conn
+	}
+	return cs
+}
+
+// Received is the number of RTP packets received so far; safe to call
+// while Run runs.
+func (rc *Receiver) Received() uint64 { return rc.received.Load() }
+
+// Config returns the receiver's configuration, with TimestampsKernel set
+// when every socket has kernel receive timestamps.
+func (rc *Receiver) Config() Config { return rc.cfg }
+
+// SetEmodel sets the E-model inputs of the report; call it before Run.
+func (rc *Receiver) SetEmodel(o EmodelOpts) { rc.cfg.Emodel = o }

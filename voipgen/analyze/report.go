@@ -1,9 +1,9 @@
-package main
+package analyze
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"math"
 	"net/netip"
@@ -15,18 +15,18 @@ import (
 	"github.com/relayd/relayd/rtp/emodel"
 )
 
-// emodelOpts are the E-model inputs a receiver cannot measure.
-type emodelOpts struct {
-	delayMs float64 // one-way mouth-to-ear delay Ta; 0: G.107 default
-	noPLC   bool    // G.711 without packet loss concealment
+// EmodelOpts are the E-model inputs a receiver cannot measure.
+type EmodelOpts struct {
+	DelayMs float64 // one-way mouth-to-ear delay Ta; 0: G.107 default
+	NoPLC   bool    // G.711 without packet loss concealment
 }
 
 // codecByPT returns the E-model codec of a static payload type, or false.
-func (o emodelOpts) codecByPT(pt uint8) (emodel.Codec, string, bool) {
+func (o EmodelOpts) codecByPT(pt uint8) (emodel.Codec, string, bool) {
 	switch pt {
 	case 0, 8:
 		name := map[uint8]string{0: "pcmu", 8: "pcma"}[pt]
-		if o.noPLC {
+		if o.NoPLC {
 			return emodel.G711NoPLC, name, true
 		}
 		return emodel.G711, name, true
@@ -38,7 +38,7 @@ func (o emodelOpts) codecByPT(pt uint8) (emodel.Codec, string, bool) {
 	return emodel.Codec{}, "", false
 }
 
-type streamReport struct {
+type StreamReport struct {
 	Port         int     `json:"port"`
 	Local        string  `json:"local,omitempty"` // ADDR:PORT received on, when not one address
 	SSRC         uint32  `json:"ssrc"`
@@ -58,7 +58,7 @@ type streamReport struct {
 	LastArrival  string  `json:"last_arrival"`
 	// Loss periods (glitches), oldest first, and their count (more than
 	// listed when a stream had over rtp.MaxLossPeriods).
-	LossPeriods []lossPeriodReport `json:"loss_periods"`
+	LossPeriods []LossPeriodReport `json:"loss_periods"`
 	Glitches    uint64             `json:"glitches"`
 	MaxGlitchMs float64            `json:"max_glitch_ms"` // audio missing in the longest loss period
 	BurstR      float64            `json:"burst_ratio"`
@@ -69,7 +69,7 @@ type streamReport struct {
 	before, after int64 // the longest loss period's surrounding arrivals
 }
 
-type lossPeriodReport struct {
+type LossPeriodReport struct {
 	Start      string  `json:"start"`       // arrival of the last packet before it (RFC 3339)
 	StartMs    float64 `json:"start_ms"`    // the same, ms since the receiver started
 	DurationMs float64 `json:"duration_ms"` // audio missing: lost packets x their duration
@@ -77,8 +77,8 @@ type lossPeriodReport struct {
 	Lost       uint32  `json:"lost"`
 }
 
-// distribution summarises one figure over streams.
-type distribution struct {
+// Distribution summarises one figure over streams.
+type Distribution struct {
 	N    int     `json:"n"`
 	Min  float64 `json:"min"`
 	Mean float64 `json:"mean"`
@@ -88,14 +88,14 @@ type distribution struct {
 	Max  float64 `json:"max"`
 }
 
-func distOf(v []float64) distribution {
+func DistOf(v []float64) Distribution {
 	if len(v) == 0 {
-		return distribution{}
+		return Distribution{}
 	}
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
 	q := func(p float64) float64 { return s[min(len(s)-1, int(math.Ceil(p*float64(len(s))))-1+boolInt(p == 0))] }
-	d := distribution{N: len(s), Min: s[0], Max: s[len(s)-1], P50: q(0.5), P90: q(0.9), P99: q(0.99)}
+	d := Distribution{N: len(s), Min: s[0], Max: s[len(s)-1], P50: q(0.5), P90: q(0.9), P99: q(0.99)}
 	for _, x := range s {
 		d.Mean += x
 	}
@@ -110,14 +110,14 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func (d distribution) String() string {
+func (d Distribution) String() string {
 	if d.N == 0 {
 		return "-"
 	}
 	return fmt.Sprintf("min %.2f p50 %.2f p90 %.2f p99 %.2f max %.2f", d.Min, d.P50, d.P90, d.P99, d.Max)
 }
 
-type recvTotals struct {
+type Totals struct {
 	Streams      int     `json:"streams"`
 	Packets      uint64  `json:"packets"`
 	Bytes        uint64  `json:"bytes"`
@@ -134,24 +134,24 @@ type recvTotals struct {
 	Glitches     uint64  `json:"glitches"` // loss periods over all streams
 
 	// Distributions over streams.
-	JitterDist   distribution `json:"jitter_ms_dist"`
-	MaxGapDist   distribution `json:"max_gap_ms_dist"`
-	LossPctDist  distribution `json:"loss_pct_dist"`
-	MOSDist      distribution `json:"mos_dist"`
-	RDist        distribution `json:"r_dist"`
-	GlitchMsDist distribution `json:"max_glitch_ms_dist"` // of streams with a glitch
+	JitterDist   Distribution `json:"jitter_ms_dist"`
+	MaxGapDist   Distribution `json:"max_gap_ms_dist"`
+	LossPctDist  Distribution `json:"loss_pct_dist"`
+	MOSDist      Distribution `json:"mos_dist"`
+	RDist        Distribution `json:"r_dist"`
+	GlitchMsDist Distribution `json:"max_glitch_ms_dist"` // of streams with a glitch
 }
 
-// failoverReport is the glitch all streams saw, when they saw one: the
+// FailoverReport is the glitch all streams saw, when they saw one: the
 // longest loss period of each stream, their distribution, and the outage
 // they bound together. Streams are staggered across the ptime, so the
 // moment the path failed and the moment it came back are each bracketed to
 // within ptime/streams.
-type failoverReport struct {
+type FailoverReport struct {
 	Streams      int          `json:"streams"`              // streams with a loss period
 	StreamsClean int          `json:"streams_without_loss"` // streams without
-	GlitchMs     distribution `json:"glitch_ms"`            // audio missing per stream
-	GapMs        distribution `json:"gap_ms"`               // arrival gap around it per stream
+	GlitchMs     Distribution `json:"glitch_ms"`            // audio missing per stream
+	GapMs        Distribution `json:"gap_ms"`               // arrival gap around it per stream
 	// OutageMs is the earliest first arrival after minus the latest last
 	// arrival before over the streams' longest loss periods: the time no
 	// packet crossed, to within ResolutionMs at each end.
@@ -160,28 +160,28 @@ type failoverReport struct {
 	Start        string  `json:"start"`         // latest last arrival before (RFC 3339)
 }
 
-type recvReport struct {
+type Report struct {
 	Listen    string          `json:"listen"`
 	Direction string          `json:"direction,omitempty"`
 	Elapsed   float64         `json:"elapsed_s"`
-	Streams   []streamReport  `json:"streams"`
-	Totals    recvTotals      `json:"totals"`
-	Failover  *failoverReport `json:"failover,omitempty"`
+	Streams   []StreamReport  `json:"streams"`
+	Totals    Totals          `json:"totals"`
+	Failover  *FailoverReport `json:"failover,omitempty"`
 }
 
 func rfc3339(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 
 // streamReportOf builds the report of one analysed stream.
-func streamReportOf(a *rtp.StreamAnalyzer, pr *portReader, start time.Time, o emodelOpts) streamReport {
+func streamReportOf(a *rtp.StreamAnalyzer, pr *portReader, start time.Time, o EmodelOpts) StreamReport {
 	// Unique packets counted by RFC 3550 = Received - duplicates.
 	lost := max(a.Stats.Lost()+int64(a.Duplicates), 0)
-	s := streamReport{
+	s := StreamReport{
 		Port: pr.port, SSRC: a.Stats.SSRC, PayloadType: a.PayloadType,
 		Packets: a.Packets, Bytes: a.Bytes, Expected: a.Stats.Expected(), Lost: lost,
 		Duplicates: a.Duplicates, Reordered: a.Reordered,
 		JitterMs: a.JitterMillis(), MaxGapMs: a.MaxGapMillis(),
 		FirstArrival: rfc3339(a.FirstArrival), LastArrival: rfc3339(a.LastArrival),
-		LossPeriods: []lossPeriodReport{}, Glitches: a.LossRuns, BurstR: 1,
+		LossPeriods: []LossPeriodReport{}, Glitches: a.LossRuns, BurstR: 1,
 	}
 	if pr.local.IsValid() {
 		s.Local = pr.local.String()
@@ -194,7 +194,7 @@ func streamReportOf(a *rtp.StreamAnalyzer, pr *portReader, start time.Time, o em
 	}
 	for i := range a.LossPeriods {
 		p := &a.LossPeriods[i]
-		s.LossPeriods = append(s.LossPeriods, lossPeriodReport{
+		s.LossPeriods = append(s.LossPeriods, LossPeriodReport{
 			Start: rfc3339(p.Before), StartMs: float64(p.Before-start.UnixNano()) / 1e6,
 			DurationMs: p.MissingMillis(), GapMs: p.GapMillis(), Lost: p.Lost,
 		})
@@ -207,19 +207,19 @@ func streamReportOf(a *rtp.StreamAnalyzer, pr *portReader, start time.Time, o em
 	received := uint64(max(int64(s.Expected)-lost, 0))
 	s.BurstR = emodel.BurstRatio(received, uint64(lost), a.LossRuns)
 	if ok {
-		r := emodel.R(emodel.Input{Codec: c, LossPercent: s.LossPct, BurstR: s.BurstR, DelayMs: o.delayMs})
+		r := emodel.R(emodel.Input{Codec: c, LossPercent: s.LossPct, BurstR: s.BurstR, DelayMs: o.DelayMs})
 		m := emodel.MOS(r)
 		s.R, s.MOS = &r, &m
 	}
 	return s
 }
 
-func (rc *receiver) report(elapsed time.Duration) recvReport {
-	r := recvReport{
-		Listen:    fmt.Sprintf("%s-%d", netip.AddrPortFrom(rc.cfg.addr, uint16(rc.cfg.portLo)), rc.cfg.portHi),
-		Direction: rc.cfg.direction,
+func (rc *Receiver) Report(elapsed time.Duration) Report {
+	r := Report{
+		Listen:    fmt.Sprintf("%s-%d", netip.AddrPortFrom(rc.cfg.Addr, uint16(rc.cfg.PortLo)), rc.cfg.PortHi),
+		Direction: rc.cfg.Direction,
 		Elapsed:   elapsed.Seconds(),
-		Streams:   []streamReport{},
+		Streams:   []StreamReport{},
 	}
 	start := rc.start
 	if start.IsZero() {
@@ -230,7 +230,7 @@ func (rc *receiver) report(elapsed time.Duration) recvReport {
 		t.RTCPPackets += pr.rtcp
 		t.OtherPackets += pr.other
 		for _, a := range pr.streams {
-			r.Streams = append(r.Streams, streamReportOf(a, pr, start, rc.cfg.emodel))
+			r.Streams = append(r.Streams, streamReportOf(a, pr, start, rc.cfg.Emodel))
 		}
 	}
 	sort.Slice(r.Streams, func(i, j int) bool {
@@ -240,13 +240,13 @@ func (rc *receiver) report(elapsed time.Duration) recvReport {
 		}
 		return a.Port < b.Port || a.Port == b.Port && a.SSRC < b.SSRC
 	})
-	r.summarize()
+	r.Summarize()
 	return r
 }
 
-// summarize fills the totals, the distributions and the failover report
+// Summarize fills the totals, the distributions and the failover report
 // from r.Streams.
-func (r *recvReport) summarize() {
+func (r *Report) Summarize() {
 	t := &r.Totals
 	var jit, gap, loss, mos, rr, glitch, gaps, ptimes []float64
 	var before, after int64
@@ -289,21 +289,21 @@ func (r *recvReport) summarize() {
 	if t.Expected > 0 {
 		t.LossPct = 100 * float64(t.Lost) / float64(t.Expected)
 	}
-	t.JitterDist, t.MaxGapDist, t.LossPctDist = distOf(jit), distOf(gap), distOf(loss)
-	t.MOSDist, t.RDist, t.GlitchMsDist = distOf(mos), distOf(rr), distOf(glitch)
+	t.JitterDist, t.MaxGapDist, t.LossPctDist = DistOf(jit), DistOf(gap), DistOf(loss)
+	t.MOSDist, t.RDist, t.GlitchMsDist = DistOf(mos), DistOf(rr), DistOf(glitch)
 	if with > 0 {
-		f := &failoverReport{Streams: with, StreamsClean: t.Streams - with, GlitchMs: distOf(glitch), GapMs: distOf(gaps),
+		f := &FailoverReport{Streams: with, StreamsClean: t.Streams - with, GlitchMs: DistOf(glitch), GapMs: DistOf(gaps),
 			OutageMs: float64(after-before) / 1e6, Start: rfc3339(before)}
-		if p := distOf(ptimes); p.N > 0 {
+		if p := DistOf(ptimes); p.N > 0 {
 			f.ResolutionMs = p.P50 / float64(t.Streams)
 		}
 		r.Failover = f
 	}
 }
 
-// worst returns the indexes of up to n streams with the most loss, then
+// Worst returns the indexes of up to n streams with the most loss, then
 // the longest gap.
-func (r *recvReport) worst(n int) []int {
+func (r *Report) Worst(n int) []int {
 	idx := make([]int, len(r.Streams))
 	for i := range idx {
 		idx[i] = i
@@ -315,16 +315,16 @@ func (r *recvReport) worst(n int) []int {
 	return idx[:min(n, len(idx))]
 }
 
-func (r *recvReport) writeText(w io.Writer) { r.writeTextAll(w, false) }
+func (r *Report) WriteText(w io.Writer) { r.WriteTextAll(w, false) }
 
-func (r *recvReport) writeTextAll(w io.Writer, all bool) {
+func (r *Report) WriteTextAll(w io.Writer, all bool) {
 	rows := make([]int, 0, len(r.Streams))
 	if all || len(r.Streams) <= 40 {
 		for i := range r.Streams {
 			rows = append(rows, i)
 		}
 	} else {
-		rows = r.worst(10)
+		rows = r.Worst(10)
 		fmt.Fprintf(w, "the 10 worst of %d streams (--all-streams lists every one):\n", len(r.Streams))
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
@@ -358,8 +358,8 @@ func (r *recvReport) writeTextAll(w io.Writer, all bool) {
 	}
 }
 
-// showProgress rewrites one line on w every 250 ms until ctx is done.
-func (rc *receiver) showProgress(ctx context.Context, w io.Writer) {
+// ShowProgress rewrites one line on w every 250 ms until ctx is done.
+func (rc *Receiver) ShowProgress(ctx context.Context, w io.Writer) {
 	tk := time.NewTicker(250 * time.Millisecond)
 	defer tk.Stop()
 	for {

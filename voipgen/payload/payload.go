@@ -133,7 +133,7 @@ func toneTable(pt uint8, tone int) []byte {
 // allocated once; next rewrites it in place.
 type Stream struct {
 	codec  Codec
-	Header    rtp.Header
+	Header rtp.Header
 	TSStep uint32
 	rng    uint64 // xorshift state for G.729 frames
 	tone   int    // index of the stream's tone (toneHz)
@@ -145,7 +145,7 @@ type Stream struct {
 func NewStream(c Codec, ptime time.Duration, i int, ssrc uint32, seq uint16, ts uint32) *Stream {
 	s := &Stream{
 		codec:  c,
-		Header:    rtp.Header{PayloadType: c.PayloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
+		Header: rtp.Header{PayloadType: c.PayloadType, SSRC: ssrc, SequenceNumber: seq, Timestamp: ts, Marker: true},
 		TSStep: c.SamplesPer(ptime),
 		rng:    uint64(ssrc)<<32 | uint64(i) | 1,
 		tone:   i % toneCount,
@@ -192,10 +192,10 @@ func (s *Stream) Next() []byte {
 func (s *Stream) g729Frame(f []byte) {
 	r := s.rand()
 	var w bitWriter
-	w.put(0, 1)                       // L0
+	w.put(0, 1)                          // L0
 	w.put(uint64(s.Header.SSRC)&0x7f, 7) // L1: fixed per stream
-	w.put(16, 5)                      // L2
-	w.put(16, 5)                      // L3
+	w.put(16, 5)                         // L2
+	w.put(16, 5)                         // L3
 	p1 := r & 0xff
 	w.put(p1, 8) // P1
 	par := uint64(0)

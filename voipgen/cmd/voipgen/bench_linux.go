@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"net/netip"
 	"os"
 	"path/filepath"

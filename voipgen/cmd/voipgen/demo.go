@@ -1,13 +1,13 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"os"
 	"os/signal"

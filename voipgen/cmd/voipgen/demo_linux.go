@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/analyze"
 	"net"
 	"net/netip"
 	"os"
@@ -29,42 +30,35 @@ func init() { demoRun = runDemoLab }
 type demoSide struct {
 	name string // direction of the packets it receives
 	port int    // of stream 0
-	rc   *receiver
+	rc   *analyze.Receiver
 	snd  *sender
 
-	rep recvReport
+	rep analyze.Report
 	res sendResult
 }
 
 // openDemoSide opens the sockets of one side in ns: stream i on
 // local:port+2i, sending to relay:relayPort+4i.
 func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, port int, relay netip.Addr, relayPort int) (_ *demoSide, err error) {
-	rc := &receiver{cfg: recvConfig{
-		addr: local, portLo: port, portHi: port + 2*(cfg.streams-1),
-		duration:  cfg.duration + 10*time.Second, // a safety net: the demo stops receivers itself
-		clockRate: cfg.codec.ClockRate, batch: 64, maxSSRCsPerPort: 16,
-	}}
+	rcfg := analyze.Config{
+		Addr: local, PortLo: port, PortHi: port + 2*(cfg.streams-1),
+		Duration:  cfg.duration + 10*time.Second, // a safety net: the demo stops receivers itself
+		ClockRate: cfg.codec.ClockRate, Batch: 64, MaxSSRCsPerPort: 16,
+	}
+	// The endpoints use every other port: one socket per stream.
+	eps := make([]netip.AddrPort, cfg.streams)
+	for i := range eps {
+		eps[i] = netip.AddrPortFrom(local, uint16(port+2*i))
+	}
+	var rc *analyze.Receiver
+	if err := ns.Do(func() (err error) { rc, err = analyze.NewOn(rcfg, eps); return err }); err != nil {
+		return nil, fmt.Errorf("%s: %w", ns, err)
+	}
 	defer func() {
 		if err != nil {
-			rc.close()
+			rc.Close()
 		}
 	}()
-	// voipgen's receiver listens on a contiguous port range; the demo's
-	// endpoints use every other port, so open one receiver per port and
-	// merge their readers.
-	for i := range cfg.streams {
-		pc := rc.cfg
-		pc.portLo, pc.portHi = port+2*i, port+2*i
-		var sub *receiver
-		if err := ns.Do(func() (err error) { sub, err = newReceiver(pc); return err }); err != nil {
-			return nil, fmt.Errorf("%s: %w", ns, err)
-		}
-		for _, pr := range sub.readers {
-			pr.last = &rc.last
-			rc.readers = append(rc.readers, pr)
-		}
-		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || sub.cfg.timestampsKernel
-	}
 
 	// voipgen's sender builds the streams and their messages; it opens one
 	// throwaway socket (shared mode), replaced by the receivers' sockets so
@@ -83,14 +77,14 @@ func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, por
 	s.cfg.sharedSocket = false
 	s.conns = nil // owned and closed by the receiver
 	s.writers = make([]batchWriter, cfg.streams)
-	for i, pr := range rc.readers {
+	for i, c := range rc.Conns() {
 		if local.Is4() {
-			s.writers[i] = ipv4.NewPacketConn(pr.conn)
+			s.writers[i] = ipv4.NewPacketConn(c)
 		} else {
-			s.writers[i] = v6writer{ipv6.NewPacketConn(pr.conn)}
+			s.writers[i] = v6writer{ipv6.NewPacketConn(c)}
 		}
 		s.msgs[i].Addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(relay, uint16(relayPort+4*i)))
-		_ = pr.conn.SetWriteBuffer(256 << 10)
+		_ = c.SetWriteBuffer(256 << 10)
 	}
 	return &demoSide{name: name, port: port, rc: rc, snd: s}, nil
 }
@@ -204,7 +198,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	}
 	callee, err := openDemoSide(l.Callee, demoToCallee, cfg, calleeA, demoCalleePort, media, demoRelayPort+2)
 	if err != nil {
-		caller.rc.close()
+		caller.rc.Close()
 		return nil, err
 	}
 	sides := []*demoSide{caller, callee}
@@ -214,7 +208,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	defer stopRecv()
 	var recvWG, sendWG sync.WaitGroup
 	for _, s := range sides {
-		recvWG.Go(func() { s.rep = s.rc.run(recvCtx) })
+		recvWG.Go(func() { s.rep = s.rc.Run(recvCtx) })
 		sendWG.Go(func() { s.res = s.snd.run(ctx) })
 	}
 	sendWG.Wait()

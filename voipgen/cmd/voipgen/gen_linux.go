@@ -1,12 +1,12 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -30,9 +30,9 @@ import (
 // its prebuilt packet. Only its thread touches it while sending.
 type genStream struct {
 	idx    int
-	offset time.Duration // within the ptime
-	st     *payload.Stream       // st.buf aliases frame[rtpOff:]
-	frame  []byte        // raw: IP + UDP + RTP (+ SRTP tag); else RTP (+ tag)
+	offset time.Duration   // within the ptime
+	st     *payload.Stream // st.buf aliases frame[rtpOff:]
+	frame  []byte          // raw: IP + UDP + RTP (+ SRTP tag); else RTP (+ tag)
 	rtpOff int
 	rtpLen int // RTP header + payload, before SRTP
 	msg    mmsghdr

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"encoding/binary"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"
@@ -26,11 +27,11 @@ func needRoot(t *testing.T) {
 }
 
 // freeRange starts a receiver on a free range of n ports on addr.
-func freeRange(t *testing.T, addr string, n int, clockRate uint32) (*receiver, int) {
+func freeRange(t *testing.T, addr string, n int, clockRate uint32) (*analyze.Receiver, int) {
 	t.Helper()
 	for base := 42000; base < 60000; base += 1000 + n {
-		rc, err := newReceiver(recvConfig{addr: netip.MustParseAddr(addr), portLo: base, portHi: base + n - 1,
-			duration: 20 * time.Second, clockRate: clockRate, batch: 16, maxSSRCsPerPort: 64})
+		rc, err := analyze.New(analyze.Config{Addr: netip.MustParseAddr(addr), PortLo: base, PortHi: base + n - 1,
+			Duration: 20 * time.Second, ClockRate: clockRate, Batch: 16, MaxSSRCsPerPort: 64})
 		if err == nil {
 			return rc, base
 		}
@@ -50,7 +51,7 @@ func genCfg(t *testing.T, args ...string) genConfig {
 }
 
 // runGenRecv runs a generator against rc and returns both results.
-func runGenRecv(t *testing.T, cfg genConfig, rc *receiver) (genResult, recvReport) {
+func runGenRecv(t *testing.T, cfg genConfig, rc *analyze.Receiver) (genResult, analyze.Report) {
 	t.Helper()
 	g, err := newGenerator(cfg)
 	if err != nil {
@@ -58,8 +59,8 @@ func runGenRecv(t *testing.T, cfg genConfig, rc *receiver) (genResult, recvRepor
 	}
 	defer g.close()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan recvReport)
-	go func() { done <- rc.run(ctx) }()
+	done := make(chan analyze.Report)
+	go func() { done <- rc.Run(ctx) }()
 	res := g.run(context.Background())
 	time.Sleep(100 * time.Millisecond)
 	cancel()
@@ -399,7 +400,7 @@ func TestGenBidir(t *testing.T) {
 			defer gb.close()
 			type out struct {
 				res genResult
-				rep *recvReport
+				rep *analyze.Report
 			}
 			ca, cb := make(chan out), make(chan out)
 			go func() { r, p := runGen(context.Background(), ga, nil); ca <- out{r, p} }()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/analyze"
 	"math"
 	"net/netip"
 	"os"
@@ -25,17 +26,17 @@ import (
 // in the callee on ports 40000+2i. During the run, during (if set) is
 // called in its own goroutine after settle. It returns what the sender and
 // the receiver report.
-func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (genResult, recvReport) {
+func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (genResult, analyze.Report) {
 	t.Helper()
 	const port = 40000
 	eps := make([]netip.AddrPort, n)
 	for i := range eps {
 		eps[i] = netip.AddrPortFrom(l.CalleeAddr4, uint16(port+2*i))
 	}
-	var rc *receiver
+	var rc *analyze.Receiver
 	if err := l.Callee.Do(func() (err error) {
-		rc, err = newReceiverOn(recvConfig{addr: l.CalleeAddr4, portLo: port, portHi: port + 2*(n-1),
-			duration: dur + 20*time.Second, clockRate: 8000, batch: 8, maxSSRCsPerPort: 16, direction: "caller->callee"}, eps)
+		rc, err = analyze.NewOn(analyze.Config{Addr: l.CalleeAddr4, PortLo: port, PortHi: port + 2*(n-1),
+			Duration: dur + 20*time.Second, ClockRate: 8000, Batch: 8, MaxSSRCsPerPort: 16, Direction: "caller->callee"}, eps)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -48,8 +49,8 @@ func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []strin
 	}
 	defer g.close()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan recvReport)
-	go func() { done <- rc.run(ctx) }()
+	done := make(chan analyze.Report)
+	go func() { done <- rc.Run(ctx) }()
 	if during != nil {
 		go during()
 	}

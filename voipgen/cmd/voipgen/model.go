@@ -1,10 +1,11 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"math"
 	"net/netip"
@@ -139,7 +140,7 @@ type genConfig struct {
 	json       bool
 	progress   bool // live one-line progress on stderr
 	grace      time.Duration
-	emodel     emodelOpts
+	emodel     analyze.EmodelOpts
 }
 
 const sendUsage = `usage: voipgen send --dst ADDR[-ADDR]:PORT [flags]
@@ -203,7 +204,7 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	fs.IntVar(&cfg.rtPriority, "rt-priority", 0, "run sender threads SCHED_FIFO at this priority (1-99; root): pacing on a busy machine")
 	fs.BoolVar(&cfg.json, "json", false, "print machine-readable JSON")
 	fs.DurationVar(&cfg.grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
-	fs.Float64Var(&cfg.emodel.delayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
+	fs.Float64Var(&cfg.emodel.DelayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"math"
 	"net/netip"
@@ -76,15 +77,15 @@ func parsePacebench(args []string, out io.Writer) (pacebenchConfig, error) {
 
 // pacebenchRow is one sender at one number of calls.
 type pacebenchRow struct {
-	Sender    string       `json:"sender"`
-	Calls     int          `json:"calls"`
-	Streams   int          `json:"streams_received"`
-	Packets   uint64       `json:"packets"`
-	Lost      int64        `json:"lost"`
-	MaxGapMs  distribution `json:"max_gap_ms"`
-	JitterMs  distribution `json:"jitter_ms"`
-	LateP99us float64      `json:"sender_late_p99_us,omitempty"`
-	Note      string       `json:"note,omitempty"`
+	Sender    string               `json:"sender"`
+	Calls     int                  `json:"calls"`
+	Streams   int                  `json:"streams_received"`
+	Packets   uint64               `json:"packets"`
+	Lost      int64                `json:"lost"`
+	MaxGapMs  analyze.Distribution `json:"max_gap_ms"`
+	JitterMs  analyze.Distribution `json:"jitter_ms"`
+	LateP99us float64              `json:"sender_late_p99_us,omitempty"`
+	Note      string               `json:"note,omitempty"`
 }
 
 func runPacebench(ctx context.Context, args []string, out io.Writer) error {
@@ -163,17 +164,17 @@ func pacebench(ctx context.Context, cfg pacebenchConfig, progress io.Writer) ([]
 }
 
 // pacebenchRecv opens a receiver in the callee on eps.
-func pacebenchRecv(l *lab.Lab, eps []netip.AddrPort, maxSSRCs int) (*receiver, error) {
-	var rc *receiver
+func pacebenchRecv(l *lab.Lab, eps []netip.AddrPort, maxSSRCs int) (*analyze.Receiver, error) {
+	var rc *analyze.Receiver
 	err := l.Callee.Do(func() (err error) {
-		rc, err = newReceiverOn(recvConfig{addr: l.CalleeAddr4, portLo: int(eps[0].Port()), portHi: int(eps[len(eps)-1].Port()),
-			duration: time.Hour, clockRate: 8000, batch: 16, maxSSRCsPerPort: maxSSRCs}, eps)
+		rc, err = analyze.NewOn(analyze.Config{Addr: l.CalleeAddr4, PortLo: int(eps[0].Port()), PortHi: int(eps[len(eps)-1].Port()),
+			Duration: time.Hour, ClockRate: 8000, Batch: 16, MaxSSRCsPerPort: maxSSRCs}, eps)
 		return err
 	})
 	return rc, err
 }
 
-func rowOf(sender string, n int, rep recvReport) pacebenchRow {
+func rowOf(sender string, n int, rep analyze.Report) pacebenchRow {
 	t := rep.Totals
 	return pacebenchRow{Sender: sender, Calls: n, Streams: t.Streams, Packets: t.Packets, Lost: t.Lost,
 		MaxGapMs: t.MaxGapDist, JitterMs: t.JitterDist}
@@ -195,13 +196,13 @@ func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration,
 	}
 	var g *generator
 	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
-		rc.close()
+		rc.Close()
 		return pacebenchRow{}, err
 	}
 	defer g.close()
 	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan recvReport)
-	go func() { done <- rc.run(rctx) }()
+	done := make(chan analyze.Report)
+	go func() { done <- rc.Run(rctx) }()
 	res := g.run(ctx)
 	time.Sleep(300 * time.Millisecond)
 	cancel()
@@ -216,9 +217,9 @@ func pacebenchSIPp(ctx context.Context, l *lab.Lab, dir string, n int, cfg paceb
 		return pacebenchRow{}, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan recvReport)
-	go func() { done <- rc.run(rctx) }()
-	stopRecv := func() recvReport { cancel(); return <-done }
+	done := make(chan analyze.Report)
+	go func() { done <- rc.Run(rctx) }()
+	stopRecv := func() analyze.Report { cancel(); return <-done }
 	limit := time.Duration(float64(n)/cfg.rate*float64(time.Second)) + cfg.duration + 60*time.Second
 	sctx, scancel := context.WithTimeout(ctx, limit)
 	defer scancel()

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"net/netip"
 	"strconv"
 	"strings"

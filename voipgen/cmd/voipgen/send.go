@@ -1,13 +1,13 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"

@@ -7,10 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/relayd/relayd/voipgen/analyze"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,51 +27,36 @@ func isTerminal(fd int) bool {
 
 // bidirReceiver returns a receiver over the generator's per-stream sockets
 // (RTP and RTCP), for --bidir.
-func (g *generator) bidirReceiver() *receiver {
-	rc := &receiver{cfg: recvConfig{
-		addr: g.cfg.src.lo, duration: g.cfg.duration + g.cfg.grace + 10*time.Second,
-		clockRate: g.cfg.codec.ClockRate, batch: 8, maxSSRCsPerPort: 64,
-	}}
-	add := func(c *net.UDPConn) {
-		port := c.LocalAddr().(*net.UDPAddr).Port
-		pr, ts := newPortReader(c, port, rc.cfg.batch, 1500, &rc.last)
-		pr.local = c.LocalAddr().(*net.UDPAddr).AddrPort()
-		rc.cfg.timestampsKernel = rc.cfg.timestampsKernel || ts
-		rc.readers = append(rc.readers, pr)
-	}
+func (g *generator) bidirReceiver() *analyze.Receiver {
 	if len(g.conns) == 0 {
 		return nil
 	}
-	for _, c := range g.conns {
-		add(c)
+	cfg := analyze.Config{
+		Addr: g.cfg.src.lo, Duration: g.cfg.duration + g.cfg.grace + 10*time.Second,
+		ClockRate: g.cfg.codec.ClockRate, Batch: 8, MaxSSRCsPerPort: 64, Emodel: g.cfg.emodel,
 	}
-	for _, c := range g.rtcpCon {
-		add(c)
-	}
-	rc.cfg.portLo, rc.cfg.portHi = rc.readers[0].port, rc.readers[len(rc.readers)-1].port
-	return rc
+	return analyze.NewOnConns(cfg, append(slices.Clone(g.conns), g.rtcpCon...))
 }
 
 // sendReport is voipgen send's JSON output.
 type sendReport struct {
-	Config map[string]any `json:"config"`
-	Load   genLoad        `json:"load"`
-	Result genResult      `json:"result"`
-	Recv   *recvReport    `json:"recv,omitempty"`
+	Config map[string]any  `json:"config"`
+	Load   genLoad         `json:"load"`
+	Result genResult       `json:"result"`
+	Recv   *analyze.Report `json:"recv,omitempty"`
 }
 
 // runGen runs the generator and, with --bidir, the analysis of what the
 // peer sends back, until the duration passed or ctx is done.
-func runGen(ctx context.Context, g *generator, progress io.Writer) (genResult, *recvReport) {
-	var rc *receiver
-	var rep recvReport
+func runGen(ctx context.Context, g *generator, progress io.Writer) (genResult, *analyze.Report) {
+	var rc *analyze.Receiver
+	var rep analyze.Report
 	var wg sync.WaitGroup
 	rctx, stopRecv := context.WithCancel(context.Background())
 	defer stopRecv()
 	if g.cfg.bidir {
 		rc = g.bidirReceiver()
-		rc.cfg.emodel = g.cfg.emodel
-		wg.Go(func() { rep = rc.run(rctx) })
+		wg.Go(func() { rep = rc.Run(rctx) })
 	}
 	pctx, stopProgress := context.WithCancel(ctx)
 	if progress != nil {
@@ -92,7 +79,7 @@ func runGen(ctx context.Context, g *generator, progress io.Writer) (genResult, *
 }
 
 // showProgress rewrites one line on w every 250 ms until ctx is done.
-func (g *generator) showProgress(ctx context.Context, w io.Writer, rc *receiver) {
+func (g *generator) showProgress(ctx context.Context, w io.Writer, rc *analyze.Receiver) {
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
 	start := time.Now()
@@ -109,7 +96,7 @@ func (g *generator) showProgress(ctx context.Context, w io.Writer, rc *receiver)
 			last, lastT = n, now
 			line := fmt.Sprintf("\r\033[K%5.1fs/%v sent %d packets, %.0f pps", now.Sub(start).Seconds(), g.cfg.duration, n, pps)
 			if rc != nil {
-				line += fmt.Sprintf(", received %d", rc.received.Load())
+				line += fmt.Sprintf(", received %d", rc.Received())
 			}
 			fmt.Fprint(w, line)
 		}
@@ -147,7 +134,7 @@ func runSend(ctx context.Context, args []string, out io.Writer) error {
 	res.writeText(out)
 	if rep != nil {
 		fmt.Fprintln(out, "received from the peer:")
-		rep.writeText(out)
+		rep.WriteText(out)
 	}
 	return nil
 }

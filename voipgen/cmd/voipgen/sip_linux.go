@@ -1,13 +1,14 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -33,7 +34,7 @@ type sipEndpoint struct {
 	rtpPort  int            // first RTP port; call i uses rtpPort+2i
 	codec    payload.Codec
 	ptime    time.Duration
-	emodel   emodelOpts
+	emodel   analyze.EmodelOpts
 	json     bool
 	debug    bool
 	duration time.Duration // call: call duration (mean with exp); answer: how long to run
@@ -81,7 +82,7 @@ func (e *sipEndpoint) flags(fs *flag.FlagSet) (listen, media, codecName *string)
 	fs.DurationVar(&e.ptime, "ptime", 20*time.Millisecond, "packetization time")
 	fs.BoolVar(&e.json, "json", false, "print machine-readable JSON")
 	fs.BoolVar(&e.debug, "debug", false, "log SIP to stderr")
-	fs.Float64Var(&e.emodel.delayMs, "emodel-delay", 0, "one-way delay Ta in ms for the E-model (0: G.107 default)")
+	fs.Float64Var(&e.emodel.DelayMs, "emodel-delay", 0, "one-way delay Ta in ms for the E-model (0: G.107 default)")
 	return
 }
 
@@ -167,7 +168,7 @@ type callMedia struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	res    genResult
-	rep    *recvReport
+	rep    *analyze.Report
 }
 
 // openMedia binds the RTP socket of a call at local (before the SDP that
@@ -231,26 +232,26 @@ type callReport struct {
 	Duration float64 `json:"duration_s"`
 	ByeFrom  string  `json:"bye_from,omitempty"` // "local" or "remote"
 	// Media: sent by this side, and received from the peer.
-	SentPackets uint64        `json:"sent_packets"`
-	Received    *streamReport `json:"received,omitempty"`
+	SentPackets uint64                `json:"sent_packets"`
+	Received    *analyze.StreamReport `json:"received,omitempty"`
 }
 
 // callSummary aggregates calls.
 type callSummary struct {
-	Calls     int          `json:"calls"`
-	Succeeded int          `json:"succeeded"`
-	Failed    int          `json:"failed"`
-	Statuses  map[int]int  `json:"statuses"`
-	T180Ms    distribution `json:"t180_ms"`
-	T200Ms    distribution `json:"t200_ms"`
+	Calls     int                  `json:"calls"`
+	Succeeded int                  `json:"succeeded"`
+	Failed    int                  `json:"failed"`
+	Statuses  map[int]int          `json:"statuses"`
+	T180Ms    analyze.Distribution `json:"t180_ms"`
+	T200Ms    analyze.Distribution `json:"t200_ms"`
 	// Media over the calls that carried any.
-	WithMedia   int          `json:"calls_with_media_both_ways"`
-	SentPackets uint64       `json:"sent_packets"`
-	RecvPackets uint64       `json:"received_packets"`
-	Lost        int64        `json:"lost"`
-	JitterMs    distribution `json:"jitter_ms"`
-	MaxGapMs    distribution `json:"max_gap_ms"`
-	MOS         distribution `json:"mos"`
+	WithMedia   int                  `json:"calls_with_media_both_ways"`
+	SentPackets uint64               `json:"sent_packets"`
+	RecvPackets uint64               `json:"received_packets"`
+	Lost        int64                `json:"lost"`
+	JitterMs    analyze.Distribution `json:"jitter_ms"`
+	MaxGapMs    analyze.Distribution `json:"max_gap_ms"`
+	MOS         analyze.Distribution `json:"mos"`
 }
 
 func summarizeCalls(calls []callReport) callSummary {
@@ -282,7 +283,7 @@ func summarizeCalls(calls []callReport) callSummary {
 			}
 		}
 	}
-	s.T180Ms, s.T200Ms, s.JitterMs, s.MaxGapMs, s.MOS = distOf(t180), distOf(t200), distOf(jit), distOf(gap), distOf(mos)
+	s.T180Ms, s.T200Ms, s.JitterMs, s.MaxGapMs, s.MOS = analyze.DistOf(t180), analyze.DistOf(t200), analyze.DistOf(jit), analyze.DistOf(gap), analyze.DistOf(mos)
 	return s
 }
 

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"bytes"
 	"context"
 	"encoding/csv"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"

@@ -1,8 +1,10 @@
 package main
 
 import (
-	"github.com/relayd/relayd/voipgen/payload"
 	"context"
+	"github.com/relayd/relayd/internal/pktio"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net/netip"
 	"testing"
@@ -122,25 +124,25 @@ func TestParseErrors(t *testing.T) {
 		}
 	}
 	for _, l := range []string{"127.0.0.1", "127.0.0.1:5-4", "x:1-2", "127.0.0.1:0-10"} {
-		if _, err := parseRecv([]string{"--listen", l}, io.Discard); err == nil {
+		if _, err := analyze.Parse([]string{"--listen", l}, io.Discard); err == nil {
 			t.Errorf("parseRecv(%q) succeeded", l)
 		}
 	}
-	cfg, err := parseRecv([]string{"--listen", "[::1]:4000-4010"}, io.Discard)
-	if err != nil || cfg.portLo != 4000 || cfg.portHi != 4010 || !cfg.addr.Is6() {
+	cfg, err := analyze.Parse([]string{"--listen", "[::1]:4000-4010"}, io.Discard)
+	if err != nil || cfg.PortLo != 4000 || cfg.PortHi != 4010 || !cfg.Addr.Is6() {
 		t.Fatalf("parseRecv: %+v %v", cfg, err)
 	}
 }
 
 // loopback sends streams for 1 s on loopback and returns the receiver's report.
-func loopback(t *testing.T, addr string, streams int, shared bool) (recvReport, sendResult) {
+func loopback(t *testing.T, addr string, streams int, shared bool) (analyze.Report, sendResult) {
 	t.Helper()
-	var rc *receiver
+	var rc *analyze.Receiver
 	var base int
 	var err error
 	for base = 42000; base < 60000; base += 1000 { // find a free range
-		rc, err = newReceiver(recvConfig{addr: netip.MustParseAddr(addr), portLo: base, portHi: base + 2*streams - 1,
-			duration: 10 * time.Second, idle: 300 * time.Millisecond, clockRate: 8000, batch: 64, maxSSRCsPerPort: 4})
+		rc, err = analyze.New(analyze.Config{Addr: netip.MustParseAddr(addr), PortLo: base, PortHi: base + 2*streams - 1,
+			Duration: 10 * time.Second, Idle: 300 * time.Millisecond, ClockRate: 8000, Batch: 64, MaxSSRCsPerPort: 4})
 		if err == nil {
 			break
 		}
@@ -148,8 +150,8 @@ func loopback(t *testing.T, addr string, streams int, shared bool) (recvReport, 
 	if err != nil {
 		t.Skipf("no free port range on %s: %v", addr, err)
 	}
-	done := make(chan recvReport)
-	go func() { done <- rc.run(context.Background()) }()
+	done := make(chan analyze.Report)
+	go func() { done <- rc.Run(context.Background()) }()
 
 	c, _ := payload.Lookup("pcma", 20*time.Millisecond)
 	s, err := newSender(sendConfig{dst: netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(base)), streams: streams,
@@ -206,7 +208,7 @@ func TestLoopback(t *testing.T) {
 }
 
 func TestRxTimestamp(t *testing.T) {
-	if oobSize == 0 {
+	if pktio.TimestampOOBSize == 0 {
 		t.Skip("no kernel timestamps on this system")
 	}
 	rep, res := loopback(t, "127.0.0.1", 1, false)

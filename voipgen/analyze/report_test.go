@@ -1,4 +1,4 @@
-package main
+package analyze
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestReportFailover(t *testing.T) {
 	start := time.Unix(1_800_000_000, 0)
 	t0 := start.UnixNano()
 	down, up := t0+1000*ms+7*ms/10, t0+1300*ms+7*ms/10 // outage 1000.7 .. 1300.7 ms
-	rc := &receiver{cfg: recvConfig{addr: netip.MustParseAddr("198.18.2.2"), portLo: 40000, portHi: 40000 + 2*streams, clockRate: 8000}, start: start}
+	rc := &Receiver{cfg: Config{Addr: netip.MustParseAddr("198.18.2.2"), PortLo: 40000, PortHi: 40000 + 2*streams, ClockRate: 8000}, start: start}
 	for i := range streams {
 		pr := &portReader{port: 40000 + 2*i}
 		a := &rtp.StreamAnalyzer{ClockRate: 8000}
@@ -39,7 +39,7 @@ func TestReportFailover(t *testing.T) {
 		pr.streams = append(pr.streams, a)
 		rc.readers = append(rc.readers, pr)
 	}
-	rep := rc.report(2 * time.Second)
+	rep := rc.Report(2 * time.Second)
 	f := rep.Failover
 	if f == nil || f.Streams != streams || f.StreamsClean != 0 {
 		t.Fatalf("failover %+v", f)
@@ -70,7 +70,7 @@ func TestReportFailover(t *testing.T) {
 		}
 	}
 	b.Reset()
-	rep.writeText(&b)
+	rep.WriteText(&b)
 	for _, s := range []string{"the 10 worst of 100 streams", "100 of 100 streams lost packets", "outage seen by all of them together: 300."} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, b.String())
@@ -79,32 +79,14 @@ func TestReportFailover(t *testing.T) {
 }
 
 func TestDistribution(t *testing.T) {
-	d := distOf([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	d := DistOf([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
 	if d.N != 10 || d.Min != 1 || d.Max != 10 || d.P50 != 5 || d.P90 != 9 || d.P99 != 10 || d.Mean != 5.5 {
 		t.Fatalf("%+v", d)
 	}
-	if d := distOf([]float64{42}); d.P50 != 42 || d.P99 != 42 || d.Min != 42 {
+	if d := DistOf([]float64{42}); d.P50 != 42 || d.P99 != 42 || d.Min != 42 {
 		t.Fatalf("%+v", d)
 	}
-	if d := distOf(nil); d.N != 0 || d.String() != "-" {
+	if d := DistOf(nil); d.N != 0 || d.String() != "-" {
 		t.Fatalf("%+v", d)
 	}
-}
-
-func FuzzParseEndpoints(f *testing.F) {
-	for _, s := range []string{"198.18.0.2:4000", "198.18.0.2-198.18.0.9:4000", "[2001:2::1-2001:2::3]:5000", "[::1]", "1.2.3.4"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		e, err := parseEndpoints(s, false)
-		if err != nil {
-			return
-		}
-		if e.n < 1 || e.n > 1<<16 || !e.lo.IsValid() || e.port < 0 || e.port > 65535 {
-			t.Fatalf("%q: %+v", s, e)
-		}
-		if a := e.at(e.n - 1).Addr(); a.Less(e.lo) || a.Is4() != e.lo.Is4() {
-			t.Fatalf("%q: last address %v", s, a)
-		}
-	})
 }
