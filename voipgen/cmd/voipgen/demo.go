@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/gen"
 	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"os"
@@ -207,11 +208,11 @@ type demoConfigReport struct {
 // demoLoad is the offered load: PerDirection for the streams of one
 // direction (voipgen send's figures), the totals for both.
 type demoLoad struct {
-	PerDirection load    `json:"per_direction"`
-	Flows        int     `json:"flows"`
-	PPS          float64 `json:"pps"` // into the relay, both directions; as many leave it
-	WireBitsPS   float64 `json:"wire_bits_per_s"`
-	IPBitsPS     float64 `json:"ip_bits_per_s"`
+	PerDirection gen.SenderLoad `json:"per_direction"`
+	Flows        int            `json:"flows"`
+	PPS          float64        `json:"pps"` // into the relay, both directions; as many leave it
+	WireBitsPS   float64        `json:"wire_bits_per_s"`
+	IPBitsPS     float64        `json:"ip_bits_per_s"`
 }
 
 // demoFlow is a flow as the relay reports it, with the stream and

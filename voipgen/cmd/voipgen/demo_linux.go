@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/analyze"
-	"net"
 	"net/netip"
 	"os"
 	"sort"
@@ -13,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/gen"
 
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/lab"
@@ -31,10 +29,10 @@ type demoSide struct {
 	name string // direction of the packets it receives
 	port int    // of stream 0
 	rc   *analyze.Receiver
-	snd  *sender
+	snd  *gen.Sender
 
 	rep analyze.Report
-	res sendResult
+	res gen.SenderResult
 }
 
 // openDemoSide opens the sockets of one side in ns: stream i on
@@ -60,31 +58,14 @@ func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, por
 		}
 	}()
 
-	// voipgen's sender builds the streams and their messages; it opens one
-	// throwaway socket (shared mode), replaced by the receivers' sockets so
-	// that stream i leaves from port+2i.
-	scfg := sendConfig{
-		dst: netip.AddrPortFrom(relay, uint16(relayPort)), src: local,
-		streams: cfg.streams, codec: cfg.codec, ptime: cfg.ptime, duration: cfg.duration, sharedSocket: true,
-	}
-	var s *sender
-	if err := ns.Do(func() (err error) { s, err = newSender(scfg); return err }); err != nil {
+	// Stream i sends from the receiver's socket port+2i, so the relay's
+	// flow towards this side sees the source it expects.
+	scfg := gen.SenderConfig{Streams: cfg.streams, Codec: cfg.codec, Ptime: cfg.ptime, Duration: cfg.duration}
+	s, err := gen.NewSenderOn(scfg, rc.Conns(), func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(relay, uint16(relayPort+4*i))
+	})
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ns, err)
-	}
-	if err := s.close(); err != nil {
-		return nil, fmt.Errorf("%s: close sender socket: %w", ns, err)
-	}
-	s.cfg.sharedSocket = false
-	s.conns = nil // owned and closed by the receiver
-	s.writers = make([]batchWriter, cfg.streams)
-	for i, c := range rc.Conns() {
-		if local.Is4() {
-			s.writers[i] = ipv4.NewPacketConn(c)
-		} else {
-			s.writers[i] = v6writer{ipv6.NewPacketConn(c)}
-		}
-		s.msgs[i].Addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(relay, uint16(relayPort+4*i)))
-		_ = c.SetWriteBuffer(256 << 10)
 	}
 	return &demoSide{name: name, port: port, rc: rc, snd: s}, nil
 }
@@ -161,7 +142,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 		DurationS: cfg.duration.Seconds(), PacketsPerStream: cfg.packetsPerStream(), IPv6: cfg.ipv6,
 		XDPMode: cfg.xdpMode, Lab: l.Prefix(), RelayMedia: media.String(), Caller: callerA.String(), Callee: calleeA.String(),
 	}}
-	perDir := (&sendConfig{dst: netip.AddrPortFrom(media, demoRelayPort), streams: cfg.streams, codec: cfg.codec, ptime: cfg.ptime}).load()
+	perDir := (&gen.SenderConfig{Dst: netip.AddrPortFrom(media, demoRelayPort), Streams: cfg.streams, Codec: cfg.codec, Ptime: cfg.ptime}).Load()
 	rep.Load = demoLoad{PerDirection: perDir, Flows: 2 * cfg.streams, PPS: 2 * perDir.PPS,
 		WireBitsPS: 2 * perDir.WireBitsPS, IPBitsPS: 2 * perDir.IPBitsPS}
 
@@ -209,7 +190,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	var recvWG, sendWG sync.WaitGroup
 	for _, s := range sides {
 		recvWG.Go(func() { s.rep = s.rc.Run(recvCtx) })
-		sendWG.Go(func() { s.res = s.snd.run(ctx) })
+		sendWG.Go(func() { s.res = s.snd.Run(ctx) })
 	}
 	sendWG.Wait()
 	// Let the last packets cross the relay, then stop the receivers; they
@@ -277,7 +258,7 @@ func demoDirectionReport(from, to *demoSide, cfg demoConfig) demoDirection {
 	}
 	for i, n := range got {
 		d.Received += n
-		if n != from.snd.streams[i].Sent {
+		if n != from.snd.Streams()[i].Sent {
 			d.StreamsShort++
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/relayd/relayd/voipgen/gen"
 	"io"
 	"net/netip"
 	"os"
@@ -1007,11 +1008,11 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	ssrcHigh := uint32(j.tag) << 16
 	slots := max(1, min(n, int(j.period/fwdSlot)))
 	cycles := max(1, int(j.dur/j.period))
-	start := monoNow() + int64(time.Millisecond)
+	start := gen.MonoNow() + int64(time.Millisecond)
 	for cycle := 0; cycle < cycles && j.ctx.Err() == nil; cycle++ {
 		base := time.Duration(cycle) * j.period
 		for k := range slots {
-			sleepUntil(start + int64(base+time.Duration(k)*j.period/time.Duration(slots)))
+			gen.SleepUntil(start + int64(base+time.Duration(k)*j.period/time.Duration(slots)))
 			lo, hi := k*n/slots, (k+1)*n/slots
 			for i := lo; i < hi; i++ {
 				st := &s.streams[i]
@@ -1035,7 +1036,7 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 		}
 		res.cycles++
 	}
-	res.elapsed = time.Duration(monoNow() - start)
+	res.elapsed = time.Duration(gen.MonoNow() - start)
 	return res
 }
 
@@ -1139,13 +1140,13 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 		hdrs[i].hdr.Iov = &iovs[i]
 		hdrs[i].hdr.SetIovlen(1)
 	}
-	next := monoNow()
+	next := gen.MonoNow()
 	for !k.stop.Load() {
 		next += int64(fwdSinkTick)
-		if now := monoNow(); next < now {
+		if now := gen.MonoNow(); next < now {
 			next = now // fell behind (descheduled): no burst of catch-up ticks
 		}
-		sleepUntil(next)
+		gen.SleepUntil(next)
 		for {
 			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 				fwdSinkBatch, unix.MSG_DONTWAIT, 0, 0)

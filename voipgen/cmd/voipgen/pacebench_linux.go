@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/gen"
 	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"math"
@@ -189,21 +190,21 @@ func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration,
 	if err != nil {
 		return pacebenchRow{}, err
 	}
-	cfg := genConfig{
-		dst: endpoints{lo: l.CalleeAddr4, n: 1, port: 40000}, src: endpoints{lo: l.CallerAddr4, n: 1, port: 20000},
-		streams: n, codec: payload.Codecs["pcmu"], ptime: 20 * time.Millisecond, duration: dur, threads: 1, transport: "raw",
-		slot: time.Millisecond, dscp: 46, rtPriority: rt,
+	cfg := gen.Config{
+		Dst: gen.Endpoints{Lo: l.CalleeAddr4, N: 1, Port: 40000}, Src: gen.Endpoints{Lo: l.CallerAddr4, N: 1, Port: 20000},
+		Streams: n, Codec: payload.Codecs["pcmu"], Ptime: 20 * time.Millisecond, Duration: dur, Threads: 1, Transport: "raw",
+		Slot: time.Millisecond, DSCP: 46, RTPriority: rt,
 	}
-	var g *generator
-	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+	var g *gen.Generator
+	if err := l.Caller.Do(func() (err error) { g, err = gen.New(cfg); return err }); err != nil {
 		rc.Close()
 		return pacebenchRow{}, err
 	}
-	defer g.close()
+	defer g.Close()
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan analyze.Report)
 	go func() { done <- rc.Run(rctx) }()
-	res := g.run(ctx)
+	res := g.Run(ctx)
 	time.Sleep(300 * time.Millisecond)
 	cancel()
 	row := rowOf("voipgen", n, <-done)

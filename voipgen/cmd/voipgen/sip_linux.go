@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/gen"
 	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"log/slog"
@@ -163,27 +164,27 @@ func (e *sipEndpoint) close() {
 // callMedia is the RTP of one call: one bidirectional stream from
 // local to the peer's SDP address, analysed as it comes back.
 type callMedia struct {
-	g      *generator
+	g      *gen.Generator
 	local  netip.AddrPort
 	cancel context.CancelFunc
 	done   chan struct{}
-	res    genResult
+	res    gen.Result
 	rep    *analyze.Report
 }
 
 // openMedia binds the RTP socket of a call at local (before the SDP that
 // names it is sent).
 func (e *sipEndpoint) openMedia(local netip.AddrPort, maxDur time.Duration) (*callMedia, error) {
-	cfg := genConfig{
-		src: endpoints{lo: local.Addr(), n: 1, port: int(local.Port())}, dst: endpoints{lo: local.Addr(), n: 1, port: 9},
-		streams: 1, codec: e.codec, ptime: e.ptime, duration: maxDur, bidir: true, threads: 1, transport: "udp",
-		slot: time.Millisecond, dscp: 46, grace: 200 * time.Millisecond, emodel: e.emodel,
+	cfg := gen.Config{
+		Src: gen.Endpoints{Lo: local.Addr(), N: 1, Port: int(local.Port())}, Dst: gen.Endpoints{Lo: local.Addr(), N: 1, Port: 9},
+		Streams: 1, Codec: e.codec, Ptime: e.ptime, Duration: maxDur, Bidir: true, Threads: 1, Transport: "udp",
+		Slot: time.Millisecond, DSCP: 46, Grace: 200 * time.Millisecond, Emodel: e.emodel,
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var g *generator
-	if err := e.do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+	var g *gen.Generator
+	if err := e.do(func() (err error) { g, err = gen.New(cfg); return err }); err != nil {
 		return nil, err
 	}
 	return &callMedia{g: g, local: local, done: make(chan struct{})}, nil
@@ -195,13 +196,13 @@ func (m *callMedia) start(peer netip.AddrPort) {
 	if m == nil {
 		return
 	}
-	m.g.setDst(0, peer)
+	m.g.SetDst(0, peer)
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	go func() {
 		defer close(m.done)
-		m.res, m.rep = runGen(ctx, m.g, nil)
-		m.g.close()
+		m.res, m.rep = m.g.RunAndReceive(ctx, nil)
+		m.g.Close()
 	}()
 }
 
@@ -211,7 +212,7 @@ func (m *callMedia) stop() {
 		return
 	}
 	if m.cancel == nil {
-		m.g.close()
+		m.g.Close()
 		return
 	}
 	m.cancel()

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"context"
@@ -6,17 +6,20 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/payload"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/relayd/relayd/internal/pktio"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"golang.org/x/sys/unix"
 
@@ -24,7 +27,7 @@ import (
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
-// mmsghdr (struct mmsghdr) is declared in fwdbench_linux.go.
+// pktio.Mmsghdr (struct pktio.Mmsghdr) is declared in fwdbench_linux.go.
 
 // genStream is one channel of the model: the current call's RTP state and
 // its prebuilt packet. Only its thread touches it while sending.
@@ -35,7 +38,7 @@ type genStream struct {
 	frame  []byte          // raw: IP + UDP + RTP (+ SRTP tag); else RTP (+ tag)
 	rtpOff int
 	rtpLen int // RTP header + payload, before SRTP
-	msg    mmsghdr
+	msg    pktio.Mmsghdr
 	iov    unix.Iovec
 	sa4    unix.RawSockaddrInet4
 	sa6    unix.RawSockaddrInet6
@@ -45,7 +48,7 @@ type genStream struct {
 
 	// RTCP, when enabled.
 	rtcpFrame []byte
-	rtcpMsg   mmsghdr
+	rtcpMsg   pktio.Mmsghdr
 	rtcpIov   unix.Iovec
 	rsa4      unix.RawSockaddrInet4
 	rsa6      unix.RawSockaddrInet6
@@ -65,7 +68,7 @@ type genThread struct {
 	id      int
 	streams []*genStream
 	slots   []genSlot
-	batch   []mmsghdr
+	batch   []pktio.Mmsghdr
 	fds     []int  // per batch entry (udp transport)
 	isRTCP  []bool // per batch entry
 	fd      int    // raw or shared socket
@@ -74,7 +77,7 @@ type genThread struct {
 	rng     *rand.Rand
 
 	res  genThreadResult
-	late latencyHist
+	late LatencyHist
 }
 
 type genSlot struct {
@@ -88,9 +91,9 @@ type genThreadResult struct {
 	rtErr                                           error // --rt-priority refused
 }
 
-// generator sends the streams of a genConfig.
-type generator struct {
-	cfg     genConfig
+// Generator sends the streams of a genConfig.
+type Generator struct {
+	cfg     Config
 	raw     bool
 	shared  bool
 	hdrLen  int // IP + UDP header bytes in each raw frame
@@ -105,8 +108,8 @@ type generator struct {
 
 var errNoAddr = errors.New("no source address")
 
-// routeSource returns the source address the kernel would use towards dst.
-func routeSource(dst netip.Addr) (netip.Addr, error) {
+// RouteSource returns the source address the kernel would use towards dst.
+func RouteSource(dst netip.Addr) (netip.Addr, error) {
 	network := "udp4"
 	if !dst.Is4() {
 		network = "udp6"
@@ -127,34 +130,34 @@ func routeSource(dst netip.Addr) (netip.Addr, error) {
 // given: it binds no socket, so it needs no free port.
 const rawSourcePort = 16384
 
-// newGenerator opens the sockets and builds every stream's packet. With
+// New opens the sockets and builds every stream's packet. With
 // cfg.transport empty it picks raw as root, udp otherwise.
-func newGenerator(cfg genConfig) (_ *generator, err error) {
-	if cfg.transport == "" {
-		cfg.transport = "udp"
+func New(cfg Config) (_ *Generator, err error) {
+	if cfg.Transport == "" {
+		cfg.Transport = "udp"
 		if os.Geteuid() == 0 {
-			cfg.transport = "raw"
+			cfg.Transport = "raw"
 		}
 	}
-	g := &generator{cfg: cfg, raw: cfg.transport == "raw" || cfg.transport == "xdp", shared: cfg.transport == "shared"}
+	g := &Generator{cfg: cfg, raw: cfg.Transport == "raw" || cfg.Transport == "xdp", shared: cfg.Transport == "shared"}
 	defer func() {
 		if err != nil {
-			g.close()
+			g.Close()
 		}
 	}()
-	fam4 := cfg.dst.lo.Is4()
+	fam4 := cfg.Dst.Lo.Is4()
 	if g.raw {
-		if !g.cfg.src.lo.IsValid() {
-			a, err := routeSource(cfg.dst.lo)
+		if !g.cfg.Src.Lo.IsValid() {
+			a, err := RouteSource(cfg.Dst.Lo)
 			if err != nil {
 				return nil, err
 			}
-			g.cfg.src.lo, g.cfg.src.n = a, 1
+			g.cfg.Src.Lo, g.cfg.Src.N = a, 1
 		}
-		if g.cfg.src.port == 0 {
-			g.cfg.src.port = rawSourcePort
+		if g.cfg.Src.Port == 0 {
+			g.cfg.Src.Port = rawSourcePort
 		}
-		if err := g.cfg.validate(); err != nil {
+		if err := g.cfg.Validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -162,13 +165,13 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 
 	var enc *srtpflow.Encrypter
 	tag := 0
-	if cfg.srtp != nil {
-		if enc, err = srtpflow.NewEncrypter(*cfg.srtp); err != nil {
+	if cfg.SRTP != nil {
+		if enc, err = srtpflow.NewEncrypter(*cfg.SRTP); err != nil {
 			return nil, err
 		}
 		tag = enc.RTPOverhead()
 	}
-	plen := cfg.codec.PayloadSize(cfg.ptime)
+	plen := cfg.Codec.PayloadSize(cfg.Ptime)
 	rtpLen := rtp.HeaderSize + plen
 	ipHdr := 0
 	if g.raw {
@@ -184,24 +187,24 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 	}
 	rng := rand.New(rand.NewPCG(binary.LittleEndian.Uint64(seed[:]), binary.LittleEndian.Uint64(seed[8:])))
 
-	for i := range cfg.streams {
+	for i := range cfg.Streams {
 		gs := &genStream{idx: i, fd: -1, rfd: -1}
-		gs.offset = time.Duration(int64(i) * int64(cfg.ptime) / int64(cfg.streams))
+		gs.offset = time.Duration(int64(i) * int64(cfg.Ptime) / int64(cfg.Streams))
 		gs.frame = make([]byte, ipHdr+rtpLen+tag)
 		gs.rtpOff, gs.rtpLen = ipHdr, rtpLen
-		gs.st = payload.NewStream(cfg.codec, cfg.ptime, i, rng.Uint32(), uint16(rng.Uint32()), rng.Uint32())
+		gs.st = payload.NewStream(cfg.Codec, cfg.Ptime, i, rng.Uint32(), uint16(rng.Uint32()), rng.Uint32())
 		gs.st.Buf = gs.frame[ipHdr : ipHdr+rtpLen : ipHdr+rtpLen+tag]
-		src, dst := cfg.src.at(i), cfg.dst.at(i)
+		src, dst := cfg.Src.At(i), cfg.Dst.At(i)
 		gs.cname = fmt.Sprintf("voipgen-%d@%s", i, src.Addr())
 		if g.raw {
-			gs.sum0 = buildHeaders(gs.frame[:ipHdr], src, dst, len(gs.frame)-ipHdr, cfg.dscp)
+			gs.sum0 = BuildHeaders(gs.frame[:ipHdr], src, dst, len(gs.frame)-ipHdr, cfg.DSCP)
 		}
 		setSockaddr(&gs.msg, &gs.sa4, &gs.sa6, dst, g.raw)
 		gs.iov.Base = &gs.frame[0]
 		gs.iov.SetLen(len(gs.frame))
-		gs.msg.hdr.Iov = &gs.iov
-		gs.msg.hdr.Iovlen = 1
-		if cfg.rtcp {
+		gs.msg.Hdr.Iov = &gs.iov
+		gs.msg.Hdr.Iovlen = 1
+		if cfg.RTCP {
 			rsrc, rdst := netip.AddrPortFrom(src.Addr(), src.Port()+1), netip.AddrPortFrom(dst.Addr(), dst.Port()+1)
 			if src.Port() == 0 {
 				rsrc = src
@@ -212,34 +215,34 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 			}
 			gs.rtcpFrame = make([]byte, n)
 			if g.raw {
-				gs.rsum0 = buildHeaders(gs.rtcpFrame[:ipHdr], rsrc, rdst, n-ipHdr, cfg.dscp)
+				gs.rsum0 = BuildHeaders(gs.rtcpFrame[:ipHdr], rsrc, rdst, n-ipHdr, cfg.DSCP)
 			}
 			setSockaddr(&gs.rtcpMsg, &gs.rsa4, &gs.rsa6, rdst, g.raw)
 			gs.rtcpIov.Base = &gs.rtcpFrame[0]
 			gs.rtcpIov.SetLen(n)
-			gs.rtcpMsg.hdr.Iov = &gs.rtcpIov
-			gs.rtcpMsg.hdr.Iovlen = 1
+			gs.rtcpMsg.Hdr.Iov = &gs.rtcpIov
+			gs.rtcpMsg.Hdr.Iovlen = 1
 		}
 		g.streams = append(g.streams, gs)
 	}
 
 	// Threads: stream i belongs to thread i mod T.
-	for t := range min(cfg.threads, cfg.streams) {
+	for t := range min(cfg.Threads, cfg.Streams) {
 		th := &genThread{id: t, fd: -1, rng: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}
 		if t == 0 {
 			th.enc = enc
-		} else if cfg.srtp != nil {
-			if th.enc, err = srtpflow.NewEncrypter(*cfg.srtp); err != nil {
+		} else if cfg.SRTP != nil {
+			if th.enc, err = srtpflow.NewEncrypter(*cfg.SRTP); err != nil {
 				return nil, err
 			}
 		}
-		for i := t; i < cfg.streams; i += cfg.threads {
+		for i := t; i < cfg.Streams; i += cfg.Threads {
 			th.streams = append(th.streams, g.streams[i])
 		}
 		maxSlot := 0
 		for lo := 0; lo < len(th.streams); {
 			hi := lo + 1
-			for hi < len(th.streams) && th.streams[hi].offset < th.streams[lo].offset+cfg.slot {
+			for hi < len(th.streams) && th.streams[hi].offset < th.streams[lo].offset+cfg.Slot {
 				hi++
 			}
 			th.slots = append(th.slots, genSlot{lo: lo, hi: hi, off: th.streams[lo].offset})
@@ -247,10 +250,10 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 			lo = hi
 		}
 		n := maxSlot
-		if cfg.rtcp {
+		if cfg.RTCP {
 			n *= 2
 		}
-		th.batch = make([]mmsghdr, n)
+		th.batch = make([]pktio.Mmsghdr, n)
 		th.fds = make([]int, n)
 		th.isRTCP = make([]bool, n)
 		g.threads = append(g.threads, th)
@@ -264,7 +267,7 @@ func newGenerator(cfg genConfig) (_ *generator, err error) {
 
 // setSockaddr points m at the destination dst. A raw socket takes the
 // address with port 0.
-func setSockaddr(m *mmsghdr, sa4 *unix.RawSockaddrInet4, sa6 *unix.RawSockaddrInet6, dst netip.AddrPort, raw bool) {
+func setSockaddr(m *pktio.Mmsghdr, sa4 *unix.RawSockaddrInet4, sa6 *unix.RawSockaddrInet6, dst netip.AddrPort, raw bool) {
 	port := dst.Port()
 	if raw {
 		port = 0
@@ -273,22 +276,22 @@ func setSockaddr(m *mmsghdr, sa4 *unix.RawSockaddrInet4, sa6 *unix.RawSockaddrIn
 		sa4.Family = unix.AF_INET
 		sa4.Addr = dst.Addr().As4()
 		binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa4.Port))[:], port)
-		m.hdr.Name = (*byte)(unsafe.Pointer(sa4))
-		m.hdr.Namelen = unix.SizeofSockaddrInet4
+		m.Hdr.Name = (*byte)(unsafe.Pointer(sa4))
+		m.Hdr.Namelen = unix.SizeofSockaddrInet4
 		return
 	}
 	sa6.Family = unix.AF_INET6
 	sa6.Addr = dst.Addr().As16()
 	binary.BigEndian.PutUint16((*[2]byte)(unsafe.Pointer(&sa6.Port))[:], port)
-	m.hdr.Name = (*byte)(unsafe.Pointer(sa6))
-	m.hdr.Namelen = unix.SizeofSockaddrInet6
+	m.Hdr.Name = (*byte)(unsafe.Pointer(sa6))
+	m.Hdr.Namelen = unix.SizeofSockaddrInet6
 }
 
-// buildHeaders writes the IPv4 or IPv6 header and the UDP header for a UDP
+// BuildHeaders writes the IPv4 or IPv6 header and the UDP header for a UDP
 // payload of n bytes into h and returns the one's complement sum of the
 // pseudo-header and UDP header (checksum field 0), to which the payload is
 // added per packet.
-func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
+func BuildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
 	udpLen := 8 + n
 	var sum uint64
 	var u []byte
@@ -305,8 +308,8 @@ func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
 		copy(h[16:], d[:])
 		// Raw sockets fill in the header checksum; AF_XDP frames need it.
 		binary.BigEndian.PutUint16(h[10:], 0)
-		binary.BigEndian.PutUint16(h[10:], fold(csum(0, h[:20])))
-		sum = csum(sum, h[12:20])
+		binary.BigEndian.PutUint16(h[10:], pktio.Checksum(pktio.Sum(0, h[:20])))
+		sum = pktio.Sum(sum, h[12:20])
 		u = h[20:28]
 	} else {
 		binary.BigEndian.PutUint32(h[0:], 6<<28|uint32(dscp)<<22)
@@ -316,7 +319,7 @@ func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
 		s, d := src.Addr().As16(), dst.Addr().As16()
 		copy(h[8:], s[:])
 		copy(h[24:], d[:])
-		sum = csum(sum, h[8:40])
+		sum = pktio.Sum(sum, h[8:40])
 		u = h[40:48]
 	}
 	sum += unix.IPPROTO_UDP + uint64(udpLen)
@@ -324,48 +327,18 @@ func buildHeaders(h []byte, src, dst netip.AddrPort, n, dscp int) uint64 {
 	binary.BigEndian.PutUint16(u[2:], dst.Port())
 	binary.BigEndian.PutUint16(u[4:], uint16(udpLen))
 	binary.BigEndian.PutUint16(u[6:], 0)
-	return csum(sum, u)
+	return pktio.Sum(sum, u)
 }
 
-// csum adds b to the one's complement sum (unfolded) and returns it.
-func csum(sum uint64, b []byte) uint64 {
-	for len(b) >= 8 {
-		v := binary.BigEndian.Uint64(b)
-		sum += v >> 32
-		sum += v & 0xffffffff
-		b = b[8:]
-	}
-	for len(b) >= 2 {
-		sum += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint64(b[0]) << 8
-	}
-	return sum
-}
-
-// fold finishes a checksum: 0 becomes 0xffff (RFC 768).
-func fold(sum uint64) uint16 {
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	c := ^uint16(sum)
-	if c == 0 {
-		c = 0xffff
-	}
-	return c
-}
-
-func (g *generator) openSockets() error {
+func (g *Generator) openSockets() error {
 	cfg := &g.cfg
-	fam4 := cfg.dst.lo.Is4()
+	fam4 := cfg.Dst.Lo.Is4()
 	network := "udp4"
 	if !fam4 {
 		network = "udp6"
 	}
-	if cfg.transport == "xdp" {
-		ifindex, eth, err := nextHop(cfg.dst.lo)
+	if cfg.Transport == "xdp" {
+		ifindex, eth, err := nextHop(cfg.Dst.Lo)
 		if err != nil {
 			return err
 		}
@@ -398,9 +371,9 @@ func (g *generator) openSockets() error {
 			rc.Control(func(f uintptr) {
 				fd = int(f)
 				if fam4 {
-					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, cfg.dscp<<2)
+					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, cfg.DSCP<<2)
 				} else {
-					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, cfg.dscp<<2)
+					_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, cfg.DSCP<<2)
 				}
 				_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20)
 			})
@@ -409,7 +382,7 @@ func (g *generator) openSockets() error {
 	}
 	if g.shared {
 		for _, th := range g.threads {
-			c, fd, err := listen(netip.AddrPortFrom(cfg.src.lo, 0))
+			c, fd, err := listen(netip.AddrPortFrom(cfg.Src.Lo, 0))
 			if err != nil {
 				return fmt.Errorf("open socket: %w", err)
 			}
@@ -418,13 +391,13 @@ func (g *generator) openSockets() error {
 		}
 		return nil
 	}
-	if g.raw && !cfg.bidir {
+	if g.raw && !cfg.Bidir {
 		return nil
 	}
 	// A socket per stream: udp transport sends through it; with --bidir it
 	// receives the peer's stream (and RTCP on port+1).
 	for _, gs := range g.streams {
-		src := cfg.src.at(gs.idx)
+		src := cfg.Src.At(gs.idx)
 		c, fd, err := listen(src)
 		if err != nil {
 			return fmt.Errorf("open socket for stream %d on %s: %w", gs.idx, src, err)
@@ -433,7 +406,7 @@ func (g *generator) openSockets() error {
 		if !g.raw {
 			gs.fd = fd
 		}
-		if cfg.rtcp && (src.Port() != 0 || !g.raw) {
+		if cfg.RTCP && (src.Port() != 0 || !g.raw) {
 			rsrc := src
 			if src.Port() != 0 {
 				rsrc = netip.AddrPortFrom(src.Addr(), src.Port()+1)
@@ -467,7 +440,7 @@ func openRaw(fam4 bool) (int, error) {
 	return fd, nil
 }
 
-func (g *generator) close() error {
+func (g *Generator) Close() error {
 	var errs []error
 	for _, c := range g.conns {
 		errs = append(errs, c.Close())
@@ -488,16 +461,16 @@ func (g *generator) close() error {
 	return errors.Join(errs...)
 }
 
-// monoNow returns CLOCK_MONOTONIC in nanoseconds.
-func monoNow() int64 {
+// MonoNow returns CLOCK_MONOTONIC in nanoseconds.
+func MonoNow() int64 {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return ts.Nano()
 }
 
-// sleepUntil sleeps until CLOCK_MONOTONIC reaches t (ns): an absolute
+// SleepUntil sleeps until CLOCK_MONOTONIC reaches t (ns): an absolute
 // deadline, so oversleeping once does not shift later deadlines.
-func sleepUntil(t int64) {
+func SleepUntil(t int64) {
 	ts := unix.NsecToTimespec(t)
 	for {
 		err := unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil)
@@ -507,8 +480,8 @@ func sleepUntil(t int64) {
 	}
 }
 
-// genResult is what voipgen send reports about sending.
-type genResult struct {
+// Result is what voipgen send reports about sending.
+type Result struct {
 	Packets    uint64  `json:"packets"`
 	Bytes      uint64  `json:"bytes"` // UDP payload bytes
 	Errors     uint64  `json:"errors"`
@@ -526,17 +499,17 @@ type genResult struct {
 	Threads    int     `json:"threads"`
 }
 
-// run sends until the duration has passed or ctx is done.
-func (g *generator) run(ctx context.Context) genResult {
-	start := monoNow() + int64(20*time.Millisecond)
+// Run sends until the duration has passed or ctx is done.
+func (g *Generator) Run(ctx context.Context) Result {
+	start := MonoNow() + int64(20*time.Millisecond)
 	wall := time.Now()
 	var wg sync.WaitGroup
 	for _, th := range g.threads {
 		wg.Go(func() { g.runThread(ctx, th, start) })
 	}
 	wg.Wait()
-	res := genResult{Elapsed: time.Since(wall).Seconds() - 0.02, Transport: g.cfg.transport, Threads: len(g.threads)}
-	var late latencyHist
+	res := Result{Elapsed: time.Since(wall).Seconds() - 0.02, Transport: g.cfg.Transport, Threads: len(g.threads)}
+	var late LatencyHist
 	var cpu time.Duration
 	for _, th := range g.threads {
 		r := th.res
@@ -564,7 +537,7 @@ func (g *generator) run(ctx context.Context) genResult {
 	return res
 }
 
-func (h *latencyHist) merge(o *latencyHist) {
+func (h *LatencyHist) merge(o *LatencyHist) {
 	for i, c := range o.buckets {
 		h.buckets[i] += c
 	}
@@ -578,9 +551,9 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
+func (g *Generator) runThread(ctx context.Context, th *genThread, start int64) {
 	runtime.LockOSThread()
-	if p := g.cfg.rtPriority; p > 0 {
+	if p := g.cfg.RTPriority; p > 0 {
 		// A real-time thread keeps its schedule on a busy machine. It is
 		// never unlocked: the runtime ends it with this goroutine rather
 		// than hand its priority to other goroutines.
@@ -590,7 +563,7 @@ func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
 	} else {
 		defer runtime.UnlockOSThread()
 	}
-	if g.cfg.pin && runtime.NumCPU() > 1 {
+	if g.cfg.Pin && runtime.NumCPU() > 1 {
 		var set unix.CPUSet
 		set.Set(th.id % runtime.NumCPU())
 		_ = unix.SchedSetaffinity(0, &set)
@@ -598,12 +571,12 @@ func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
 	// The default timer slack of 50 us would add to every wake-up.
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	cpu0 := threadCPU()
-	cycles := int(g.cfg.duration / g.cfg.ptime)
+	cycles := int(g.cfg.Duration / g.cfg.Ptime)
 	for cycle := range cycles {
 		if ctx.Err() != nil {
 			break
 		}
-		base := time.Duration(cycle) * g.cfg.ptime
+		base := time.Duration(cycle) * g.cfg.Ptime
 		var sent uint64
 		for k := range th.slots {
 			sent += g.sendSlot(th, start, base, &th.slots[k])
@@ -617,9 +590,9 @@ func (g *generator) runThread(ctx context.Context, th *genThread, start int64) {
 // builds the packets of its active streams and sends them. It returns the
 // number of RTP packets sent. It does not allocate (once each stream's
 // SSRC is known to the SRTP context).
-func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl *genSlot) uint64 {
+func (g *Generator) sendSlot(th *genThread, start int64, base time.Duration, sl *genSlot) uint64 {
 	deadline := start + int64(base+sl.off)
-	sleepUntil(deadline)
+	SleepUntil(deadline)
 	n := 0
 	for _, gs := range th.streams[sl.lo:sl.hi] {
 		t := base + gs.offset
@@ -636,7 +609,7 @@ func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl 
 			n++
 		}
 	}
-	th.late.add(time.Duration(monoNow()-deadline), n)
+	th.late.add(time.Duration(MonoNow()-deadline), n)
 	if n == 0 {
 		return 0
 	}
@@ -645,10 +618,10 @@ func (g *generator) sendSlot(th *genThread, start int64, base time.Duration, sl 
 
 // advanceCall starts and ends the calls of gs's channel at time t and
 // reports whether a call is active.
-func (g *generator) advanceCall(th *genThread, gs *genStream, t time.Duration) bool {
+func (g *Generator) advanceCall(th *genThread, gs *genStream, t time.Duration) bool {
 	if !gs.active {
-		if gs.start == 0 && g.cfg.rate > 0 {
-			gs.start = time.Duration(float64(gs.idx) / g.cfg.rate * float64(time.Second))
+		if gs.start == 0 && g.cfg.Rate > 0 {
+			gs.start = time.Duration(float64(gs.idx) / g.cfg.Rate * float64(time.Second))
 			if gs.start == 0 {
 				gs.start = -1 // stream 0: at once
 			}
@@ -665,7 +638,7 @@ func (g *generator) advanceCall(th *genThread, gs *genStream, t time.Duration) b
 	return true
 }
 
-func (g *generator) newCall(th *genThread, gs *genStream, t time.Duration) {
+func (g *Generator) newCall(th *genThread, gs *genStream, t time.Duration) {
 	if gs.calls > 0 {
 		// A fresh call: new SSRC, sequence number and timestamp. The
 		// first call of each channel keeps those chosen at setup.
@@ -677,16 +650,16 @@ func (g *generator) newCall(th *genThread, gs *genStream, t time.Duration) {
 	gs.packets, gs.octets = 0, 0
 	th.res.calls++
 	gs.end = 0
-	if d := g.cfg.callDur; d > 0 {
-		if g.cfg.callDurExp {
+	if d := g.cfg.CallDur; d > 0 {
+		if g.cfg.CallDurExp {
 			d = time.Duration(th.rng.ExpFloat64() * float64(d))
 		}
-		gs.end = t + max(d, g.cfg.ptime)
+		gs.end = t + max(d, g.cfg.Ptime)
 	}
 }
 
 // buildRTP writes the stream's next packet into its frame.
-func (g *generator) buildRTP(th *genThread, gs *genStream) bool {
+func (g *Generator) buildRTP(th *genThread, gs *genStream) bool {
 	gs.st.Next()
 	n := gs.rtpLen
 	if th.enc != nil {
@@ -700,18 +673,18 @@ func (g *generator) buildRTP(th *genThread, gs *genStream) bool {
 	gs.packets++
 	gs.octets += uint32(gs.rtpLen - rtp.HeaderSize)
 	if g.raw {
-		setUDPChecksum(gs.frame, gs.rtpOff, n, gs.sum0)
+		SetUDPChecksum(gs.frame, gs.rtpOff, n, gs.sum0)
 	}
 	return true
 }
 
-// setUDPChecksum writes the UDP checksum of the payload frame[off:off+n].
-func setUDPChecksum(frame []byte, off, n int, sum0 uint64) {
-	binary.BigEndian.PutUint16(frame[off-2:], fold(csum(sum0, frame[off:off+n])))
+// SetUDPChecksum writes the UDP checksum of the payload frame[off:off+n].
+func SetUDPChecksum(frame []byte, off, n int, sum0 uint64) {
+	binary.BigEndian.PutUint16(frame[off-2:], pktio.Checksum(pktio.Sum(sum0, frame[off:off+n])))
 }
 
-func (g *generator) rtcpDue(gs *genStream) bool {
-	every := uint32(rtcpInterval / g.cfg.ptime)
+func (g *Generator) rtcpDue(gs *genStream) bool {
+	every := uint32(rtcpInterval / g.cfg.Ptime)
 	return every > 0 && (gs.packets+every/2)%every == 0
 }
 
@@ -722,7 +695,7 @@ func rtcpLen(cname string) int {
 }
 
 // buildRTCP writes an SR and an SDES CNAME for gs's current call.
-func (g *generator) buildRTCP(th *genThread, gs *genStream) bool {
+func (g *Generator) buildRTCP(th *genThread, gs *genStream) bool {
 	off := len(gs.rtcpFrame) - rtcpLen(gs.cname)
 	if th.enc != nil {
 		off -= th.enc.RTCPOverhead()
@@ -751,7 +724,7 @@ func (g *generator) buildRTCP(th *genThread, gs *genStream) bool {
 		n = len(out)
 	}
 	if g.raw {
-		setUDPChecksum(gs.rtcpFrame, off, n, gs.rsum0)
+		SetUDPChecksum(gs.rtcpFrame, off, n, gs.rsum0)
 	}
 	return true
 }
@@ -768,7 +741,7 @@ func ntpTime(t time.Time) uint64 {
 // the AF_XDP ring), else one per message on each stream's socket. A
 // message that fails is counted and skipped. It returns the RTP packets
 // sent.
-func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) uint64 {
+func (g *Generator) flush(th *genThread, ms []pktio.Mmsghdr, fds []int, rtcp []bool) uint64 {
 	var rtpSent uint64
 	count := func(i int, n uint32) {
 		if rtcp[i] {
@@ -783,14 +756,14 @@ func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) u
 	case th.xsk != nil:
 		n, _ := th.xsk.send(ms)
 		for i := range n {
-			count(i, uint32(ms[i].hdr.Iov.Len))
+			count(i, uint32(ms[i].Hdr.Iov.Len))
 		}
 		th.res.errors += uint64(len(ms) - n)
 	case th.fd >= 0:
 		for off := 0; off < len(ms); {
 			n, err := sendmmsg(th.fd, ms[off:])
 			for i := off; i < off+n; i++ {
-				count(i, ms[i].n)
+				count(i, ms[i].Len)
 			}
 			off += n
 			if err != nil && off < len(ms) {
@@ -809,7 +782,7 @@ func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) u
 		for i := range ms {
 			n, _ := sendmmsg(fds[i], ms[i:i+1])
 			if n == 1 {
-				count(i, ms[i].n)
+				count(i, ms[i].Len)
 			} else {
 				th.res.errors++
 			}
@@ -820,9 +793,8 @@ func (g *generator) flush(th *genThread, ms []mmsghdr, fds []int, rtcp []bool) u
 
 // sendmmsg sends ms on fd and returns how many were sent; err is set when
 // fewer than all were.
-func sendmmsg(fd int, ms []mmsghdr) (int, error) {
-	r, _, errno := syscall.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&ms[0])), uintptr(len(ms)), 0, 0, 0)
-	n := int(r)
+func sendmmsg(fd int, ms []pktio.Mmsghdr) (int, error) {
+	n, errno := pktio.Sendmmsg(fd, ms, 0)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -832,12 +804,32 @@ func sendmmsg(fd int, ms []mmsghdr) (int, error) {
 	return n, nil
 }
 
-// setDst points stream i at dst before run starts, for endpoints that learn
+// Config returns the generator's configuration (sources resolved).
+func (g *Generator) Config() Config { return g.cfg }
+
+// Threads is the number of sender threads.
+func (g *Generator) Threads() int { return len(g.threads) }
+
+// Conns returns the generator's UDP sockets (transports udp and shared;
+// none for raw): the streams' RTP sockets, then the RTCP ones. A receiver
+// of what the peers send back (--bidir) reads them.
+func (g *Generator) Conns() []*net.UDPConn { return append(slices.Clone(g.conns), g.rtcpCon...) }
+
+// Sent is the number of packets sent so far; safe to call while Run runs.
+func (g *Generator) Sent() uint64 { return g.sent.Load() }
+
+// WriteText writes the one-line summary of r.
+func (r Result) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "sent %d RTP packets (%d bytes, %d RTCP, %d errors) of %d calls in %.3f s: %.0f pps; lateness against schedule p50 %.0f us, p99 %.0f us, max %.0f us; sender CPU %.2f s, %.2f us per packet\n",
+		r.Packets, r.Bytes, r.RTCP, r.Errors, r.Calls, r.Elapsed, r.PPS, r.LateP50us, r.LateP99us, r.LateMaxus, r.CPUs, r.CPUPerPkUs)
+}
+
+// SetDst points stream i at dst before run starts, for endpoints that learn
 // their peer from signalling (voipgen call and answer).
-func (g *generator) setDst(i int, dst netip.AddrPort) {
+func (g *Generator) SetDst(i int, dst netip.AddrPort) {
 	gs := g.streams[i]
 	setSockaddr(&gs.msg, &gs.sa4, &gs.sa6, dst, g.raw)
 	if g.raw {
-		gs.sum0 = buildHeaders(gs.frame[:gs.rtpOff], g.cfg.src.at(i), dst, len(gs.frame)-gs.rtpOff, g.cfg.dscp)
+		gs.sum0 = BuildHeaders(gs.frame[:gs.rtpOff], g.cfg.Src.At(i), dst, len(gs.frame)-gs.rtpOff, g.cfg.DSCP)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"context"
@@ -40,28 +40,28 @@ func freeRange(t *testing.T, addr string, n int, clockRate uint32) (*analyze.Rec
 	return nil, 0
 }
 
-func genCfg(t *testing.T, args ...string) genConfig {
+func genCfg(t *testing.T, args ...string) Config {
 	t.Helper()
-	cfg, err := parseGen(args, io.Discard)
+	cfg, err := Parse(args, io.Discard)
 	if err != nil {
 		t.Fatalf("parseGen(%q): %v", args, err)
 	}
-	cfg.progress = false
+	cfg.Progress = false
 	return cfg
 }
 
 // runGenRecv runs a generator against rc and returns both results.
-func runGenRecv(t *testing.T, cfg genConfig, rc *analyze.Receiver) (genResult, analyze.Report) {
+func runGenRecv(t *testing.T, cfg Config, rc *analyze.Receiver) (Result, analyze.Report) {
 	t.Helper()
-	g, err := newGenerator(cfg)
+	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan analyze.Report)
 	go func() { done <- rc.Run(ctx) }()
-	res := g.run(context.Background())
+	res := g.Run(context.Background())
 	time.Sleep(100 * time.Millisecond)
 	cancel()
 	return res, <-done
@@ -125,14 +125,14 @@ func TestGenFiveTuples(t *testing.T) {
 			// only one listening, so stream 0, 4, 8 ... arrive.
 			cfg := genCfg(t, "--dst", "127.0.0.1-127.0.0.4:"+itoa(port), "--src", "127.0.0.1:31000",
 				"--streams", "8", "--duration", "200ms", "--transport", transport)
-			if cfg.dst.at(5) != netip.MustParseAddrPort("127.0.0.2:"+itoa(port+2)) {
-				t.Fatalf("stream 5 goes to %v", cfg.dst.at(5))
+			if cfg.Dst.At(5) != netip.MustParseAddrPort("127.0.0.2:"+itoa(port+2)) {
+				t.Fatalf("stream 5 goes to %v", cfg.Dst.At(5))
 			}
-			g, err := newGenerator(cfg)
+			g, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer g.close()
+			defer g.Close()
 			done := make(chan map[netip.AddrPort]int)
 			go func() {
 				from := map[netip.AddrPort]int{}
@@ -147,7 +147,7 @@ func TestGenFiveTuples(t *testing.T) {
 					from[a]++
 				}
 			}()
-			g.run(context.Background())
+			g.Run(context.Background())
 			sink.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 			from := <-done
 			want := map[netip.AddrPort]int{
@@ -200,12 +200,12 @@ func TestGenCalls(t *testing.T) {
 	// Exponential durations: many short calls, mean near the configured one.
 	cfg = genCfg(t, "--dst", "127.0.0.1:9", "--streams", "50", "--duration", "2s",
 		"--call-duration", "100ms", "--call-duration-dist", "exp", "--transport", "udp")
-	g, err := newGenerator(cfg)
+	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
-	res = g.run(context.Background())
+	defer g.Close()
+	res = g.Run(context.Background())
 	// 50 channels x 2 s / (mean 100 ms, at least one 20 ms packet, rounded
 	// up to the ptime grid) is about 700 to 1000 calls.
 	if res.Calls < 500 || res.Calls > 1100 {
@@ -223,16 +223,16 @@ func TestGenNoAlloc(t *testing.T) {
 			if strings.HasPrefix(transport, "raw") {
 				needRoot(t)
 			}
-			g, err := newGenerator(genCfg(t, args...))
+			g, err := New(genCfg(t, args...))
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer g.close()
+			defer g.Close()
 			th := g.threads[0]
-			start := monoNow() - int64(time.Hour) // every deadline has passed: no sleeping
+			start := MonoNow() - int64(time.Hour) // every deadline has passed: no sleeping
 			cycle := 0
 			send := func() {
-				base := time.Duration(cycle) * g.cfg.ptime
+				base := time.Duration(cycle) * g.cfg.Ptime
 				for k := range th.slots {
 					g.sendSlot(th, start, base, &th.slots[k])
 				}
@@ -256,17 +256,17 @@ func TestGenRawPackets(t *testing.T) {
 		dst := tc[0]
 		cfg := genCfg(t, "--dst", dst, "--src", tc[1],
 			"--streams", "3", "--transport", "raw", "--codec", "g729")
-		src, d := cfg.src.at(2), cfg.dst.at(2)
+		src, d := cfg.Src.At(2), cfg.Dst.At(2)
 		hlen := 28
 		if !d.Addr().Is4() {
 			hlen = 48
 		}
 		frame := make([]byte, hlen+32)
-		sum0 := buildHeaders(frame[:hlen], src, d, 32, 46)
+		sum0 := BuildHeaders(frame[:hlen], src, d, 32, 46)
 		for i := range frame[hlen:] {
 			frame[hlen+i] = byte(i * 7)
 		}
-		setUDPChecksum(frame, hlen, 32, sum0)
+		SetUDPChecksum(frame, hlen, 32, sum0)
 		var want uint16
 		if d.Addr().Is4() {
 			if frame[0] != 0x45 || frame[1] != 46<<2 || binary.BigEndian.Uint16(frame[2:]) != 60 || frame[9] != 17 {
@@ -340,15 +340,15 @@ func TestGenSRTP(t *testing.T) {
 			port := sink.LocalAddr().(*net.UDPAddr).Port
 			cfg := genCfg(t, "--dst", "127.0.0.1:"+itoa(port), "--streams", "1", "--duration", "200ms",
 				"--transport", "udp", "--srtp-suite", suite, "--srtp-key", b64)
-			if l := cfg.load(); l.RTPBytes != 172+s.RTPTagLen() {
+			if l := cfg.Load(); l.RTPBytes != 172+s.RTPTagLen() {
 				t.Errorf("load counts %d RTP bytes, want %d", l.RTPBytes, 172+s.RTPTagLen())
 			}
-			g, err := newGenerator(cfg)
+			g, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer g.close()
-			go g.run(context.Background())
+			defer g.Close()
+			go g.Run(context.Background())
 			dec, err := srtpflow.NewDecrypter(srtpflow.Config{Suite: s, Key: key, Salt: salt})
 			if err != nil {
 				t.Fatal(err)
@@ -388,23 +388,23 @@ func TestGenBidir(t *testing.T) {
 				"--bidir", "--grace", "300ms", "--transport", transport, "--rtcp")
 			b := genCfg(t, "--src", "127.0.0.2:34000", "--dst", "127.0.0.1:33000", "--streams", "20", "--duration", "1s",
 				"--bidir", "--grace", "300ms", "--transport", transport, "--rtcp")
-			ga, err := newGenerator(a)
+			ga, err := New(a)
 			if err != nil {
 				t.Skipf("ports taken: %v", err)
 			}
-			defer ga.close()
-			gb, err := newGenerator(b)
+			defer ga.Close()
+			gb, err := New(b)
 			if err != nil {
 				t.Skipf("ports taken: %v", err)
 			}
-			defer gb.close()
+			defer gb.Close()
 			type out struct {
-				res genResult
+				res Result
 				rep *analyze.Report
 			}
 			ca, cb := make(chan out), make(chan out)
-			go func() { r, p := runGen(context.Background(), ga, nil); ca <- out{r, p} }()
-			go func() { r, p := runGen(context.Background(), gb, nil); cb <- out{r, p} }()
+			go func() { r, p := ga.RunAndReceive(context.Background(), nil); ca <- out{r, p} }()
+			go func() { r, p := gb.RunAndReceive(context.Background(), nil); cb <- out{r, p} }()
 			for _, o := range []out{<-ca, <-cb} {
 				if o.rep == nil || o.res.Packets != 1000 {
 					t.Fatalf("%+v", o)
@@ -465,15 +465,15 @@ func TestParseGen(t *testing.T) {
 		{"--dst", "127.0.0.1:4000", "--bidir", "--transport", "shared"},
 		{"--dst", "127.0.0.1:4000", "--codec", "opus", "--opus-kbps", "1000"},
 	} {
-		if _, err := parseGen(args, io.Discard); err == nil {
+		if _, err := Parse(args, io.Discard); err == nil {
 			t.Errorf("parseGen(%q) succeeded", args)
 		}
 	}
 	cfg := genCfg(t, "--dst", "[2001:2::1-2001:2::3]:5000", "--calls", "7")
-	if cfg.dst.n != 3 || cfg.streams != 7 || cfg.dst.at(4) != netip.MustParseAddrPort("[2001:2::2]:5002") {
-		t.Fatalf("%+v", cfg.dst)
+	if cfg.Dst.N != 3 || cfg.Streams != 7 || cfg.Dst.At(4) != netip.MustParseAddrPort("[2001:2::2]:5002") {
+		t.Fatalf("%+v", cfg.Dst)
 	}
-	l := cfg.load()
+	l := cfg.Load()
 	if l.IPBytes != 220 || l.PPS != 350 {
 		t.Fatalf("IPv6 load %+v", l)
 	}

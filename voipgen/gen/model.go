@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"errors"
@@ -17,19 +17,19 @@ import (
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
-// endpoints is a range of addresses and ports: stream i uses address
+// Endpoints is a range of addresses and ports: stream i uses address
 // addrs[i mod n] and port port+2*(i/n), so with one address stream i uses
 // PORT+2i (RTP even, RTCP the odd port after it) and every stream has its own 5-tuple.
-type endpoints struct {
-	lo   netip.Addr // first address; invalid: any (the kernel chooses)
-	n    int        // number of consecutive addresses from lo, >= 1
-	port int        // of stream 0; 0: ephemeral (only for sources)
+type Endpoints struct {
+	Lo   netip.Addr // first address; invalid: any (the kernel chooses)
+	N    int        // number of consecutive addresses from lo, >= 1
+	Port int        // of stream 0; 0: ephemeral (only for sources)
 }
 
-// parseEndpoints parses ADDR[:PORT], ADDR-ADDR[:PORT] or [V6ADDR-V6ADDR]:PORT.
+// ParseEndpoints parses ADDR[:PORT], ADDR-ADDR[:PORT] or [V6ADDR-V6ADDR]:PORT.
 // needPort requires the port.
-func parseEndpoints(s string, needPort bool) (endpoints, error) {
-	var e endpoints
+func ParseEndpoints(s string, needPort bool) (Endpoints, error) {
+	var e Endpoints
 	host, port := s, ""
 	switch {
 	case strings.HasPrefix(s, "["):
@@ -52,98 +52,98 @@ func parseEndpoints(s string, needPort bool) (endpoints, error) {
 		if err != nil || p < 1 || p > 65535 {
 			return e, fmt.Errorf("%q: bad port %q", s, port)
 		}
-		e.port = p
+		e.Port = p
 	}
 	a, b, isRange := strings.Cut(host, "-")
 	lo, err := netip.ParseAddr(a)
 	if err != nil {
 		return e, fmt.Errorf("%q: %w", s, err)
 	}
-	e.lo, e.n = lo.Unmap(), 1
+	e.Lo, e.N = lo.Unmap(), 1
 	if isRange {
 		hi, err := netip.ParseAddr(b)
 		if err != nil {
 			return e, fmt.Errorf("%q: %w", s, err)
 		}
 		hi = hi.Unmap()
-		if hi.Is4() != e.lo.Is4() || hi.Less(e.lo) {
+		if hi.Is4() != e.Lo.Is4() || hi.Less(e.Lo) {
 			return e, fmt.Errorf("%q: bad address range", s)
 		}
 		n := 1
-		for x := e.lo; x != hi; x = x.Next() {
+		for x := e.Lo; x != hi; x = x.Next() {
 			if n++; n > 1<<16 {
 				return e, fmt.Errorf("%q: more than 65536 addresses", s)
 			}
 		}
-		e.n = n
+		e.N = n
 	}
 	return e, nil
 }
 
-// at returns the endpoint of stream i (port 0 when ephemeral).
-func (e endpoints) at(i int) netip.AddrPort {
-	a := e.lo
-	for k := i % e.n; k > 0; k-- {
+// At returns the endpoint of stream i (port 0 when ephemeral).
+func (e Endpoints) At(i int) netip.AddrPort {
+	a := e.Lo
+	for k := i % e.N; k > 0; k-- {
 		a = a.Next()
 	}
 	port := 0
-	if e.port != 0 {
-		port = e.port + 2*(i/e.n)
+	if e.Port != 0 {
+		port = e.Port + 2*(i/e.N)
 	}
 	return netip.AddrPortFrom(a, uint16(port))
 }
 
-// lastPort is the port stream streams-1 uses (+1 for its RTCP).
-func (e endpoints) lastPort(streams int) int { return e.port + 2*((streams-1)/e.n) }
+// LastPort is the port stream streams-1 uses (+1 for its RTCP).
+func (e Endpoints) LastPort(streams int) int { return e.Port + 2*((streams-1)/e.N) }
 
-func (e endpoints) String() string {
-	if !e.lo.IsValid() {
+func (e Endpoints) String() string {
+	if !e.Lo.IsValid() {
 		return "*"
 	}
-	h := e.lo.String()
-	if e.n > 1 {
-		h += "-" + e.at(e.n-1).Addr().String()
+	h := e.Lo.String()
+	if e.N > 1 {
+		h += "-" + e.At(e.N-1).Addr().String()
 	}
-	if e.lo.Is6() {
+	if e.Lo.Is6() {
 		h = "[" + h + "]"
 	}
-	if e.port == 0 {
+	if e.Port == 0 {
 		return h
 	}
-	return fmt.Sprintf("%s:%d", h, e.port)
+	return fmt.Sprintf("%s:%d", h, e.Port)
 }
 
-// genConfig is the sending model of voipgen send and of each side of
+// Config is the sending model of voipgen send and of each side of
 // voipgen call/answer: streams concurrent calls (one stream each way, this
 // process sends one direction), each of callDur (fixed or exponential with
 // that mean, 0 = the whole run) starting at rate calls per second, a
 // channel whose call ends starting the next call at once on the same
 // 5-tuple with a new SSRC.
-type genConfig struct {
-	dst, src   endpoints
-	streams    int
-	codec      payload.Codec
-	ptime      time.Duration
-	duration   time.Duration
-	callDur    time.Duration
-	callDurExp bool
-	rate       float64 // calls per second during the ramp; 0: all at once
-	bidir      bool    // receive and analyse the peer's stream on each source socket
-	rtcp       bool    // RTCP SR + SDES every 5 s to port+1
-	srtp       *srtpflow.Config
-	threads    int
-	transport  string        // "udp", "shared" or "raw"
-	slot       time.Duration // width of a sending time slot
-	dscp       int
-	pin        bool // pin sender threads to CPUs
-	rtPriority int  // SCHED_FIFO priority of the sender threads; 0: normal
-	json       bool
-	progress   bool // live one-line progress on stderr
-	grace      time.Duration
-	emodel     analyze.EmodelOpts
+type Config struct {
+	Dst, Src   Endpoints
+	Streams    int
+	Codec      payload.Codec
+	Ptime      time.Duration
+	Duration   time.Duration
+	CallDur    time.Duration
+	CallDurExp bool
+	Rate       float64 // calls per second during the ramp; 0: all at once
+	Bidir      bool    // receive and analyse the peer's stream on each source socket
+	RTCP       bool    // RTCP SR + SDES every 5 s to port+1
+	SRTP       *srtpflow.Config
+	Threads    int
+	Transport  string        // "udp", "shared" or "raw"
+	Slot       time.Duration // width of a sending time slot
+	DSCP       int
+	Pin        bool // pin sender threads to CPUs
+	RTPriority int  // SCHED_FIFO priority of the sender threads; 0: normal
+	JSON       bool
+	Progress   bool // live one-line progress on stderr
+	Grace      time.Duration
+	Emodel     analyze.EmodelOpts
 }
 
-const sendUsage = `usage: voipgen send --dst ADDR[-ADDR]:PORT [flags]
+const Usage = `usage: voipgen send --dst ADDR[-ADDR]:PORT [flags]
 
 Sends the RTP of --streams concurrent calls, one stream per call from this
 side. Stream i goes to address i mod n of --dst and port PORT+2*(i/n), from
@@ -174,37 +174,37 @@ load is printed before sending, then a summary.
 flags:
 `
 
-func parseGen(args []string, out io.Writer) (genConfig, error) {
+func Parse(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprint(out, sendUsage); fs.PrintDefaults() }
-	cfg := genConfig{}
+	fs.Usage = func() { fmt.Fprint(out, Usage); fs.PrintDefaults() }
+	cfg := Config{}
 	dst := fs.String("dst", "", "destination ADDR[-ADDR]:PORT of the streams (required)")
 	src := fs.String("src", "", "source ADDR[-ADDR][:PORT] (default: the route's source, ephemeral ports; raw: port 16384)")
 	srcPort := fs.Int("src-port", 0, "source port of stream 0, stream i uses +2i (same as --src ADDR:PORT)")
-	fs.IntVar(&cfg.streams, "streams", 1, "concurrent calls (streams sent by this side)")
+	fs.IntVar(&cfg.Streams, "streams", 1, "concurrent calls (streams sent by this side)")
 	calls := fs.Int("calls", 0, "same as --streams")
 	codecName := fs.String("codec", "pcmu", "pcmu | pcma | g729 | opus")
 	kbps := fs.Int("opus-kbps", 32, "opus bit rate, sets the packet size")
-	fs.DurationVar(&cfg.ptime, "ptime", 20*time.Millisecond, "packetization time")
-	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long to send")
-	fs.DurationVar(&cfg.callDur, "call-duration", 0, "duration of each call (0: the whole run)")
+	fs.DurationVar(&cfg.Ptime, "ptime", 20*time.Millisecond, "packetization time")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to send")
+	fs.DurationVar(&cfg.CallDur, "call-duration", 0, "duration of each call (0: the whole run)")
 	dist := fs.String("call-duration-dist", "fixed", "fixed | exp (exponential with --call-duration as mean)")
-	fs.Float64Var(&cfg.rate, "rate", 0, "call arrival rate during the ramp, calls per second (0: all at once)")
-	fs.BoolVar(&cfg.bidir, "bidir", false, "also receive and analyse the peer's streams on the source sockets")
-	fs.BoolVar(&cfg.rtcp, "rtcp", false, "send RTCP sender reports (SR + SDES) every 5 s to port+1")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "call arrival rate during the ramp, calls per second (0: all at once)")
+	fs.BoolVar(&cfg.Bidir, "bidir", false, "also receive and analyse the peer's streams on the source sockets")
+	fs.BoolVar(&cfg.RTCP, "rtcp", false, "send RTCP sender reports (SR + SDES) every 5 s to port+1")
 	srtpSuite := fs.String("srtp-suite", "", "SRTP suite, e.g. AES_CM_128_HMAC_SHA1_80 or AEAD_AES_128_GCM (default: plain RTP)")
 	srtpKey := fs.String("srtp-key", "", "SRTP master key||salt, base64 (with --srtp-suite)")
-	fs.IntVar(&cfg.threads, "threads", 1, "sender threads")
-	fs.StringVar(&cfg.transport, "transport", "", "raw | udp | shared | xdp (default: raw as root, else udp)")
+	fs.IntVar(&cfg.Threads, "threads", 1, "sender threads")
+	fs.StringVar(&cfg.Transport, "transport", "", "raw | udp | shared | xdp (default: raw as root, else udp)")
 	shared := fs.Bool("shared-socket", false, "same as --transport shared")
-	fs.DurationVar(&cfg.slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
-	fs.IntVar(&cfg.dscp, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
-	fs.BoolVar(&cfg.pin, "pin", false, "pin each sender thread to a CPU (default: when --threads > 1)")
-	fs.IntVar(&cfg.rtPriority, "rt-priority", 0, "run sender threads SCHED_FIFO at this priority (1-99; root): pacing on a busy machine")
-	fs.BoolVar(&cfg.json, "json", false, "print machine-readable JSON")
-	fs.DurationVar(&cfg.grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
-	fs.Float64Var(&cfg.emodel.DelayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
+	fs.DurationVar(&cfg.Slot, "slot", time.Millisecond, "sending time slot: streams whose offsets fall into one slot leave in one batch")
+	fs.IntVar(&cfg.DSCP, "dscp", 46, "DSCP of the packets (46: EF, as phones mark RTP; raw transport and IPv4 udp)")
+	fs.BoolVar(&cfg.Pin, "pin", false, "pin each sender thread to a CPU (default: when --threads > 1)")
+	fs.IntVar(&cfg.RTPriority, "rt-priority", 0, "run sender threads SCHED_FIFO at this priority (1-99; root): pacing on a busy machine")
+	fs.BoolVar(&cfg.JSON, "json", false, "print machine-readable JSON")
+	fs.DurationVar(&cfg.Grace, "grace", 500*time.Millisecond, "with --bidir: keep receiving this long after sending ends")
+	fs.Float64Var(&cfg.Emodel.DelayMs, "emodel-delay", 0, "one-way mouth-to-ear delay Ta in ms for the E-model (0: G.107 default)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -216,48 +216,48 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 	pinSet := false
 	fs.Visit(func(f *flag.Flag) { pinSet = pinSet || f.Name == "pin" })
 	if !pinSet {
-		cfg.pin = cfg.threads > 1
+		cfg.Pin = cfg.Threads > 1
 	}
 	var err error
-	if cfg.dst, err = parseEndpoints(*dst, true); err != nil {
+	if cfg.Dst, err = ParseEndpoints(*dst, true); err != nil {
 		return cfg, fmt.Errorf("--dst: %w", err)
 	}
 	if *src != "" {
-		if cfg.src, err = parseEndpoints(*src, false); err != nil {
+		if cfg.Src, err = ParseEndpoints(*src, false); err != nil {
 			return cfg, fmt.Errorf("--src: %w", err)
 		}
 	} else {
-		cfg.src.n = 1
+		cfg.Src.N = 1
 	}
 	if *srcPort != 0 {
-		if cfg.src.port != 0 {
+		if cfg.Src.Port != 0 {
 			return cfg, errors.New("--src-port and a port in --src")
 		}
-		cfg.src.port = *srcPort
+		cfg.Src.Port = *srcPort
 	}
 	if *calls != 0 {
-		cfg.streams = *calls
+		cfg.Streams = *calls
 	}
-	if cfg.codec, err = payload.LookupAny(*codecName, cfg.ptime); err != nil {
+	if cfg.Codec, err = payload.LookupAny(*codecName, cfg.Ptime); err != nil {
 		return cfg, err
 	}
-	if cfg.codec.Kbps != 0 {
-		if cfg.codec, err = cfg.codec.WithKbps(*kbps); err != nil {
+	if cfg.Codec.Kbps != 0 {
+		if cfg.Codec, err = cfg.Codec.WithKbps(*kbps); err != nil {
 			return cfg, err
 		}
 	}
 	switch *dist {
 	case "fixed":
 	case "exp":
-		cfg.callDurExp = true
+		cfg.CallDurExp = true
 	default:
 		return cfg, fmt.Errorf("--call-duration-dist %q: want fixed or exp", *dist)
 	}
 	if *shared {
-		if cfg.transport != "" && cfg.transport != "shared" {
+		if cfg.Transport != "" && cfg.Transport != "shared" {
 			return cfg, errors.New("--shared-socket with another --transport")
 		}
-		cfg.transport = "shared"
+		cfg.Transport = "shared"
 	}
 	if *srtpSuite != "" || *srtpKey != "" {
 		suite, err := sdes.ParseSuite(*srtpSuite)
@@ -268,49 +268,48 @@ func parseGen(args []string, out io.Writer) (genConfig, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("--srtp-key: %w", err)
 		}
-		cfg.srtp = &srtpflow.Config{Suite: suite, Key: key, Salt: salt}
+		cfg.SRTP = &srtpflow.Config{Suite: suite, Key: key, Salt: salt}
 	}
-	cfg.progress = isTerminal(stderrFd)
-	return cfg, cfg.validate()
+	return cfg, cfg.Validate()
 }
 
-func (c *genConfig) validate() error {
-	fam4 := c.dst.lo.Is4()
+func (c *Config) Validate() error {
+	fam4 := c.Dst.Lo.Is4()
 	switch {
-	case c.streams < 1:
-		return fmt.Errorf("--streams %d: need at least 1", c.streams)
-	case c.src.lo.IsValid() && c.src.lo.Is4() != fam4:
-		return fmt.Errorf("--src %s and --dst %s are of different IP families", c.src, c.dst)
-	case c.dst.lastPort(c.streams)+1 > 65535:
-		return fmt.Errorf("--dst %s: %d streams need ports beyond 65535", c.dst, c.streams)
-	case c.src.port != 0 && c.src.lastPort(c.streams)+1 > 65535:
-		return fmt.Errorf("--src %s: %d streams need ports beyond 65535", c.src, c.streams)
-	case c.transport == "shared" && c.src.port != 0 && c.streams > 1:
+	case c.Streams < 1:
+		return fmt.Errorf("--streams %d: need at least 1", c.Streams)
+	case c.Src.Lo.IsValid() && c.Src.Lo.Is4() != fam4:
+		return fmt.Errorf("--src %s and --dst %s are of different IP families", c.Src, c.Dst)
+	case c.Dst.LastPort(c.Streams)+1 > 65535:
+		return fmt.Errorf("--dst %s: %d streams need ports beyond 65535", c.Dst, c.Streams)
+	case c.Src.Port != 0 && c.Src.LastPort(c.Streams)+1 > 65535:
+		return fmt.Errorf("--src %s: %d streams need ports beyond 65535", c.Src, c.Streams)
+	case c.Transport == "shared" && c.Src.Port != 0 && c.Streams > 1:
 		return errors.New("--transport shared sends all streams from one port per thread: drop the source port")
-	case c.transport == "shared" && c.bidir:
+	case c.Transport == "shared" && c.Bidir:
 		return errors.New("--bidir needs a socket per stream: not with --transport shared")
-	case c.transport != "" && c.transport != "raw" && c.transport != "udp" && c.transport != "shared" && c.transport != "xdp":
-		return fmt.Errorf("--transport %q: want raw, udp, shared or xdp", c.transport)
-	case c.duration < c.ptime:
-		return fmt.Errorf("--duration %v shorter than --ptime %v", c.duration, c.ptime)
-	case c.callDur < 0 || c.callDur > 0 && c.callDur < c.ptime:
-		return fmt.Errorf("--call-duration %v: want 0 or at least one ptime", c.callDur)
-	case c.rate < 0 || math.IsInf(c.rate, 0) || math.IsNaN(c.rate):
-		return fmt.Errorf("--rate %v: want a rate >= 0", c.rate)
-	case c.threads < 1 || c.threads > 256:
-		return fmt.Errorf("--threads %d: want 1 to 256", c.threads)
-	case c.slot < time.Microsecond || c.slot > c.ptime:
-		return fmt.Errorf("--slot %v: want 1us up to the ptime", c.slot)
-	case c.rtPriority < 0 || c.rtPriority > 99:
-		return fmt.Errorf("--rt-priority %d: want 0 to 99", c.rtPriority)
-	case c.dscp < 0 || c.dscp > 63:
-		return fmt.Errorf("--dscp %d: want 0 to 63", c.dscp)
+	case c.Transport != "" && c.Transport != "raw" && c.Transport != "udp" && c.Transport != "shared" && c.Transport != "xdp":
+		return fmt.Errorf("--transport %q: want raw, udp, shared or xdp", c.Transport)
+	case c.Duration < c.Ptime:
+		return fmt.Errorf("--duration %v shorter than --ptime %v", c.Duration, c.Ptime)
+	case c.CallDur < 0 || c.CallDur > 0 && c.CallDur < c.Ptime:
+		return fmt.Errorf("--call-duration %v: want 0 or at least one ptime", c.CallDur)
+	case c.Rate < 0 || math.IsInf(c.Rate, 0) || math.IsNaN(c.Rate):
+		return fmt.Errorf("--rate %v: want a rate >= 0", c.Rate)
+	case c.Threads < 1 || c.Threads > 256:
+		return fmt.Errorf("--threads %d: want 1 to 256", c.Threads)
+	case c.Slot < time.Microsecond || c.Slot > c.Ptime:
+		return fmt.Errorf("--slot %v: want 1us up to the ptime", c.Slot)
+	case c.RTPriority < 0 || c.RTPriority > 99:
+		return fmt.Errorf("--rt-priority %d: want 0 to 99", c.RTPriority)
+	case c.DSCP < 0 || c.DSCP > 63:
+		return fmt.Errorf("--dscp %d: want 0 to 63", c.DSCP)
 	}
 	return nil
 }
 
-// genLoad is the traffic a sending model offers, per direction and in total.
-type genLoad struct {
+// Load is the traffic a sending model offers, per direction and in total.
+type Load struct {
 	Streams       int     `json:"streams"`
 	Directions    int     `json:"directions"` // 2 with --bidir: the peer is expected to send as much back
 	PPS           float64 `json:"pps"`        // this side's RTP packets per second
@@ -328,54 +327,54 @@ type genLoad struct {
 	RampS         float64 `json:"ramp_s"` // time until every channel has a call
 }
 
-func (c *genConfig) load() genLoad {
-	l := genLoad{Streams: c.streams, Directions: 1}
-	if c.bidir {
+func (c *Config) Load() Load {
+	l := Load{Streams: c.Streams, Directions: 1}
+	if c.Bidir {
 		l.Directions = 2
 	}
-	l.PayloadBytes = c.codec.PayloadSize(c.ptime)
+	l.PayloadBytes = c.Codec.PayloadSize(c.Ptime)
 	l.RTPBytes = 12 + l.PayloadBytes
-	if c.srtp != nil {
-		l.RTPBytes += c.srtp.Suite.RTPTagLen()
+	if c.SRTP != nil {
+		l.RTPBytes += c.SRTP.Suite.RTPTagLen()
 	}
 	l.IPBytes = l.RTPBytes + 8 + 20
-	if !c.dst.lo.Is4() {
+	if !c.Dst.Lo.Is4() {
 		l.IPBytes = l.RTPBytes + 8 + 40
 	}
 	l.FrameBytes = max(l.IPBytes+14+4, 64)
 	l.WireBytes = l.FrameBytes + 8 + 12
-	perStream := float64(time.Second) / float64(c.ptime)
-	l.PPS = perStream * float64(c.streams)
+	perStream := float64(time.Second) / float64(c.Ptime)
+	l.PPS = perStream * float64(c.Streams)
 	l.WireBitsPS = l.PPS * float64(l.WireBytes) * 8
 	l.IPBitsPS = l.PPS * float64(l.IPBytes) * 8
 	l.PerStreamBPS = perStream * float64(l.WireBytes) * 8
-	if c.rtcp {
-		l.RTCPPPS = float64(c.streams) / rtcpInterval.Seconds()
+	if c.RTCP {
+		l.RTCPPPS = float64(c.Streams) / rtcpInterval.Seconds()
 	}
 	l.BothWaysPPS = l.PPS * float64(l.Directions)
 	l.BothWaysBitPS = l.WireBitsPS * float64(l.Directions)
-	if c.rate > 0 {
-		l.RampS = float64(c.streams-1) / c.rate
+	if c.Rate > 0 {
+		l.RampS = float64(c.Streams-1) / c.Rate
 	}
 	return l
 }
 
-func (l genLoad) writeText(w io.Writer, c *genConfig) {
+func (l Load) WriteText(w io.Writer, c *Config) {
 	dist := "fixed"
-	if c.callDurExp {
+	if c.CallDurExp {
 		dist = "exponential, mean"
 	}
 	dur := "the whole run"
-	if c.callDur > 0 {
-		dur = fmt.Sprintf("%v (%s)", c.callDur, dist)
+	if c.CallDur > 0 {
+		dur = fmt.Sprintf("%v (%s)", c.CallDur, dist)
 	}
 	srtp := "plain RTP"
-	if c.srtp != nil {
-		srtp = "SRTP " + c.srtp.Suite.String()
+	if c.SRTP != nil {
+		srtp = "SRTP " + c.SRTP.Suite.String()
 	}
 	fmt.Fprintf(w, "model: %d concurrent calls, %s/%v (%s), calls of %s, ramp %.1f s, %s, from %s to %s for %v\n",
-		c.streams, c.codec.Name, c.ptime, srtp, dur, l.RampS, map[bool]string{false: "one-way", true: "bidirectional (peer sends back)"}[c.bidir],
-		c.src, c.dst, c.duration)
+		c.Streams, c.Codec.Name, c.Ptime, srtp, dur, l.RampS, map[bool]string{false: "one-way", true: "bidirectional (peer sends back)"}[c.Bidir],
+		c.Src, c.Dst, c.Duration)
 	fmt.Fprintf(w, "load: %.0f pps; packet payload %d B, RTP %d B, IP %d B, frame %d B, wire %d B; %.3f Mbit/s on the wire (%.1f kbit/s per stream), %.3f Mbit/s IP",
 		l.PPS, l.PayloadBytes, l.RTPBytes, l.IPBytes, l.FrameBytes, l.WireBytes, l.WireBitsPS/1e6, l.PerStreamBPS/1e3, l.IPBitsPS/1e6)
 	if l.RTCPPPS > 0 {

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 // in the callee on ports 40000+2i. During the run, during (if set) is
 // called in its own goroutine after settle. It returns what the sender and
 // the receiver report.
-func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (genResult, analyze.Report) {
+func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (Result, analyze.Report) {
 	t.Helper()
 	const port = 40000
 	eps := make([]netip.AddrPort, n)
@@ -43,18 +43,18 @@ func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []strin
 	}
 	cfg := genCfg(t, append([]string{"--dst", fmt.Sprintf("%s:%d", l.CalleeAddr4, port), "--src", l.CallerAddr4.String() + ":20000",
 		"--streams", strconv.Itoa(n), "--duration", dur.String()}, args...)...)
-	var g *generator
-	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+	var g *Generator
+	if err := l.Caller.Do(func() (err error) { g, err = New(cfg); return err }); err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan analyze.Report)
 	go func() { done <- rc.Run(ctx) }()
 	if during != nil {
 		go during()
 	}
-	res := g.run(context.Background())
+	res := g.Run(context.Background())
 	time.Sleep(200 * time.Millisecond)
 	cancel()
 	return res, <-done
@@ -322,16 +322,16 @@ func TestLabXDPSender(t *testing.T) {
 	// Allocation-free through AF_XDP too.
 	cfg := genCfg(t, "--dst", l.CalleeAddr4.String()+":41000", "--src", l.CallerAddr4.String()+":21000",
 		"--streams", "64", "--duration", "1h", "--transport", "xdp")
-	var g *generator
-	if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+	var g *Generator
+	if err := l.Caller.Do(func() (err error) { g, err = New(cfg); return err }); err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	th := g.threads[0]
-	start := monoNow() - int64(time.Hour)
+	start := MonoNow() - int64(time.Hour)
 	cycle := 0
 	send := func() {
-		base := time.Duration(cycle) * g.cfg.ptime
+		base := time.Duration(cycle) * g.cfg.Ptime
 		for k := range th.slots {
 			g.sendSlot(th, start, base, &th.slots[k])
 		}

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"context"
@@ -33,12 +33,12 @@ func TestLabSenderCapacity(t *testing.T) {
 			cfg := genCfg(t, "--dst", l.CalleeAddr4.String()+":10000", "--src", l.CallerAddr4.String()+":10000",
 				"--streams", strconv.Itoa(tc.streams), "--ptime", "10ms", "--duration", "3s", "--threads", strconv.Itoa(tc.threads),
 				"--transport", tc.transport, "--slot", "500us")
-			var g *generator
-			if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+			var g *Generator
+			if err := l.Caller.Do(func() (err error) { g, err = New(cfg); return err }); err != nil {
 				t.Fatal(err)
 			}
-			defer g.close()
-			res := g.run(context.Background())
+			defer g.Close()
+			res := g.Run(context.Background())
 			t.Logf("offered %d pps, sent %.0f pps (%d errors), lateness p50 %.0f us p99 %.0f us max %.0f us, sender CPU %.2f s = %.2f us per packet",
 				tc.streams*100, res.PPS, res.Errors, res.LateP50us, res.LateP99us, res.LateMaxus, res.CPUs, res.CPUPerPkUs)
 		})
@@ -49,16 +49,16 @@ func TestLabSenderCapacity(t *testing.T) {
 	t.Run("xdp 16000 streams, peer down", func(t *testing.T) {
 		cfg := genCfg(t, "--dst", l.CalleeAddr4.String()+":10000", "--src", l.CallerAddr4.String()+":10000",
 			"--streams", "16000", "--ptime", "10ms", "--duration", "3s", "--transport", "xdp", "--slot", "500us")
-		var g *generator
-		if err := l.Caller.Do(func() (err error) { g, err = newGenerator(cfg); return err }); err != nil {
+		var g *Generator
+		if err := l.Caller.Do(func() (err error) { g, err = New(cfg); return err }); err != nil {
 			t.Fatal(err)
 		}
-		defer g.close()
+		defer g.Close()
 		if err := l.Relay.SetLinkDown(lab.RelayCallerIfName); err != nil {
 			t.Fatal(err)
 		}
 		defer l.Relay.SetLinkUp(lab.RelayCallerIfName)
-		res := g.run(context.Background())
+		res := g.Run(context.Background())
 		t.Logf("offered 1600000 pps, sent %.0f pps (%d errors), sender CPU %.2f s = %.2f us per packet", res.PPS, res.Errors, res.CPUs, res.CPUPerPkUs)
 	})
 	// Receiver: one socket and goroutine per stream, recvmmsg batches,

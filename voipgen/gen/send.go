@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"context"
@@ -7,17 +7,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"
 	"time"
 
+	"github.com/relayd/relayd/voipgen/payload"
+
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 )
 
-const sendHelp = `usage: voipgen send --dst ADDR:PORT [flags]
+const SenderHelp = `usage: voipgen send --dst ADDR:PORT [flags]
 
 Sends --streams RTP streams; stream i goes to PORT+2i from source port
 --src-port+2i (or an ephemeral port per stream). Streams are staggered evenly
@@ -32,22 +33,22 @@ fastest mode for thousands of streams when distinct source ports do not matter.
 flags:
 `
 
-type sendConfig struct {
-	dst          netip.AddrPort
-	src          netip.Addr
-	srcPort      int
-	streams      int
-	codec        payload.Codec
-	ptime        time.Duration
-	duration     time.Duration
-	sharedSocket bool
-	json         bool
+type SenderConfig struct {
+	Dst          netip.AddrPort
+	Src          netip.Addr
+	SrcPort      int
+	Streams      int
+	Codec        payload.Codec
+	Ptime        time.Duration
+	Duration     time.Duration
+	SharedSocket bool
+	JSON         bool
 }
 
-func parseSend(args []string, out io.Writer) (sendConfig, error) {
+func ParseSender(args []string, out io.Writer) (SenderConfig, error) {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprint(out, sendHelp); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(out, SenderHelp); fs.PrintDefaults() }
 	dst := fs.String("dst", "", "destination ADDR:PORT of stream 0 (required)")
 	src := fs.String("src", "", "source address (default: chosen by the kernel)")
 	srcPort := fs.Int("src-port", 0, "source port of stream 0, stream i uses +2i (0: ephemeral)")
@@ -58,48 +59,48 @@ func parseSend(args []string, out io.Writer) (sendConfig, error) {
 	shared := fs.Bool("shared-socket", false, "send all streams from one socket and source port")
 	js := fs.Bool("json", false, "print machine-readable JSON")
 	if err := fs.Parse(args); err != nil {
-		return sendConfig{}, err
+		return SenderConfig{}, err
 	}
-	var cfg sendConfig
+	var cfg SenderConfig
 	var err error
-	if cfg.dst, err = netip.ParseAddrPort(*dst); err != nil {
+	if cfg.Dst, err = netip.ParseAddrPort(*dst); err != nil {
 		return cfg, fmt.Errorf("--dst %q: %w", *dst, err)
 	}
 	if *src != "" {
-		if cfg.src, err = netip.ParseAddr(*src); err != nil {
+		if cfg.Src, err = netip.ParseAddr(*src); err != nil {
 			return cfg, fmt.Errorf("--src %q: %w", *src, err)
 		}
-		if cfg.src.Is4() != cfg.dst.Addr().Unmap().Is4() {
-			return cfg, fmt.Errorf("--src %s and --dst %s are of different IP families", cfg.src, cfg.dst)
+		if cfg.Src.Is4() != cfg.Dst.Addr().Unmap().Is4() {
+			return cfg, fmt.Errorf("--src %s and --dst %s are of different IP families", cfg.Src, cfg.Dst)
 		}
 	}
-	if cfg.codec, err = payload.Lookup(*codecName, *ptime); err != nil {
+	if cfg.Codec, err = payload.Lookup(*codecName, *ptime); err != nil {
 		return cfg, err
 	}
-	cfg.srcPort, cfg.streams, cfg.ptime, cfg.duration = *srcPort, *streams, *ptime, *duration
-	cfg.sharedSocket, cfg.json = *shared, *js
+	cfg.SrcPort, cfg.Streams, cfg.Ptime, cfg.Duration = *srcPort, *streams, *ptime, *duration
+	cfg.SharedSocket, cfg.JSON = *shared, *js
 	return cfg, cfg.validate()
 }
 
-func (c *sendConfig) validate() error {
+func (c *SenderConfig) validate() error {
 	switch {
-	case c.streams < 1:
-		return fmt.Errorf("--streams %d: need at least 1", c.streams)
-	case int(c.dst.Port())+2*(c.streams-1) > 65535:
-		return fmt.Errorf("--dst port %d + 2*%d streams exceeds 65535", c.dst.Port(), c.streams)
-	case c.srcPort < 0 || c.srcPort+2*(c.streams-1) > 65535:
-		return fmt.Errorf("--src-port %d + 2*%d streams exceeds 65535", c.srcPort, c.streams)
-	case c.sharedSocket && c.srcPort != 0 && c.streams > 1:
+	case c.Streams < 1:
+		return fmt.Errorf("--streams %d: need at least 1", c.Streams)
+	case int(c.Dst.Port())+2*(c.Streams-1) > 65535:
+		return fmt.Errorf("--dst port %d + 2*%d streams exceeds 65535", c.Dst.Port(), c.Streams)
+	case c.SrcPort < 0 || c.SrcPort+2*(c.Streams-1) > 65535:
+		return fmt.Errorf("--src-port %d + 2*%d streams exceeds 65535", c.SrcPort, c.Streams)
+	case c.SharedSocket && c.SrcPort != 0 && c.Streams > 1:
 		return errors.New("--shared-socket sends all streams from one port: --src-port applies to it alone, use one stream or drop --src-port")
-	case c.duration < c.ptime:
-		return fmt.Errorf("--duration %v shorter than --ptime %v", c.duration, c.ptime)
+	case c.Duration < c.Ptime:
+		return fmt.Errorf("--duration %v shorter than --ptime %v", c.Duration, c.Ptime)
 	}
 	return nil
 }
 
-// load is the traffic a configuration puts on the wire: per packet at the
+// SenderLoad is the traffic a configuration puts on the wire: per packet at the
 // RTP, IP, Ethernet frame and wire level, and in bits per second.
-type load struct {
+type SenderLoad struct {
 	PPS         float64 `json:"pps"`
 	RTPBytes    int     `json:"rtp_bytes"`
 	IPBytes     int     `json:"ip_bytes"`
@@ -110,45 +111,45 @@ type load struct {
 	PerStreamBP float64 `json:"wire_bits_per_s_per_stream"`
 }
 
-func (c *sendConfig) load() load {
-	var l load
-	l.RTPBytes = 12 + c.codec.PayloadSize(c.ptime)
+func (c *SenderConfig) Load() SenderLoad {
+	var l SenderLoad
+	l.RTPBytes = 12 + c.Codec.PayloadSize(c.Ptime)
 	l.IPBytes = l.RTPBytes + 8 + 20
-	if c.dst.Addr().Is6() && !c.dst.Addr().Is4In6() {
+	if c.Dst.Addr().Is6() && !c.Dst.Addr().Is4In6() {
 		l.IPBytes = l.RTPBytes + 8 + 40
 	}
 	l.FrameBytes = max(l.IPBytes+14+4, 64)
 	l.WireBytes = l.FrameBytes + 8 + 12
-	perStream := float64(time.Second) / float64(c.ptime)
-	l.PPS = perStream * float64(c.streams)
+	perStream := float64(time.Second) / float64(c.Ptime)
+	l.PPS = perStream * float64(c.Streams)
 	l.WireBitsPS = l.PPS * float64(l.WireBytes) * 8
 	l.IPBitsPS = l.PPS * float64(l.IPBytes) * 8
 	l.PerStreamBP = perStream * float64(l.WireBytes) * 8
 	return l
 }
 
-// batchWriter is what ipv4.PacketConn and ipv6.PacketConn have in common
+// BatchWriter is what ipv4.PacketConn and ipv6.PacketConn have in common
 // (their Message types are the same type).
-type batchWriter interface {
+type BatchWriter interface {
 	WriteBatch(ms []ipv4.Message, flags int) (int, error)
 }
 
-type v6writer struct{ *ipv6.PacketConn }
+type V6Writer struct{ *ipv6.PacketConn }
 
-func (w v6writer) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
+func (w V6Writer) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
 	return w.PacketConn.WriteBatch(ms, flags)
 }
 
-type sender struct {
-	cfg     sendConfig
+type Sender struct {
+	cfg     SenderConfig
 	streams []*payload.Stream
 	msgs    []ipv4.Message // msgs[i] carries streams[i]'s buffer and address
 	conns   []*net.UDPConn
-	writers []batchWriter // one per stream, or one shared
+	writers []BatchWriter // one per stream, or one shared
 	slots   int           // time slots per ptime
 }
 
-type sendResult struct {
+type SenderResult struct {
 	Packets   uint64  `json:"packets"`
 	Bytes     uint64  `json:"bytes"`
 	Errors    uint64  `json:"errors"`
@@ -161,59 +162,97 @@ type sendResult struct {
 
 const slotWidth = time.Millisecond
 
-func newSender(cfg sendConfig) (*sender, error) {
-	s := &sender{cfg: cfg, slots: max(1, min(cfg.streams, int(cfg.ptime/slotWidth)))}
+func NewSender(cfg SenderConfig) (*Sender, error) {
+	return newSender(cfg, nil, nil)
+}
+
+// NewSenderOn is a sender whose stream i leaves from conns[i] (sockets
+// the caller owns and closes; a receiver may read them too) towards
+// dst(i), one socket per stream. cfg.Dst, Src, SrcPort and SharedSocket
+// are not used.
+func NewSenderOn(cfg SenderConfig, conns []*net.UDPConn, dst func(i int) netip.AddrPort) (*Sender, error) {
+	if len(conns) != cfg.Streams {
+		return nil, fmt.Errorf("%d sockets for %d streams", len(conns), cfg.Streams)
+	}
+	return newSender(cfg, conns, dst)
+}
+
+func newSender(cfg SenderConfig, conns []*net.UDPConn, dst func(i int) netip.AddrPort) (*Sender, error) {
+	s := &Sender{cfg: cfg, slots: max(1, min(cfg.Streams, int(cfg.Ptime/slotWidth)))}
+	if conns != nil {
+		cfg.SharedSocket = false
+		s.cfg.SharedSocket = false
+		for _, c := range conns {
+			if la, ok := c.LocalAddr().(*net.UDPAddr); ok && la.IP.To4() == nil {
+				s.writers = append(s.writers, V6Writer{ipv6.NewPacketConn(c)})
+			} else {
+				s.writers = append(s.writers, ipv4.NewPacketConn(c))
+			}
+			_ = c.SetWriteBuffer(256 << 10)
+		}
+	}
 	network := "udp4"
-	dstAddr := cfg.dst.Addr().Unmap()
+	dstAddr := cfg.Dst.Addr().Unmap()
 	if dstAddr.Is6() {
 		network = "udp6"
 	}
-	nsock := cfg.streams
-	if cfg.sharedSocket {
+	nsock := cfg.Streams
+	if cfg.SharedSocket {
 		nsock = 1
+	}
+	if conns != nil {
+		nsock = 0 // the caller's
 	}
 	for i := 0; i < nsock; i++ {
 		la := &net.UDPAddr{}
-		if cfg.src.IsValid() {
-			la.IP = cfg.src.AsSlice()
+		if cfg.Src.IsValid() {
+			la.IP = cfg.Src.AsSlice()
 		}
-		if cfg.srcPort != 0 {
-			la.Port = cfg.srcPort + 2*i
+		if cfg.SrcPort != 0 {
+			la.Port = cfg.SrcPort + 2*i
 		}
 		c, err := net.ListenUDP(network, la)
 		if err != nil {
-			s.close()
+			s.Close()
 			return nil, fmt.Errorf("open socket %d: %w", i, err)
 		}
 		s.conns = append(s.conns, c)
-		if cfg.sharedSocket {
+		if cfg.SharedSocket {
 			_ = c.SetWriteBuffer(4 << 20)
 		}
 		if network == "udp4" {
 			s.writers = append(s.writers, ipv4.NewPacketConn(c))
 		} else {
-			s.writers = append(s.writers, v6writer{ipv6.NewPacketConn(c)})
+			s.writers = append(s.writers, V6Writer{ipv6.NewPacketConn(c)})
 		}
 	}
 	var rnd [8]byte
-	s.msgs = make([]ipv4.Message, cfg.streams)
-	bufs := make([][]byte, cfg.streams)
-	for i := range cfg.streams {
+	s.msgs = make([]ipv4.Message, cfg.Streams)
+	bufs := make([][]byte, cfg.Streams)
+	for i := range cfg.Streams {
 		if _, err := rand.Read(rnd[:]); err != nil {
-			s.close()
+			s.Close()
 			return nil, fmt.Errorf("random SSRC: %w", err)
 		}
-		st := payload.NewStream(cfg.codec, cfg.ptime, i, binary.BigEndian.Uint32(rnd[:]),
+		st := payload.NewStream(cfg.Codec, cfg.Ptime, i, binary.BigEndian.Uint32(rnd[:]),
 			binary.BigEndian.Uint16(rnd[4:]), binary.BigEndian.Uint32(rnd[:])^0x5a5a5a5a)
 		s.streams = append(s.streams, st)
 		bufs[i] = st.Buf
 		s.msgs[i].Buffers = bufs[i : i+1]
-		s.msgs[i].Addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstAddr, cfg.dst.Port()+uint16(2*i)))
+		if dst != nil {
+			s.msgs[i].Addr = net.UDPAddrFromAddrPort(dst(i))
+		} else {
+			s.msgs[i].Addr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(dstAddr, cfg.Dst.Port()+uint16(2*i)))
+		}
 	}
 	return s, nil
 }
 
-func (s *sender) close() error {
+// Streams returns the sender's streams, for their counters (Sent).
+func (s *Sender) Streams() []*payload.Stream { return s.streams }
+
+// Close closes the sockets the sender opened (not those of NewSenderOn).
+func (s *Sender) Close() error {
 	var errs []error
 	for _, c := range s.conns {
 		errs = append(errs, c.Close())
@@ -222,24 +261,24 @@ func (s *sender) close() error {
 }
 
 // slotRange returns the streams sent in slot k.
-func (s *sender) slotRange(k int) (lo, hi int) {
-	return k * s.cfg.streams / s.slots, (k + 1) * s.cfg.streams / s.slots
+func (s *Sender) slotRange(k int) (lo, hi int) {
+	return k * s.cfg.Streams / s.slots, (k + 1) * s.cfg.Streams / s.slots
 }
 
-// run sends until the duration has passed or ctx is done. Every deadline
+// Run sends until the duration has passed or ctx is done. Every deadline
 // is computed from the start time, so lateness never accumulates.
-func (s *sender) run(ctx context.Context) sendResult {
-	var res sendResult
-	var late latencyHist
-	cycles := int(s.cfg.duration / s.cfg.ptime)
+func (s *Sender) Run(ctx context.Context) SenderResult {
+	var res SenderResult
+	var late LatencyHist
+	cycles := int(s.cfg.Duration / s.cfg.Ptime)
 	start := time.Now().Add(10 * time.Millisecond)
 	for cycle := 0; cycle < cycles; cycle++ {
 		if ctx.Err() != nil {
 			break
 		}
-		base := time.Duration(cycle) * s.cfg.ptime
+		base := time.Duration(cycle) * s.cfg.Ptime
 		for k := 0; k < s.slots; k++ {
-			deadline := start.Add(base + time.Duration(k)*s.cfg.ptime/time.Duration(s.slots))
+			deadline := start.Add(base + time.Duration(k)*s.cfg.Ptime/time.Duration(s.slots))
 			if d := time.Until(deadline); d > 0 {
 				time.Sleep(d)
 			}
@@ -247,7 +286,7 @@ func (s *sender) run(ctx context.Context) sendResult {
 			for i := lo; i < hi; i++ {
 				s.streams[i].Next()
 			}
-			if s.cfg.sharedSocket {
+			if s.cfg.SharedSocket {
 				s.write(&res, s.writers[0], s.msgs[lo:hi])
 			} else {
 				for i := lo; i < hi; i++ {
@@ -271,7 +310,7 @@ func (s *sender) run(ctx context.Context) sendResult {
 // that fails is counted and skipped.
 var errNothingSent = errors.New("sendmmsg sent nothing")
 
-func (s *sender) write(res *sendResult, w batchWriter, ms []ipv4.Message) {
+func (s *Sender) write(res *SenderResult, w BatchWriter, ms []ipv4.Message) {
 	for len(ms) > 0 {
 		n, err := w.WriteBatch(ms, 0)
 		// x/net returns -1 when the first message fails.
@@ -291,15 +330,15 @@ func (s *sender) write(res *sendResult, w batchWriter, ms []ipv4.Message) {
 	}
 }
 
-// latencyHist records lateness with 1 us resolution below 1 ms and 100 us
+// LatencyHist records lateness with 1 us resolution below 1 ms and 100 us
 // resolution up to 100 ms; beyond that only the maximum is exact.
-type latencyHist struct {
+type LatencyHist struct {
 	buckets [2000]uint64
 	total   uint64
 	max     time.Duration
 }
 
-func (h *latencyHist) add(d time.Duration, n int) {
+func (h *LatencyHist) add(d time.Duration, n int) {
 	if n == 0 {
 		return
 	}
@@ -317,7 +356,7 @@ func (h *latencyHist) add(d time.Duration, n int) {
 }
 
 // quantile returns the q-quantile in microseconds (bucket lower bound).
-func (h *latencyHist) quantile(q float64) float64 {
+func (h *LatencyHist) quantile(q float64) float64 {
 	if h.total == 0 {
 		return 0
 	}

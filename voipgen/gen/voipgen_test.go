@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"context"
@@ -99,8 +99,8 @@ func TestLoad(t *testing.T) {
 		{"g729", 60, 78, 98, 39200, 1},
 	} {
 		c, _ := payload.Lookup(tc.codec, 20*time.Millisecond)
-		cfg := sendConfig{dst: netip.MustParseAddrPort("127.0.0.1:4000"), codec: c, ptime: 20 * time.Millisecond, streams: 10504}
-		l := cfg.load()
+		cfg := SenderConfig{Dst: netip.MustParseAddrPort("127.0.0.1:4000"), Codec: c, Ptime: 20 * time.Millisecond, Streams: 10504}
+		l := cfg.Load()
 		if l.IPBytes != tc.ip || l.FrameBytes != tc.frame || l.WireBytes != tc.wire || l.PerStreamBP != tc.bitsPerStream {
 			t.Errorf("%s: %+v", tc.codec, l)
 		}
@@ -119,7 +119,7 @@ func TestParseErrors(t *testing.T) {
 		{"--dst", "127.0.0.1:4000", "--src", "::1"},
 		{"--dst", "127.0.0.1:4000", "--duration", "1ms"},
 	} {
-		if _, err := parseSend(args, io.Discard); err == nil {
+		if _, err := ParseSender(args, io.Discard); err == nil {
 			t.Errorf("parseSend(%q) succeeded", args)
 		}
 	}
@@ -135,7 +135,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 // loopback sends streams for 1 s on loopback and returns the receiver's report.
-func loopback(t *testing.T, addr string, streams int, shared bool) (analyze.Report, sendResult) {
+func loopback(t *testing.T, addr string, streams int, shared bool) (analyze.Report, SenderResult) {
 	t.Helper()
 	var rc *analyze.Receiver
 	var base int
@@ -154,13 +154,13 @@ func loopback(t *testing.T, addr string, streams int, shared bool) (analyze.Repo
 	go func() { done <- rc.Run(context.Background()) }()
 
 	c, _ := payload.Lookup("pcma", 20*time.Millisecond)
-	s, err := newSender(sendConfig{dst: netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(base)), streams: streams,
-		codec: c, ptime: 20 * time.Millisecond, duration: time.Second, sharedSocket: shared})
+	s, err := NewSender(SenderConfig{Dst: netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(base)), Streams: streams,
+		Codec: c, Ptime: 20 * time.Millisecond, Duration: time.Second, SharedSocket: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := s.run(context.Background())
-	if err := s.close(); err != nil {
+	res := s.Run(context.Background())
+	if err := s.Close(); err != nil {
 		t.Error(err)
 	}
 	return <-done, res
@@ -232,4 +232,21 @@ func BenchmarkPacketBuild(b *testing.B) {
 	for b.Loop() {
 		s.Next()
 	}
+}
+func FuzzParseEndpoints(f *testing.F) {
+	for _, s := range []string{"198.18.0.2:4000", "198.18.0.2-198.18.0.9:4000", "[2001:2::1-2001:2::3]:5000", "[::1]", "1.2.3.4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := ParseEndpoints(s, false)
+		if err != nil {
+			return
+		}
+		if e.N < 1 || e.N > 1<<16 || !e.Lo.IsValid() || e.Port < 0 || e.Port > 65535 {
+			t.Fatalf("%q: %+v", s, e)
+		}
+		if a := e.At(e.N - 1).Addr(); a.Less(e.Lo) || a.Is4() != e.Lo.Is4() {
+			t.Fatalf("%q: last address %v", s, a)
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package main
+package gen
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/relayd/relayd/internal/pktio"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -169,7 +171,7 @@ func (x *xdpSock) reap() {
 // send queues the IP packets of ms behind the Ethernet header and kicks
 // the kernel. It returns how many were queued (the rest had no free
 // frame) and the bytes queued. It does not allocate.
-func (x *xdpSock) send(ms []mmsghdr) (n int, bytes uint64) {
+func (x *xdpSock) send(ms []pktio.Mmsghdr) (n int, bytes uint64) {
 	x.reap()
 	prod := *x.tx.producer
 	for i := range ms {
@@ -182,7 +184,7 @@ func (x *xdpSock) send(ms []mmsghdr) (n int, bytes uint64) {
 			}
 		}
 		m := &ms[i]
-		iov := m.hdr.Iov
+		iov := m.Hdr.Iov
 		pkt := unsafe.Slice(iov.Base, iov.Len)
 		addr := x.free[len(x.free)-1]
 		x.free = x.free[:len(x.free)-1]

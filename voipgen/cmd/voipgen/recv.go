@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+
+	"github.com/relayd/relayd/voipgen/analyze"
+)
+
+// runRecv is voipgen recv.
+func runRecv(ctx context.Context, args []string, out io.Writer) error {
+	cfg, err := analyze.Parse(args, out)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg.Progress = isTerminal(stderrFd)
+	rc, err := analyze.New(cfg)
+	if err != nil {
+		return err
+	}
+	r := rc.Run(ctx)
+	if cfg.JSON {
+		return json.NewEncoder(out).Encode(r)
+	}
+	r.WriteTextAll(out, cfg.AllStreams)
+	return nil
+}
