@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/relayd/relayd/voipgen/payload"
+	"github.com/relayd/relayd/voipgen/sipua"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -341,19 +342,19 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name stri
 	if err != nil {
 		return fail(err)
 	}
-	acfg := answerConfig{sipEndpoint: sipEndpoint{listen: callee, media: l.CalleeAddr4, rtpPort: benchRTPPort, codec: c,
-		ptime: 20 * time.Millisecond, duration: cfg.sipDuration + time.Duration(n)*10*time.Millisecond + time.Minute, ns: l.Callee.Do},
-		personality: "answer", maxCalls: n, maxCallDur: time.Hour}
+	acfg := sipua.AnswerConfig{Endpoint: sipua.Endpoint{Listen: callee, Media: l.CalleeAddr4, RTPPort: benchRTPPort, Codec: c,
+		Ptime: 20 * time.Millisecond, Duration: cfg.sipDuration + time.Duration(n)*10*time.Millisecond + time.Minute, NS: l.Callee.Do},
+		Personality: "answer", MaxCalls: n, MaxCallDur: time.Hour}
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	ready := make(chan struct{})
 	type answered struct {
-		calls []callReport
+		calls []sipua.CallReport
 		err   error
 	}
 	ansDone := make(chan answered, 1)
 	go func() {
-		calls, err := answerCalls(actx, acfg, ready)
+		calls, err := sipua.AnswerCalls(actx, acfg, ready)
 		ansDone <- answered{calls, err}
 	}()
 	select {
@@ -361,13 +362,13 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name stri
 	case a := <-ansDone:
 		return fail(fmt.Errorf("answerer: %v", a.err))
 	}
-	ccfg := callConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CallerAddr4, benchCallerSIP), media: l.CallerAddr4,
-		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: cfg.sipDuration, ns: l.Caller.Do},
-		calls: n, concurrent: n, rate: 100, timeout: 10 * time.Second}
-	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.target); err != nil {
+	ccfg := sipua.CallConfig{Endpoint: sipua.Endpoint{Listen: netip.AddrPortFrom(l.CallerAddr4, benchCallerSIP), Media: l.CallerAddr4,
+		RTPPort: benchRTPPort, Codec: c, Ptime: 20 * time.Millisecond, Duration: cfg.sipDuration, NS: l.Caller.Do},
+		Calls: n, Concurrent: n, Rate: 100, Timeout: 10 * time.Second}
+	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.Target); err != nil {
 		return fail(err)
 	}
-	calls, err := placeCalls(ctx, ccfg)
+	calls, err := sipua.PlaceCalls(ctx, ccfg)
 	if err != nil {
 		acancel()
 		<-ansDone
@@ -380,7 +381,7 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name stri
 		acancel()
 		a = <-ansDone
 	}
-	cs, as := summarizeCalls(calls), summarizeCalls(a.calls)
+	cs, as := sipua.Summarize(calls), sipua.Summarize(a.calls)
 	s.Succeeded, s.Failed = cs.Succeeded, cs.Failed
 	s.T200P50Ms, s.T200MaxMs = cs.T200Ms.P50, cs.T200Ms.Max
 	s.WithMedia = cs.WithMedia
@@ -453,7 +454,7 @@ type benchCalls struct {
 
 type benchBatch struct {
 	cancel context.CancelFunc
-	done   chan []callReport
+	done   chan []sipua.CallReport
 }
 
 func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
@@ -463,11 +464,11 @@ func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
 		return err
 	}
 	s.toCallee, s.toCaller = make([]netip.AddrPort, maxCalls), make([]netip.AddrPort, maxCalls)
-	acfg := answerConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort), media: l.CalleeAddr4,
-		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: 24 * time.Hour, ns: l.Callee.Do,
-		signal: &sipSignal{
-			media: func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) },
-			peer: func(j int, a netip.AddrPort) {
+	acfg := sipua.AnswerConfig{Endpoint: sipua.Endpoint{Listen: netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort), Media: l.CalleeAddr4,
+		RTPPort: benchRTPPort, Codec: c, Ptime: 20 * time.Millisecond, Duration: 24 * time.Hour, NS: l.Callee.Do,
+		Signal: &sipua.Signal{
+			Media: func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) },
+			Peer: func(j int, a netip.AddrPort) {
 				s.mu.Lock()
 				if j < len(s.toCaller) {
 					s.toCaller[j] = a
@@ -475,12 +476,12 @@ func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
 				s.mu.Unlock()
 			},
 		}},
-		personality: "answer", maxCalls: 1 << 30, maxCallDur: 24 * time.Hour}
+		Personality: "answer", MaxCalls: 1 << 30, MaxCallDur: 24 * time.Hour}
 	s.actx, s.acancel = context.WithCancel(ctx)
 	ready := make(chan struct{})
 	s.ansDone = make(chan error, 1)
 	go func() {
-		_, err := answerCalls(s.actx, acfg, ready)
+		_, err := sipua.AnswerCalls(s.actx, acfg, ready)
 		s.ansDone <- err
 	}()
 	select {
@@ -504,9 +505,9 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
-	sig := &sipSignal{
-		media: func(int) netip.AddrPort { return netip.AddrPortFrom(l.CallerAddr4, uint16(fwdSenderPort)) },
-		peer: func(i int, a netip.AddrPort) {
+	sig := &sipua.Signal{
+		Media: func(int) netip.AddrPort { return netip.AddrPortFrom(l.CallerAddr4, uint16(fwdSenderPort)) },
+		Peer: func(i int, a netip.AddrPort) {
 			s.mu.Lock()
 			s.toCallee[have+i] = a
 			s.mu.Unlock()
@@ -514,19 +515,19 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 		},
 	}
 	if s.srtp {
-		sig.crypto = func(i int) string { return "1 AES_CM_128_HMAC_SHA1_80 inline:" + s.b.keys[have+i] }
+		sig.Crypto = func(i int) string { return "1 AES_CM_128_HMAC_SHA1_80 inline:" + s.b.keys[have+i] }
 	}
-	ccfg := callConfig{sipEndpoint: sipEndpoint{listen: netip.AddrPortFrom(l.CallerAddr4, uint16(benchCallerSIP+k)), media: l.CallerAddr4,
-		rtpPort: benchRTPPort, codec: c, ptime: 20 * time.Millisecond, duration: 24 * time.Hour, ns: l.Caller.Do, signal: sig},
-		calls: n - have, concurrent: n - have, rate: 1000, timeout: 10 * time.Second}
-	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.target); err != nil {
+	ccfg := sipua.CallConfig{Endpoint: sipua.Endpoint{Listen: netip.AddrPortFrom(l.CallerAddr4, uint16(benchCallerSIP+k)), Media: l.CallerAddr4,
+		RTPPort: benchRTPPort, Codec: c, Ptime: 20 * time.Millisecond, Duration: 24 * time.Hour, NS: l.Caller.Do, Signal: sig},
+		Calls: n - have, Concurrent: n - have, Rate: 1000, Timeout: 10 * time.Second}
+	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.Target); err != nil {
 		return err
 	}
 	bctx, cancel := context.WithCancel(context.Background())
-	bt := benchBatch{cancel: cancel, done: make(chan []callReport, 1)}
+	bt := benchBatch{cancel: cancel, done: make(chan []sipua.CallReport, 1)}
 	s.batches = append(s.batches, bt)
 	go func() {
-		reps, _ := placeCalls(bctx, ccfg)
+		reps, _ := sipua.PlaceCalls(bctx, ccfg)
 		bt.done <- reps
 	}()
 	start := time.Now()

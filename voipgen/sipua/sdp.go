@@ -1,4 +1,4 @@
-package main
+package sipua
 
 import (
 	"bufio"
@@ -15,8 +15,8 @@ import (
 // voipgen's SDP (RFC 4566) is the minimum a call with one audio stream
 // needs: it offers or answers one codec and reads back c= and m=audio.
 
-// sdpBody returns an SDP offer or answer for one audio stream at media.
-func sdpBody(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64) []byte {
+// SDPBody returns an SDP offer or answer for one audio stream at media.
+func SDPBody(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64) []byte {
 	ip := "IP4"
 	if !media.Addr().Is4() {
 		ip = "IP6"
@@ -33,26 +33,26 @@ func sdpBody(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID 
 	return []byte(b.String())
 }
 
-// sdpBodyCrypto is sdpBody for SRTP with SDES (RFC 4568): RTP/SAVP and
+// SDPBodyCrypto is sdpBody for SRTP with SDES (RFC 4568): RTP/SAVP and
 // one a=crypto line, crypto being its value ("1 AES_CM_128_HMAC_SHA1_80
 // inline:...").
-func sdpBodyCrypto(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64, crypto string) []byte {
-	b := string(sdpBody(media, c, ptime, sessID))
+func SDPBodyCrypto(media netip.AddrPort, c payload.Codec, ptime time.Duration, sessID int64, crypto string) []byte {
+	b := string(SDPBody(media, c, ptime, sessID))
 	b = strings.Replace(b, " RTP/AVP ", " RTP/SAVP ", 1)
 	return []byte(b + "a=crypto:" + crypto + "\r\n")
 }
 
 var errNoAudio = errors.New("sdp: no audio stream")
 
-// sdpMedia is what voipgen reads from a peer's SDP.
-type sdpMedia struct {
-	addr netip.AddrPort // where to send RTP
-	pts  []int          // payload types offered, in order
+// SDPMedia is what voipgen reads from a peer's SDP.
+type SDPMedia struct {
+	Addr netip.AddrPort // where to send RTP
+	PTs  []int          // payload types offered, in order
 }
 
-// parseSDP reads the connection address and the first audio stream.
-func parseSDP(body []byte) (sdpMedia, error) {
-	var m sdpMedia
+// ParseSDP reads the connection address and the first audio stream.
+func ParseSDP(body []byte) (SDPMedia, error) {
+	var m SDPMedia
 	var sessAddr, mediaAddr netip.Addr
 	inAudio, seenAudio := false, false
 	port := 0
@@ -77,7 +77,7 @@ func parseSDP(body []byte) (sdpMedia, error) {
 			port, inAudio, seenAudio = p, true, true
 			for _, s := range f[3:] {
 				if pt, err := strconv.Atoi(s); err == nil {
-					m.pts = append(m.pts, pt)
+					m.PTs = append(m.PTs, pt)
 				}
 			}
 		case 'c':
@@ -106,6 +106,6 @@ func parseSDP(body []byte) (sdpMedia, error) {
 	if !a.IsValid() {
 		return m, errors.New("sdp: no connection address")
 	}
-	m.addr = netip.AddrPortFrom(a.Unmap(), uint16(port))
+	m.Addr = netip.AddrPortFrom(a.Unmap(), uint16(port))
 	return m, nil
 }

@@ -1,4 +1,4 @@
-package main
+package sipua
 
 import (
 	"bytes"
@@ -24,8 +24,8 @@ func TestSDP(t *testing.T) {
 		c, _ := payload.LookupAny(name, 20*time.Millisecond)
 		for _, ap := range []string{"198.18.0.2:20000", "[2001:2::2]:20002"} {
 			a := netip.MustParseAddrPort(ap)
-			m, err := parseSDP(sdpBody(a, c, 20*time.Millisecond, 1))
-			if err != nil || m.addr != a || len(m.pts) != 1 || m.pts[0] != int(c.PayloadType) {
+			m, err := ParseSDP(SDPBody(a, c, 20*time.Millisecond, 1))
+			if err != nil || m.Addr != a || len(m.PTs) != 1 || m.PTs[0] != int(c.PayloadType) {
 				t.Errorf("%s %s: %+v %v", name, ap, m, err)
 			}
 		}
@@ -33,12 +33,12 @@ func TestSDP(t *testing.T) {
 	// A media-level c= wins over the session's; the first audio stream counts.
 	sdp := "v=0\r\no=- 1 1 IN IP4 1.2.3.4\r\ns=-\r\nc=IN IP4 198.18.0.9\r\nt=0 0\r\n" +
 		"m=video 5000 RTP/AVP 96\r\nc=IN IP4 198.18.0.7\r\nm=audio 6000 RTP/AVP 8 0 101\r\nc=IN IP4 198.18.0.8\r\nm=audio 7000 RTP/AVP 0\r\n"
-	m, err := parseSDP([]byte(sdp))
-	if err != nil || m.addr != netip.MustParseAddrPort("198.18.0.8:6000") || len(m.pts) != 3 {
+	m, err := ParseSDP([]byte(sdp))
+	if err != nil || m.Addr != netip.MustParseAddrPort("198.18.0.8:6000") || len(m.PTs) != 3 {
 		t.Fatalf("%+v %v", m, err)
 	}
 	for _, bad := range []string{"", "v=0\r\nm=video 1 RTP/AVP 0\r\n", "v=0\r\nm=audio 6000 RTP/AVP 0\r\n", "c=IN IP4 x\r\nm=audio 1 RTP/AVP 0\r\n", "m=audio 99999 RTP/AVP 0\r\n"} {
-		if _, err := parseSDP([]byte(bad)); err == nil {
+		if _, err := ParseSDP([]byte(bad)); err == nil {
 			t.Errorf("parseSDP(%q) succeeded", bad)
 		}
 	}
@@ -46,11 +46,11 @@ func TestSDP(t *testing.T) {
 
 func FuzzParseSDP(f *testing.F) {
 	c, _ := payload.Lookup("pcmu", 20*time.Millisecond)
-	f.Add(sdpBody(netip.MustParseAddrPort("198.18.0.2:20000"), c, 20*time.Millisecond, 1))
+	f.Add(SDPBody(netip.MustParseAddrPort("198.18.0.2:20000"), c, 20*time.Millisecond, 1))
 	f.Add([]byte("m=audio 6000/2 RTP/AVP 0\nc=IN IP6 2001:2::1/64\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := parseSDP(b)
-		if err == nil && !m.addr.Addr().IsValid() {
+		m, err := ParseSDP(b)
+		if err == nil && !m.Addr.Addr().IsValid() {
 			t.Fatalf("no address without error: %+v", m)
 		}
 	})
@@ -58,31 +58,31 @@ func FuzzParseSDP(f *testing.F) {
 
 // callAnswer runs voipgen answer with personality and voipgen call against
 // it on loopback.
-func callAnswer(t *testing.T, personality string, calls int, callArgs ...string) ([]callReport, []callReport) {
+func callAnswer(t *testing.T, personality string, calls int, callArgs ...string) ([]CallReport, []CallReport) {
 	t.Helper()
-	acfg, err := parseAnswer([]string{"--sip", "127.0.0.1:0", "--personality", personality, "--rtp-port", "44000", "--ring", "100ms",
+	acfg, err := ParseAnswer([]string{"--sip", "127.0.0.1:0", "--personality", personality, "--rtp-port", "44000", "--ring", "100ms",
 		"--duration", "20s", "--max-calls", strconv.Itoa(calls)}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Port 0 would not do in SDP and Contact: pick a free port.
-	acfg.listen = netip.AddrPortFrom(acfg.listen.Addr(), uint16(freeUDPPort(t)))
+	acfg.Listen = netip.AddrPortFrom(acfg.Listen.Addr(), uint16(freeUDPPort(t)))
 	ready := make(chan struct{})
-	ansDone := make(chan []callReport)
+	ansDone := make(chan []CallReport)
 	go func() {
-		r, err := answerCalls(context.Background(), acfg, ready)
+		r, err := AnswerCalls(context.Background(), acfg, ready)
 		if err != nil {
 			t.Error(err)
 		}
 		ansDone <- r
 	}()
 	<-ready
-	ccfg, err := parseCall(append([]string{"--sip", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--target", fmt.Sprintf("sip:answer@%s", acfg.listen),
+	ccfg, err := ParseCall(append([]string{"--sip", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--target", fmt.Sprintf("sip:answer@%s", acfg.Listen),
 		"--calls", strconv.Itoa(calls), "--rate", "20", "--rtp-port", "45000"}, callArgs...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := placeCalls(context.Background(), ccfg)
+	got, err := PlaceCalls(context.Background(), ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func freeUDPPort(t *testing.T) int {
 func TestCallAnswerPersonalities(t *testing.T) {
 	t.Run("answer", func(t *testing.T) {
 		calls, answered := callAnswer(t, "answer", 3, "--call-duration", "1s")
-		for _, set := range [][]callReport{calls, answered} {
+		for _, set := range [][]CallReport{calls, answered} {
 			if len(set) != 3 {
 				t.Fatalf("%d calls reported, want 3", len(set))
 			}
@@ -215,19 +215,19 @@ func TestLabSIPp(t *testing.T) {
 				"-rtp_echo", "-mp", "6000", "-m", strconv.Itoa(n))
 		}()
 		time.Sleep(500 * time.Millisecond)
-		cfg, err := parseCall([]string{"--sip", l.CallerAddr4.String() + ":5070", "--target", "sip:uas@" + l.CalleeAddr4.String() + ":5060",
+		cfg, err := ParseCall([]string{"--sip", l.CallerAddr4.String() + ":5070", "--target", "sip:uas@" + l.CalleeAddr4.String() + ":5060",
 			"--calls", strconv.Itoa(n), "--rate", "20", "--call-duration", "2s"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.ns = l.Caller.Do
-		calls, err := placeCalls(context.Background(), cfg)
+		cfg.NS = l.Caller.Do
+		calls, err := PlaceCalls(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := summarizeCalls(calls)
+		sum := Summarize(calls)
 		var b bytes.Buffer
-		sum.writeText(&b, "voipgen call -> sipp uas")
+		sum.WriteText(&b, "voipgen call -> sipp uas")
 		t.Log(b.String())
 		if sum.Succeeded != n || sum.WithMedia != n || sum.Lost != 0 || sum.T200Ms.N != n || sum.T180Ms.N != n {
 			t.Errorf("summary %+v", sum)
@@ -246,16 +246,16 @@ func TestLabSIPp(t *testing.T) {
 		}
 	})
 	t.Run("sipp uac to voipgen answer", func(t *testing.T) {
-		cfg, err := parseAnswer([]string{"--sip", l.CalleeAddr4.String() + ":5060", "--rtp-port", "40000",
+		cfg, err := ParseAnswer([]string{"--sip", l.CalleeAddr4.String() + ":5060", "--rtp-port", "40000",
 			"--duration", "60s", "--max-calls", strconv.Itoa(n)}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ready := make(chan struct{})
-		done := make(chan []callReport, 1)
-		cfg.ns = l.Callee.Do
+		done := make(chan []CallReport, 1)
+		cfg.NS = l.Callee.Do
 		go func() {
-			calls, err := answerCalls(context.Background(), cfg, ready)
+			calls, err := AnswerCalls(context.Background(), cfg, ready)
 			if err != nil {
 				t.Error(err)
 				close(ready)
@@ -271,9 +271,9 @@ func TestLabSIPp(t *testing.T) {
 			t.Errorf("sipp uac: %s successful calls, %s failed", st["SuccessfulCall(C)"], st["FailedCall(C)"])
 		}
 		calls := <-done
-		sum := summarizeCalls(calls)
+		sum := Summarize(calls)
 		var b bytes.Buffer
-		sum.writeText(&b, "sipp uac -> voipgen answer")
+		sum.WriteText(&b, "sipp uac -> voipgen answer")
 		t.Log(b.String())
 		if sum.Succeeded != n || sum.WithMedia != n || sum.Lost != 0 {
 			t.Errorf("summary %+v", sum)
