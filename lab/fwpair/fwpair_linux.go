@@ -445,12 +445,16 @@ func (p *Pair) start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second+5*p.cfg.Advert)
 	defer cancel()
-	fw, err := p.waitAnyMaster(ctx)
-	if err != nil {
+	// fw1, the higher priority, ends up master: wait for that steady
+	// state, not for fw2 winning a race at start and being preempted.
+	if _, err := p.WaitMaster(ctx, 0); err != nil {
+		return err
+	}
+	if err := p.waitVIPs(ctx, 0); err != nil {
 		return err
 	}
 	if p.cfg.Conntrackd {
-		if err := p.waitNotify(ctx, fw, "MASTER done"); err != nil {
+		if err := p.waitNotify(ctx, 0, "MASTER done"); err != nil {
 			return err
 		}
 	}
@@ -495,6 +499,12 @@ func (p *Pair) startProc(fw int, source string, args ...string) (*proc, error) {
 
 func (p *Pair) startKeepalived(fw int) error {
 	f := p.files[fw]
+	// A killed keepalived leaves its pid files, and its children may
+	// linger as zombies where nothing reaps orphans: keepalived would
+	// take them for a running instance.
+	for _, pf := range []string{f.pid, f.vrrpPid, f.checkersPid} {
+		os.Remove(pf)
+	}
 	pr, err := p.startProc(fw, SourceKeepalived, "keepalived", "-n", "-l", "-D", "--vrrp",
 		"-f", f.keepalivedConf, "-p", f.pid, "-r", f.vrrpPid, "-c", f.checkersPid)
 	if err != nil {
@@ -581,7 +591,8 @@ func (p *Pair) masterSince(fw int) (time.Time, bool) {
 
 // WaitMaster waits until keepalived of fw (0 or 1) has logged its entry
 // into MASTER state for both instances (and has not left it), and returns
-// when the later one arrived; at once when fw is MASTER already.
+// when the later one arrived; at once when fw is MASTER already. It fails
+// when fw's keepalived is not running.
 func (p *Pair) WaitMaster(ctx context.Context, fw int) (time.Time, error) {
 	if fw != 0 && fw != 1 {
 		return time.Time{}, fmt.Errorf("firewall %d: want 0 or 1", fw)
@@ -590,6 +601,10 @@ func (p *Pair) WaitMaster(ctx context.Context, fw int) (time.Time, error) {
 		p.mu.Lock()
 		at, ok := p.masterSince(fw)
 		ch := p.changed
+		var exited chan struct{}
+		if ka := p.procs[fw][SourceKeepalived]; ka != nil {
+			exited = ka.done
+		}
 		p.mu.Unlock()
 		if ok {
 			return at, nil
@@ -597,37 +612,25 @@ func (p *Pair) WaitMaster(ctx context.Context, fw int) (time.Time, error) {
 		select {
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("wait for fw%d to be master: %w", fw+1, ctx.Err())
+		case <-exited:
+			return time.Time{}, fmt.Errorf("wait for fw%d to be master: its keepalived is not running", fw+1)
 		case <-ch:
 		}
 	}
 }
 
-// waitAnyMaster waits until one firewall is MASTER for both instances in
-// the log and holds both VIPs.
-func (p *Pair) waitAnyMaster(ctx context.Context) (int, error) {
+// waitVIPs waits until fw holds both VIPs and the other firewall none
+// (keepalived logs the transition before it adds the VIPs).
+func (p *Pair) waitVIPs(ctx context.Context, fw int) error {
 	for {
-		p.mu.Lock()
-		_, ok0 := p.masterSince(0)
-		_, ok1 := p.masterSince(1)
-		ch := p.changed
-		p.mu.Unlock()
-		if ok0 != ok1 {
-			// keepalived logs the transition before it adds the VIPs.
-			for {
-				if m, err := p.Master(); err == nil {
-					return m, nil
-				}
-				select {
-				case <-ctx.Done():
-					return -1, fmt.Errorf("wait for the VIPs: %w", ctx.Err())
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
+		m, err := p.Master()
+		if err == nil && m == fw {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return -1, fmt.Errorf("wait for a master: %w", ctx.Err())
-		case <-ch:
+			return fmt.Errorf("wait for the VIPs on fw%d: %w", fw+1, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
 		}
 	}
 }

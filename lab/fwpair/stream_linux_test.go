@@ -165,27 +165,31 @@ func (s *stream) close() {
 
 // result is what a stream saw.
 type result struct {
-	sent, received int
-	gap            time.Duration // the largest inter-arrival gap, or from the last arrival to the end
-	gapStart       time.Time
-	recovered      bool // packets arrived in the last tailWindow before the end
+	sent      int           // since the start
+	received  int           // since since
+	gap       time.Duration // the largest inter-arrival gap, or from the last arrival to the end
+	gapStart  time.Time
+	recovered bool // packets arrived in the last tailWindow before the end
 }
 
 const tailWindow = 200 * time.Millisecond
 
-// analyze stops the stream and measures it from since to the end.
+// analyze measures the stream from since to now, without stopping it.
 func (s *stream) analyze(since time.Time) result {
 	end := time.Now()
-	s.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := result{sent: s.sent, received: len(s.arrivals)}
+	r := result{sent: s.sent}
 	prev := time.Time{}
 	for _, a := range s.arrivals {
+		if a.After(end) {
+			break
+		}
 		if a.Before(since) {
 			prev = a
 			continue
 		}
+		r.received++
 		if !prev.IsZero() && a.Sub(prev) > r.gap {
 			r.gap, r.gapStart = a.Sub(prev), prev
 		}
