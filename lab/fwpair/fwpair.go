@@ -179,7 +179,8 @@ var (
 
 const subnetBits = 24
 
-// Failure is a way to make the master firewall fail (Pair.Fail).
+// Failure is a way to make the master firewall fail (Pair.Fail). The
+// zero value is no failure and is rejected by Fail.
 type Failure int
 
 // Failures.

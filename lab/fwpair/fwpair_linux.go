@@ -771,22 +771,23 @@ func (p *Pair) Master() (int, error) {
 
 // Fail makes the current master fail in the way kind says and returns the
 // instant the failure was injected (just before the first action). Only
-// one failure can be in force; Recover undoes it.
+// one failure can be in force; Recover undoes it. Fail is not meant to be
+// called concurrently with itself or Recover.
 func (p *Pair) Fail(ctx context.Context, kind Failure) (time.Time, error) {
+	p.mu.Lock()
+	closed, failed := p.closed, p.failed
+	p.mu.Unlock()
+	if closed {
+		return time.Time{}, errors.New("fail: pair closed")
+	}
+	if failed != nil {
+		return time.Time{}, fmt.Errorf("fail: %v of fw%d not recovered yet", failed.kind, failed.fw+1)
+	}
 	fw, err := p.Master()
 	if err != nil {
 		return time.Time{}, fmt.Errorf("fail: %w", err)
 	}
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return time.Time{}, errors.New("fail: pair closed")
-	}
-	if p.failed != nil {
-		f := *p.failed
-		p.mu.Unlock()
-		return time.Time{}, fmt.Errorf("fail: %v of fw%d not recovered yet", f.kind, f.fw+1)
-	}
 	ka, ct := p.procs[fw][SourceKeepalived], p.procs[fw][SourceConntrackd]
 	p.mu.Unlock()
 	var at time.Time

@@ -85,6 +85,16 @@ func TestStateful(t *testing.T) {
 	if d := after[0][WANIfName].TxPackets - before[0][WANIfName].TxPackets; d == 0 {
 		t.Errorf("fw1's wan counted no packets out")
 	}
+	ctx := context.Background()
+	if _, err := p.Fail(ctx, Failure(0)); err == nil {
+		t.Error("Fail accepted the zero Failure")
+	}
+	if _, err := p.Recover(ctx); err == nil {
+		t.Error("Recover with no failure in force did not fail")
+	}
+	if m, err := p.Master(); err != nil || m != 0 {
+		t.Errorf("after the rejected calls: master %d, %v; want fw1", m+1, err)
+	}
 }
 
 // forwarded reads Ip: ForwDatagrams, the kernel's forwarded packet count,
