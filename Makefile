@@ -16,9 +16,10 @@ all: build
 # lintian checks the packages (make deb-check); nftables is what relayd
 # -prepare drives; qemu-system-x86, busybox-static and kmod boot Debian's
 # kernel for lab/vm; mmdebstrap and e2fsprogs build the Debian 12 guest of
-# the appliance test (lab/appliance); promtool checks the metrics.
+# the appliance test (lab/appliance); promtool checks the metrics;
+# keepalived and conntrackd run the firewall pair of lab/fwpair.
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
-	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -32,11 +33,15 @@ deps:
 	@# prometheus is installed for promtool (the metrics test); its server
 	@# must not run either.
 	-systemctl disable prometheus.service >/dev/null 2>&1; systemctl mask prometheus.service >/dev/null 2>&1; true
+	@# keepalived and conntrackd run only inside lab/fwpair's namespaces,
+	@# with the configuration the lab writes: never as services.
+	-systemctl disable keepalived.service >/dev/null 2>&1; systemctl mask keepalived.service >/dev/null 2>&1; true
+	-systemctl disable conntrackd.service >/dev/null 2>&1; systemctl mask conntrackd.service >/dev/null 2>&1; true
 	$(GO) mod download
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \

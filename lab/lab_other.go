@@ -94,3 +94,26 @@ func (ns *NS) TxChecksum(ifname string) (bool, error) { return false, errUnsuppo
 
 // AddAttacker needs Linux.
 func (l *Lab) AddAttacker() error { return errUnsupported }
+
+// NewNS needs Linux.
+func NewNS(name string) (*NS, error) { return nil, errUnsupported }
+
+// Close does nothing.
+func (ns *NS) Close() error { return nil }
+
+// DeleteNS needs Linux.
+func DeleteNS(name string) error { return errUnsupported }
+
+// AddVeth needs Linux.
+func (ns *NS) AddVeth(name, peer string, peerNS *NS) error { return errUnsupported }
+
+// AddAddr needs Linux.
+func (ns *NS) AddAddr(ifname string, p netip.Prefix) error { return errUnsupported }
+
+// AddRoute needs Linux.
+func (ns *NS) AddRoute(ifname string, dst netip.Prefix, gw netip.Addr) error {
+	return errUnsupported
+}
+
+// DeleteLinks needs Linux.
+func (ns *NS) DeleteLinks(names ...string) error { return errUnsupported }
