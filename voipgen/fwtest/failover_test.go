@@ -81,8 +81,8 @@ func TestAnalyze(t *testing.T) {
 	const failAt = 1200 * time.Millisecond
 	end := base + int64(runFor)
 	for _, tc := range []struct {
-		name   string
-		synth  synth
+		name  string
+		synth synth
 	}{
 		{name: "clean", synth: synth{n: 1, failAt: failAt}},
 		{name: "34 ms on 100 streams", synth: synth{n: 100, failAt: failAt, outage: 34 * time.Millisecond}},

@@ -20,12 +20,12 @@ import (
 // fills it from the sender's and the receiver's counters; Search reads Sent,
 // Lost, OfferedPPS and AchievedPPS.
 type TrialResult struct {
-	Offered    uint64        `json:"offered"`    // packets the sender was asked to send
-	Sent       uint64        `json:"sent"`       // packets it sent
-	Received   uint64        `json:"received"`   // packets the receiver counted (duplicates included)
-	Lost       uint64        `json:"lost"`       // sent but never received, by sequence
-	Duplicated uint64        `json:"duplicated"` // extra copies received
-	OfferedPPS float64       `json:"offered_pps"`
+	Offered    uint64  `json:"offered"`    // packets the sender was asked to send
+	Sent       uint64  `json:"sent"`       // packets it sent
+	Received   uint64  `json:"received"`   // packets the receiver counted (duplicates included)
+	Lost       uint64  `json:"lost"`       // sent but never received, by sequence
+	Duplicated uint64  `json:"duplicated"` // extra copies received
+	OfferedPPS float64 `json:"offered_pps"`
 	// AchievedPPS is the rate the sender really sent at; well below
 	// OfferedPPS means the sender, not the pair, was the limit.
 	AchievedPPS float64       `json:"achieved_pps"`
