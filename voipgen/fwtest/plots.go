@@ -119,7 +119,7 @@ func timelinePlots(row *FailoverRow) (*plot.Plot, *plot.Plot) {
 		p.Legend.Top = true
 		return p
 	}
-	top := mk(fmt.Sprintf("%s rep %d: all %d streams (outage %s, resolution %s)", row.Case, row.Rep, len(f.Streams), f.OutageMs, f.ResolutionMs),
+	top := mk(fmt.Sprintf("%s\nrep %d: all %d streams (outage %s, resolution %s)", row.Case, row.Rep, len(f.Streams), f.OutageMs, f.ResolutionMs),
 		tl.All, plotutil.Color(0))
 	worstTitle := "no stream to show"
 	for _, s := range f.Streams {
@@ -193,6 +193,7 @@ func (r *Report) stepsPlot() (*plot.Plot, error) {
 	p.X.Label.Text = "offered rate, pps"
 	p.Y.Label.Text = "loss %"
 	p.Y.Min = 0
+	p.X.Tick.Marker = wholeTicks{}
 	p.Add(plotter.NewGrid())
 	n := 0
 	for i, t := range r.Throughput {
@@ -265,4 +266,18 @@ func save(dir, name string, w, h vg.Length, plots [][]*plot.Plot) ([]string, err
 		files = append(files, path)
 	}
 	return files, nil
+}
+
+// wholeTicks are the default ticks labelled without decimals.
+type wholeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (wholeTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = fmt.Sprintf("%.0f", ticks[i].Value)
+		}
+	}
+	return ticks
 }
