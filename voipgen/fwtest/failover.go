@@ -218,6 +218,9 @@ const (
 	TimelineBefore = 500 * time.Millisecond // before the failure
 	TimelineAfter  = time.Second            // after the end of the outage
 	TimelineBucket = time.Millisecond
+	// TimelineMax caps the timeline after the failure when the outage
+	// never ended (or ran longer than that).
+	TimelineMax = time.Minute
 )
 
 // Analyze measures the failure at failAt on what the receivers recorded
@@ -286,11 +289,12 @@ func Analyze(streams []StreamRecord, failAt int64, ptime time.Duration, end int6
 	}
 
 	// The timeline: from before the failure to a second after the
-	// outage (to the end when it never ended).
+	// outage (to the end when it never ended), at most TimelineMax after
+	// the failure.
 	from := failAt - int64(TimelineBefore)
-	to := end
+	to := min(end, failAt+int64(TimelineMax))
 	if f.FirstAfter != 0 {
-		to = min(end, max(f.FirstAfter, failAt)+int64(TimelineAfter))
+		to = min(to, max(f.FirstAfter, failAt)+int64(TimelineAfter))
 	}
 	f.Timeline = Timeline{Start: from, BucketNs: int64(TimelineBucket), WorstID: -1}
 	if to > from {

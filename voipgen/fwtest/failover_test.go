@@ -259,6 +259,13 @@ func TestAnalyzeEdgeCases(t *testing.T) {
 		t.Errorf("timeline of %d buckets, want it to run to the end", len(f.Timeline.All))
 	}
 
+	// A recording that ran for an hour after a failure nothing came back
+	// from: the timeline stops at TimelineMax.
+	f = Analyze(streams[1:2], fail, ptime, fail+int64(time.Hour))
+	if want := int((TimelineBefore + TimelineMax) / TimelineBucket); len(f.Timeline.All) != want {
+		t.Errorf("timeline of %d buckets, want %d", len(f.Timeline.All), want)
+	}
+
 	// No streams at all.
 	f = Analyze(nil, fail, ptime, end)
 	if f.Recovered+f.NeverRecovered+f.SilentBefore != 0 || f.Glitch.N != 0 || f.Timeline.WorstID != -1 {

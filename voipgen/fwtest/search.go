@@ -68,7 +68,7 @@ type SearchConfig struct {
 	SenderTolerance float64 `json:"sender_tolerance"`
 }
 
-// DefaultSenderTolerance is SenderConfig.SenderTolerance when left 0.
+// DefaultSenderTolerance is SearchConfig.SenderTolerance when left 0.
 const DefaultSenderTolerance = 0.02
 
 func (c SearchConfig) validate() (SearchConfig, error) {
