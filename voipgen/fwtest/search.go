@@ -5,7 +5,9 @@
 // the reference ones (Report). `voipgen fwtest` runs the trials and the
 // failures and hands their results here.
 //
-// Nothing in the package is per packet, and it has no Linux-only code.
+// Nothing in the package is per packet, and it has no Linux-only code. Its
+// functions keep no state and may run concurrently; its types are plain
+// values, safe to read from several goroutines, not to change while read.
 package fwtest
 
 import (
@@ -185,6 +187,7 @@ func Search(ctx context.Context, cfg SearchConfig, trial Trial, progress func(St
 		var err error
 		for range cfg.Trials {
 			if err = ctx.Err(); err != nil {
+				err = fmt.Errorf("search: %w", err)
 				break
 			}
 			var tr TrialResult
