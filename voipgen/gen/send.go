@@ -248,6 +248,9 @@ func newSender(cfg SenderConfig, conns []*net.UDPConn, dst func(i int) netip.Add
 	return s, nil
 }
 
+// Slots is the number of sending time slots per ptime.
+func (s *Sender) Slots() int { return s.slots }
+
 // Streams returns the sender's streams, for their counters (Sent).
 func (s *Sender) Streams() []*payload.Stream { return s.streams }
 

@@ -1,96 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/analyze"
-	"github.com/relayd/relayd/voipgen/gen"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
-	"math"
-	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/relayd/relayd/lab"
-	"github.com/relayd/relayd/rtp/g711"
+	"github.com/relayd/relayd/voipgen/bench"
 )
 
-const pacebenchUsage = `usage: voipgen pacebench [flags]   (root; needs sipp, Debian package sip-tester)
-
-Compares the pacing of voipgen send with SIPp's rtp_stream as seen by a
-receiver: in a lab of namespaces, for each number of calls, N G.711/20 ms
-streams go from the caller through the forwarding namespace to the callee,
-once sent by voipgen send and once by SIPp (uac with rtp_stream, answered
-by a SIPp uas), one after the other in the same lab; voipgen's receiver
-reports max inter-arrival gap and RFC 3550 jitter per stream for both.
-Sender, forwarding and receiver share the machine's CPUs: on a small
-machine the receiver (a socket per stream) competes with the sender.
-
-flags:
-`
-
-type pacebenchConfig struct {
-	calls    []int
-	duration time.Duration
-	rate     float64
-	json     bool
-	rt       int // SCHED_FIFO priority for both senders (voipgen threads, SIPp via chrt); 0: normal
-}
-
-func parsePacebench(args []string, out io.Writer) (pacebenchConfig, error) {
-	var c pacebenchConfig
-	fs := flag.NewFlagSet("pacebench", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() { fmt.Fprint(out, pacebenchUsage); fs.PrintDefaults() }
-	calls := fs.String("calls", "1000,2000", "comma-separated numbers of calls")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "media time per call")
-	fs.Float64Var(&c.rate, "rate", 500, "SIPp call rate (calls per second) while setting up")
-	fs.BoolVar(&c.json, "json", false, "print JSON")
-	fs.IntVar(&c.rt, "rt-priority", 0, "run both senders SCHED_FIFO at this priority (voipgen --rt-priority, SIPp under chrt -f)")
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	for _, s := range strings.Split(*calls, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 || n > 10000 {
-			return c, fmt.Errorf("--calls %q: want numbers 1 to 10000", *calls)
-		}
-		c.calls = append(c.calls, n)
-	}
-	if c.rt < 0 || c.rt > 99 {
-		return c, errors.New("--rt-priority: want 0 to 99")
-	}
-	if c.duration < time.Second || c.rate <= 0 {
-		return c, errors.New("--duration must be at least 1s and --rate positive")
-	}
-	return c, nil
-}
-
-// pacebenchRow is one sender at one number of calls.
-type pacebenchRow struct {
-	Sender    string               `json:"sender"`
-	Calls     int                  `json:"calls"`
-	Streams   int                  `json:"streams_received"`
-	Packets   uint64               `json:"packets"`
-	Lost      int64                `json:"lost"`
-	MaxGapMs  analyze.Distribution `json:"max_gap_ms"`
-	JitterMs  analyze.Distribution `json:"jitter_ms"`
-	LateP99us float64              `json:"sender_late_p99_us,omitempty"`
-	Note      string               `json:"note,omitempty"`
-}
-
+// runPacebench is voipgen pacebench.
 func runPacebench(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := parsePacebench(args, out)
+	cfg, err := bench.ParsePace(args, out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -103,11 +29,11 @@ func runPacebench(ctx context.Context, args []string, out io.Writer) error {
 	if _, err := exec.LookPath("sipp"); err != nil {
 		return errors.New("pacebench needs sipp (apt-get install sip-tester)")
 	}
-	rows, err := pacebench(ctx, cfg, os.Stderr)
+	rows, err := bench.Pace(ctx, cfg, os.Stderr)
 	if err != nil {
 		return err
 	}
-	if cfg.json {
+	if cfg.JSON {
 		return json.NewEncoder(out).Encode(rows)
 	}
 	tw := tabwriter.NewWriter(out, 0, 8, 2, ' ', tabwriter.AlignRight)
@@ -128,256 +54,3 @@ func runPacebench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	return nil
 }
-
-func pacebench(ctx context.Context, cfg pacebenchConfig, progress io.Writer) ([]pacebenchRow, error) {
-	l, err := lab.New(lab.Config{})
-	if err != nil {
-		return nil, fmt.Errorf("lab: %w", err)
-	}
-	defer l.Close()
-	dir, err := os.MkdirTemp("", "voipgen-pacebench-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	if err := writeSIPpFiles(dir, cfg.duration); err != nil {
-		return nil, err
-	}
-	var rows []pacebenchRow
-	for _, n := range cfg.calls {
-		if ctx.Err() != nil {
-			break
-		}
-		fmt.Fprintf(progress, "pacebench: %d calls with voipgen send\n", n)
-		r, err := pacebenchVoipgen(ctx, l, n, cfg.duration, cfg.rt)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, r)
-		fmt.Fprintf(progress, "pacebench: %d calls with SIPp rtp_stream\n", n)
-		r, err = pacebenchSIPp(ctx, l, dir, n, cfg)
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
-}
-
-// pacebenchRecv opens a receiver in the callee on eps.
-func pacebenchRecv(l *lab.Lab, eps []netip.AddrPort, maxSSRCs int) (*analyze.Receiver, error) {
-	var rc *analyze.Receiver
-	err := l.Callee.Do(func() (err error) {
-		rc, err = analyze.NewOn(analyze.Config{Addr: l.CalleeAddr4, PortLo: int(eps[0].Port()), PortHi: int(eps[len(eps)-1].Port()),
-			Duration: time.Hour, ClockRate: 8000, Batch: 16, MaxSSRCsPerPort: maxSSRCs}, eps)
-		return err
-	})
-	return rc, err
-}
-
-func rowOf(sender string, n int, rep analyze.Report) pacebenchRow {
-	t := rep.Totals
-	return pacebenchRow{Sender: sender, Calls: n, Streams: t.Streams, Packets: t.Packets, Lost: t.Lost,
-		MaxGapMs: t.MaxGapDist, JitterMs: t.JitterDist}
-}
-
-func pacebenchVoipgen(ctx context.Context, l *lab.Lab, n int, dur time.Duration, rt int) (pacebenchRow, error) {
-	eps := make([]netip.AddrPort, n)
-	for i := range eps {
-		eps[i] = netip.AddrPortFrom(l.CalleeAddr4, uint16(40000+2*i))
-	}
-	rc, err := pacebenchRecv(l, eps, 4)
-	if err != nil {
-		return pacebenchRow{}, err
-	}
-	cfg := gen.Config{
-		Dst: gen.Endpoints{Lo: l.CalleeAddr4, N: 1, Port: 40000}, Src: gen.Endpoints{Lo: l.CallerAddr4, N: 1, Port: 20000},
-		Streams: n, Codec: payload.Codecs["pcmu"], Ptime: 20 * time.Millisecond, Duration: dur, Threads: 1, Transport: "raw",
-		Slot: time.Millisecond, DSCP: 46, RTPriority: rt,
-	}
-	var g *gen.Generator
-	if err := l.Caller.Do(func() (err error) { g, err = gen.New(cfg); return err }); err != nil {
-		rc.Close()
-		return pacebenchRow{}, err
-	}
-	defer g.Close()
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan analyze.Report)
-	go func() { done <- rc.Run(rctx) }()
-	res := g.Run(ctx)
-	time.Sleep(300 * time.Millisecond)
-	cancel()
-	row := rowOf("voipgen", n, <-done)
-	row.LateP99us = res.LateP99us
-	return row, nil
-}
-
-func pacebenchSIPp(ctx context.Context, l *lab.Lab, dir string, n int, cfg pacebenchConfig) (pacebenchRow, error) {
-	rc, err := pacebenchRecv(l, []netip.AddrPort{netip.AddrPortFrom(l.CalleeAddr4, sippMediaPort)}, 4*n+16)
-	if err != nil {
-		return pacebenchRow{}, err
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan analyze.Report)
-	go func() { done <- rc.Run(rctx) }()
-	stopRecv := func() analyze.Report { cancel(); return <-done }
-	limit := time.Duration(float64(n)/cfg.rate*float64(time.Second)) + cfg.duration + 60*time.Second
-	sctx, scancel := context.WithTimeout(ctx, limit)
-	defer scancel()
-	uasOut, uacOut := new(bytes.Buffer), new(bytes.Buffer)
-	uas := l.Callee.CommandContext(sctx, "sipp", "-sf", filepath.Join(dir, "uas.xml"), "-i", l.CalleeAddr4.String(), "-p", "5060",
-		"-mp", "6500", "-m", strconv.Itoa(n), "-nostdin", "-max_socket", strconv.Itoa(4*n+100))
-	uas.Stdout, uas.Stderr = uasOut, uasOut
-	if err := uas.Start(); err != nil {
-		stopRecv()
-		return pacebenchRow{}, fmt.Errorf("sipp uas: %w", err)
-	}
-	defer func() { _ = uas.Process.Kill(); _ = uas.Wait() }()
-	time.Sleep(500 * time.Millisecond)
-	uacArgs := []string{"sipp", "-sf", filepath.Join(dir, "uac_rtp.xml"), l.CalleeAddr4.String() + ":5060",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
-		"-r", strconv.Itoa(int(math.Ceil(cfg.rate))), "-nostdin", "-max_socket", strconv.Itoa(4*n + 100)}
-	if cfg.rt > 0 {
-		uacArgs = append([]string{"chrt", "-f", strconv.Itoa(cfg.rt)}, uacArgs...)
-	}
-	uac := l.Caller.CommandContext(sctx, uacArgs[0], uacArgs[1:]...)
-	uac.Stdout, uac.Stderr = uacOut, uacOut
-	uacErr := uac.Run()
-	time.Sleep(300 * time.Millisecond)
-	row := rowOf("sipp", n, stopRecv())
-	if uacErr != nil {
-		row.Note = fmt.Sprintf("sipp uac: %v: %s", uacErr, lastLines(uacOut.String(), 3))
-	}
-	return row, nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], " | ")
-}
-
-// sippMediaPort is where the SIPp uas tells callers to send RTP: all calls
-// share it, and voipgen's receiver tells their streams apart by SSRC.
-const sippMediaPort = 7000
-
-// writeSIPpFiles writes the scenarios and one second of a 1 kHz tone as
-// raw G.711 mu-law for rtp_stream.
-func writeSIPpFiles(dir string, dur time.Duration) error {
-	tone := make([]byte, 8000)
-	for i := range tone {
-		tone[i] = g711.EncodeUlaw(int16(10000 * math.Sin(2*math.Pi*1000*float64(i)/8000)))
-	}
-	uac := strings.ReplaceAll(sippUAC, "TONE", filepath.Join(dir, "tone.ulaw"))
-	uac = strings.ReplaceAll(uac, "PAUSE", strconv.Itoa(int(dur/time.Millisecond)))
-	uas := strings.ReplaceAll(sippUAS, "MEDIAPORT", strconv.Itoa(sippMediaPort))
-	return errors.Join(os.WriteFile(filepath.Join(dir, "tone.ulaw"), tone, 0o644),
-		os.WriteFile(filepath.Join(dir, "uac_rtp.xml"), []byte(uac), 0o644),
-		os.WriteFile(filepath.Join(dir, "uas.xml"), []byte(uas), 0o644))
-}
-
-const sippUAC = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="uac with rtp_stream">
-  <send retrans="500"><![CDATA[
-      INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>
-      Call-ID: [call_id]
-      CSeq: 1 INVITE
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-      s=-
-      c=IN IP[media_ip_type] [media_ip]
-      t=0 0
-      m=audio [media_port] RTP/AVP 0
-      a=rtpmap:0 PCMU/8000
-    ]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="200" rtd="true"/>
-  <send><![CDATA[
-      ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 1 ACK
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]></send>
-  <nop><action><exec rtp_stream="TONE,-1,0"/></action></nop>
-  <pause milliseconds="PAUSE"/>
-  <nop><action><exec rtp_stream="pause"/></action></nop>
-  <send retrans="500"><![CDATA[
-      BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 2 BYE
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]></send>
-  <recv response="200" crlf="true"/>
-</scenario>
-`
-
-const sippUAS = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="uas answering with a fixed media port">
-  <recv request="INVITE" crlf="true"/>
-  <send><![CDATA[
-      SIP/2.0 180 Ringing
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]SIPpTag01[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Length: 0
-
-    ]]></send>
-  <send retrans="500"><![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]SIPpTag01[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-      s=-
-      c=IN IP[media_ip_type] [media_ip]
-      t=0 0
-      m=audio MEDIAPORT RTP/AVP 0
-      a=rtpmap:0 PCMU/8000
-    ]]></send>
-  <recv request="ACK" optional="true" rtd="true" crlf="true"/>
-  <recv request="BYE"/>
-  <send><![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Length: 0
-
-    ]]></send>
-</scenario>
-`

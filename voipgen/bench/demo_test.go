@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package bench
 
 import (
 	"bytes"
@@ -19,12 +19,12 @@ import (
 )
 
 func TestDemoFlags(t *testing.T) {
-	cfg, err := parseDemo(nil, io.Discard)
+	cfg, err := ParseDemo(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.streams != 100 || cfg.duration != 10*time.Second || cfg.codec.Name != "pcmu" || cfg.ptime != 20*time.Millisecond ||
-		cfg.xdpMode != "native" || cfg.ipv6 || cfg.json || cfg.relayd != "" || cfg.packetsPerStream() != 500 {
+		cfg.xdpMode != "native" || cfg.ipv6 || cfg.JSON || cfg.relayd != "" || cfg.packetsPerStream() != 500 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	for _, args := range [][]string{
@@ -35,11 +35,11 @@ func TestDemoFlags(t *testing.T) {
 		{"--codec", "opus"},
 		{"extra"},
 	} {
-		if _, err := parseDemo(args, io.Discard); err == nil {
+		if _, err := ParseDemo(args, io.Discard); err == nil {
 			t.Errorf("%q: no error", args)
 		}
 	}
-	if _, err := parseDemo([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := ParseDemo([]string{"-h"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
 }
@@ -79,8 +79,8 @@ func TestParseDemoMetrics(t *testing.T) {
 
 // demoReportFor builds the report of a clean run of n streams of per
 // packets each, as runDemoLab would.
-func demoReportFor(n, per int) *demoReport {
-	r := &demoReport{Config: demoConfigReport{Streams: n}}
+func demoReportFor(n, per int) *DemoReport {
+	r := &DemoReport{Config: demoConfigReport{Streams: n}}
 	for i := range 2 * n {
 		dir := demoToCallee
 		if i%2 == 1 {
@@ -103,8 +103,8 @@ func TestDemoJudge(t *testing.T) {
 	if !r.Pass || r.Verdict != "PASS: 3 streams x 2 directions, 60 packets relayed by XDP, 0 lost" {
 		t.Fatalf("clean run: pass %v, %q, problems %q", r.Pass, r.Verdict, r.Problems)
 	}
-	for name, spoil := range map[string]func(r *demoReport){
-		"lost": func(r *demoReport) {
+	for name, spoil := range map[string]func(r *DemoReport){
+		"lost": func(r *DemoReport) {
 			r.Directions[1].Received--
 			r.Directions[1].Lost = 1
 			r.Directions[1].StreamsShort = 1
@@ -112,13 +112,13 @@ func TestDemoJudge(t *testing.T) {
 			r.Flows[3].Packets--
 			r.summarizeFlows()
 		},
-		"punted by a flow":   func(r *demoReport) { r.Relay.FlowPunts = 1 },
-		"userspace path":     func(r *demoReport) { r.Flows[0].Path = "userspace"; r.summarizeFlows() },
-		"counters disagree":  func(r *demoReport) { r.Relay.Forwarded++ },
-		"flow missing":       func(r *demoReport) { r.Flows = r.Flows[1:]; r.summarizeFlows() },
-		"sender short":       func(r *demoReport) { r.Directions[0].Sent--; r.Directions[0].Received-- },
-		"dropped wrong src":  func(r *demoReport) { r.Relay.Dropped = 2 },
-		"duplicates arrived": func(r *demoReport) { r.Directions[0].Duplicates = 1 },
+		"punted by a flow":   func(r *DemoReport) { r.Relay.FlowPunts = 1 },
+		"userspace path":     func(r *DemoReport) { r.Flows[0].Path = "userspace"; r.summarizeFlows() },
+		"counters disagree":  func(r *DemoReport) { r.Relay.Forwarded++ },
+		"flow missing":       func(r *DemoReport) { r.Flows = r.Flows[1:]; r.summarizeFlows() },
+		"sender short":       func(r *DemoReport) { r.Directions[0].Sent--; r.Directions[0].Received-- },
+		"dropped wrong src":  func(r *DemoReport) { r.Relay.Dropped = 2 },
+		"duplicates arrived": func(r *DemoReport) { r.Directions[0].Duplicates = 1 },
 	} {
 		r := demoReportFor(3, 10)
 		spoil(r)
@@ -130,7 +130,7 @@ func TestDemoJudge(t *testing.T) {
 	var buf bytes.Buffer
 	r = demoReportFor(30, 10)
 	r.judge(10)
-	r.writeText(&buf, false)
+	r.WriteText(&buf, false)
 	if got := strings.Count(buf.String(), " xdp "); got != 10 {
 		t.Errorf("text report lists %d flows, want 6 first and 4 worst:\n%s", got, buf.String())
 	}
@@ -164,11 +164,22 @@ func TestDemo(t *testing.T) {
 			args := append([]string{"--streams", "10", "--duration", "2s", "--relayd", bin, "--json"}, tc.args...)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			var out bytes.Buffer
-			runErr := runDemo(ctx, args, &out)
-			var r demoReport
-			if err := json.Unmarshal(out.Bytes(), &r); err != nil {
-				t.Fatalf("run: %v; report: %v\n%s", runErr, err, out.String())
+			cfg, err := ParseDemo(args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, runErr := Demo(ctx, cfg)
+			if rep == nil {
+				t.Fatalf("run: %v", runErr)
+			}
+			// The report as --json prints it.
+			b, err := json.Marshal(rep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r DemoReport
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatalf("run: %v; report: %v\n%s", runErr, err, b)
 			}
 			if runErr != nil || !r.Pass {
 				t.Fatalf("run: %v; pass %v; problems %q", runErr, r.Pass, r.Problems)
@@ -206,7 +217,7 @@ func TestDemo(t *testing.T) {
 				t.Errorf("verdict %q, want %q", r.Verdict, wantV)
 			}
 			var text bytes.Buffer
-			r.writeText(&text, false)
+			r.WriteText(&text, false)
 			if !strings.Contains(text.String(), "\n"+r.Verdict+" (") {
 				t.Errorf("text report lacks the verdict:\n%s", text.String())
 			}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 // relay, the picture of the TransNexus Asterisk graphs, and CPU ns per
 // relayed packet per relay; each as PNG and SVG in dir. It returns the
 // files written.
-func benchPlots(rep *benchReport, dir string) ([]string, error) {
+func benchPlots(rep *Report, dir string) ([]string, error) {
 	var relays []string
 	for _, r := range rep.Rows {
 		if !slices.Contains(relays, r.Relay) {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/gen"
 	"io"
 	"net/netip"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/relayd/relayd/voipgen/gen"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -71,7 +72,7 @@ func addrAt(p netip.Prefix, i int) netip.Addr {
 // fwdBench holds the lab, the traffic ends and the accounting of one run,
 // and the relayd of the mode being measured.
 type fwdBench struct {
-	cfg      fwdConfig
+	cfg      FwdConfig
 	log      io.Writer
 	l        *lab.Lab
 	snd      *fwdSender
@@ -101,7 +102,7 @@ type fwdBench struct {
 	enc  []*srtpflow.Encrypter
 }
 
-func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport, err error) {
+func Fwd(ctx context.Context, cfg FwdConfig, log io.Writer) (rep *FwdReport, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("must run as root (network namespaces, XDP)")
 	}
@@ -114,7 +115,7 @@ func fwdbench(ctx context.Context, cfg fwdConfig, log io.Writer) (rep *fwdReport
 	for i, m := range cfg.modes {
 		names[i] = m.Name
 	}
-	rep = &fwdReport{Config: map[string]any{
+	rep = &FwdReport{Config: map[string]any{
 		"rates_pps": cfg.rates, "flows": cfg.flows, "step_s": cfg.step.Seconds(), "overload_steps": cfg.overload,
 		"modes": names, "codec": "pcmu", "rtp_bytes": fwdRTPLen, "ip_bytes": fwdRTPLen + 28,
 		"cpus": runtime.NumCPU(), "kernel": unix.ByteSliceToString(uts.Release[:]),
@@ -158,7 +159,7 @@ func mergeNotes(s fwdSummary, notes []string) fwdSummary {
 
 // runMode measures mode m at every flow count; relayd, if the mode has
 // one, runs for all of them and gets the flows each count adds.
-func (b *fwdBench) runMode(ctx context.Context, rep *fwdReport, m fwdMode) (err error) {
+func (b *fwdBench) runMode(ctx context.Context, rep *FwdReport, m fwdMode) (err error) {
 	if !m.relayd() {
 		if m.Kind == "xdpmin" {
 			fmt.Fprintln(b.log, "mode xdpmin: no relayd, the minimal XDP forwarder (lab/minfwd) on r0 and r1")
@@ -236,7 +237,7 @@ func (b *fwdBench) paths(m fwdMode, f int) (direct, mode fwdPath) {
 // phase steps the rate for mode m at f flows. Until the first step with
 // loss each step runs direct, mode, mode, direct; then up to cfg.overload
 // steps run the mode only, for the overload curve.
-func (b *fwdBench) phase(ctx context.Context, rep *fwdReport, m fwdMode, f int) error {
+func (b *fwdBench) phase(ctx context.Context, rep *FwdReport, m fwdMode, f int) error {
 	direct, mode := b.paths(m, f)
 	if err := b.warm(ctx, direct, m, true); err != nil {
 		return err

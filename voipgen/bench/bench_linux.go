@@ -1,11 +1,9 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/payload"
-	"github.com/relayd/relayd/voipgen/sipua"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/relayd/relayd/voipgen/payload"
+	"github.com/relayd/relayd/voipgen/sipua"
 
 	"github.com/emiago/sipgo/sip"
 	"golang.org/x/sys/unix"
@@ -37,7 +38,7 @@ const (
 // runBenchLab runs voipgen bench: the lab and the traffic ends are
 // fwdbench's (fwdBench.setup), each relay is measured with fwdbench's
 // step (direct, relay, relay, direct) at each call count.
-func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err error) {
+func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("must run as root (network namespaces, XDP)")
 	}
@@ -57,8 +58,8 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 	for i, c := range cfg.calls {
 		rates[i] = benchPPSPerCall * c
 	}
-	fc := fwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait}
-	b := &fwdBench{cfg: fc, log: cfg.progress, quietLeft: cfg.quietWait}
+	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait}
+	b := &fwdBench{cfg: fc, log: cfg.Progress, quietLeft: cfg.quietWait}
 	relays := slices.Clone(cfg.modes)
 	if cfg.rtpengine {
 		relays = append(relays, "rtpengine")
@@ -66,7 +67,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	irq, irqKnown := measure.IRQTimeAccounting()
-	rep = &benchReport{Config: map[string]any{
+	rep = &Report{Config: map[string]any{
 		"calls": cfg.calls, "relays": relays, "codec": "pcmu", "ptime_ms": 20, "pps_per_call": benchPPSPerCall,
 		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
 		"cpus": cpus, "cpu_ghz": fmt.Sprintf("%.2f", ghz), "kernel": unix.ByteSliceToString(uts.Release[:]), "server_price_usd": cfg.price,
@@ -96,7 +97,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 		summarizeBench(rep, relays, ghz, cpus, cfg.price)
 		err = errors.Join(err, b.close())
 	}()
-	fmt.Fprintf(cfg.progress, "bench: building the lab (%d flows for %d calls), relays %v\n", 2*maxCalls, maxCalls, relays)
+	fmt.Fprintf(cfg.Progress, "bench: building the lab (%d flows for %d calls), relays %v\n", 2*maxCalls, maxCalls, relays)
 	if err := b.setup(2 * maxCalls); err != nil {
 		return rep, err
 	}
@@ -104,7 +105,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		fmt.Fprintf(cfg.progress, "bench: [%d/%d] %s\n", i+1, len(relays), name)
+		fmt.Fprintf(cfg.Progress, "bench: [%d/%d] %s\n", i+1, len(relays), name)
 		if name == "rtpengine" {
 			if err := b.benchRtpengine(ctx, cfg, rep); err != nil {
 				return rep, fmt.Errorf("rtpengine: %w", err)
@@ -117,7 +118,7 @@ func runBenchLab(ctx context.Context, cfg benchConfig) (rep *benchReport, err er
 			}
 			s := b.benchSIPCalls(ctx, cfg, name, n)
 			rep.SIP = append(rep.SIP, s)
-			fmt.Fprintf(cfg.progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, max gap %.1f ms %s\n",
+			fmt.Fprintf(cfg.Progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, max gap %.1f ms %s\n",
 				s.Succeeded, s.Calls, s.SentPackets, s.RecvPackets, s.Lost, s.MaxGapMs, s.Error)
 			if err := ctx.Err(); err != nil {
 				return rep, err
@@ -152,7 +153,7 @@ func benchMode(name string) fwdMode {
 
 // benchRelayd runs the sweep through relayd in mode name, with static
 // flows installed through the admin API.
-func (b *fwdBench) benchRelayd(ctx context.Context, cfg benchConfig, rep *benchReport, name string) (err error) {
+func (b *fwdBench) benchRelayd(ctx context.Context, cfg Config, rep *Report, name string) (err error) {
 	m := benchMode(name)
 	if err := b.startRelay(m); err != nil {
 		return err
@@ -171,12 +172,12 @@ func (b *fwdBench) benchRelayd(ctx context.Context, cfg benchConfig, rep *benchR
 // loss or the second in a row where the sender could not offer the load
 // (its rows say "sender short"); prepare readies
 // the relay for f flows and returns the direct and relay paths.
-func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchReport, m fwdMode, media string,
+func (b *fwdBench) benchSweep(ctx context.Context, cfg Config, rep *Report, m fwdMode, media string,
 	prepare func(f int) (direct, relay fwdPath, err error)) error {
 	short := false // the last step's sender fell short of the rate
 	for i, c := range cfg.calls {
 		f := 2 * c
-		fmt.Fprintf(cfg.progress, "  %s step %d/%d: %d calls (%d flows, %d pps offered)\n", m.Name, i+1, len(cfg.calls), c, f, benchPPSPerCall*c)
+		fmt.Fprintf(cfg.Progress, "  %s step %d/%d: %d calls (%d flows, %d pps offered)\n", m.Name, i+1, len(cfg.calls), c, f, benchPPSPerCall*c)
 		direct, relay, err := prepare(f)
 		if err != nil {
 			return err
@@ -199,7 +200,7 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchRe
 					runs[j].Superseded = true
 				}
 				rep.Runs = append(rep.Runs, runs...)
-				fmt.Fprintf(cfg.progress, "  %s %d calls: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, c)
+				fmt.Fprintf(cfg.Progress, "  %s %d calls: the runs disagree (loss or a short sender in one of two, or a direct run disturbed): running the step again\n", m.Name, c)
 				if runs, err = b.step(ctx, m, f, benchPPSPerCall*c, direct, relay, false); err != nil {
 					return err
 				}
@@ -211,14 +212,14 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchRe
 		row := benchRowFromRuns(m.Name, media, c, all, runtime.NumCPU())
 		row.Rerun = rerun
 		rep.Rows = append(rep.Rows, row)
-		fmt.Fprintf(cfg.progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %.1f%% (idle), %.0f ns/pkt (tasks)\n",
+		fmt.Fprintf(cfg.Progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %.1f%% (idle), %.0f ns/pkt (tasks)\n",
 			m.Name, c, row.LossPct, row.TaskCPUPct, row.IdleCPUPct, row.TaskNsPerPkt)
 		switch {
 		case !row.lossless():
-			fmt.Fprintf(cfg.progress, "  %s: loss at %d calls: stopping\n", m.Name, c)
+			fmt.Fprintf(cfg.Progress, "  %s: loss at %d calls: stopping\n", m.Name, c)
 			return nil
 		case row.SenderLimited && short:
-			fmt.Fprintf(cfg.progress, "  %s: the sender fell short of the offered rate twice in a row: stopping\n", m.Name)
+			fmt.Fprintf(cfg.Progress, "  %s: the sender fell short of the offered rate twice in a row: stopping\n", m.Name)
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: the sender could not offer %d calls (%d pps) nor the step before; the sweep stopped there without loss", m.Name, c, benchPPSPerCall*c))
 			return nil
 		}
@@ -233,7 +234,7 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg benchConfig, rep *benchRe
 // answer) per call, caller 198.18.0.2:4000 (the sender's socket) and
 // callee farPrefix+i:5000 (the sink's), a stream each way as through
 // relayd, deleted at the end.
-func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *benchReport) (err error) {
+func (b *fwdBench) benchRtpengine(ctx context.Context, cfg Config, rep *Report) (err error) {
 	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999})
 	if err != nil {
 		return err
@@ -258,7 +259,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *ben
 				failed.Add(1)
 			}
 		})
-		fmt.Fprintf(cfg.progress, "  rtpengine: %d calls deleted in %v (%d failed)\n", len(calls), time.Since(start).Round(time.Millisecond), failed.Load())
+		fmt.Fprintf(cfg.Progress, "  rtpengine: %d calls deleted in %v (%d failed)\n", len(calls), time.Since(start).Round(time.Millisecond), failed.Load())
 	}()
 	m := benchMode("rtpengine")
 	return b.benchSweep(ctx, cfg, rep, m, benchMediaNG, func(f int) (fwdPath, fwdPath, error) {
@@ -279,7 +280,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg benchConfig, rep *ben
 		if err := errors.Join(errs...); err != nil {
 			return fwdPath{}, fwdPath{}, err
 		}
-		fmt.Fprintf(cfg.progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
+		fmt.Fprintf(cfg.Progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
 		direct, relay := b.callPaths(f/2, nil, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
 			func(j int) netip.AddrPort { return calls[j].CalleeToCaller })
 		return direct, relay, nil
@@ -307,7 +308,7 @@ func parallel(n, k int, fn func(i int)) {
 // benchSIPCalls places n SIP calls with media through relayd
 // in mode name (its B2BUA on the relay's media address, one route to the
 // answerer in the callee namespace) and reports both ends' view.
-func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg benchConfig, name string, n int) benchSIP {
+func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg Config, name string, n int) benchSIP {
 	s := benchSIP{Relay: name, Media: "SIP calls via relayd's B2BUA", Calls: n, DurationS: cfg.sipDuration.Seconds(), Relayed: -1}
 	fail := func(err error) benchSIP { s.Error = err.Error(); s.Failed = n - s.Succeeded; return s }
 	bin, err := relaydBinary(cfg.relayd)
@@ -438,7 +439,7 @@ const benchSIPRelayPorts = "20000-60999"
 // learns from the other's SDP, the relay's ports, is kept per call.
 type benchCalls struct {
 	b    *fwdBench
-	cfg  benchConfig
+	cfg  Config
 	srtp bool
 
 	mu       sync.Mutex
@@ -553,7 +554,7 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 			return fmt.Errorf("only %d of %d calls answered after a minute", s.answered.Load(), n)
 		}
 	}
-	fmt.Fprintf(s.cfg.progress, "  %d SIP calls set up through relayd's B2BUA in %v, %d in all\n", n-have, time.Since(start).Round(time.Millisecond), n)
+	fmt.Fprintf(s.cfg.Progress, "  %d SIP calls set up through relayd's B2BUA in %v, %d in all\n", n-have, time.Since(start).Round(time.Millisecond), n)
 	return nil
 }
 
@@ -615,7 +616,7 @@ func (s *benchCalls) close() {
 		}
 	}
 	if n > 0 {
-		fmt.Fprintf(s.cfg.progress, "  %d SIP calls hung up in %v\n", n, time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(s.cfg.Progress, "  %d SIP calls hung up in %v\n", n, time.Since(start).Round(time.Millisecond))
 	}
 }
 
@@ -624,7 +625,7 @@ func (s *benchCalls) close() {
 // each call is two flows, caller -> callee and callee -> caller, the
 // caller leg SRTP in srtp mode (the caller offers SDES; relayd decrypts
 // toward the callee and encrypts toward the caller).
-func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg benchConfig, rep *benchReport, name string) (err error) {
+func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg Config, rep *Report, name string) (err error) {
 	m := benchMode(name)
 	b.relayPorts = benchSIPRelayPorts
 	// A short latching window: a call's flows settle (source locked, XDP

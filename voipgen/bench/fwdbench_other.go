@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package bench
 
 import (
 	"context"
@@ -8,6 +8,6 @@ import (
 	"io"
 )
 
-func fwdbench(context.Context, fwdConfig, io.Writer) (*fwdReport, error) {
+func Fwd(context.Context, FwdConfig, io.Writer) (*FwdReport, error) {
 	return nil, errors.New("fwdbench needs Linux (network namespaces, XDP)")
 }

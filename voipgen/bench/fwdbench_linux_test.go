@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // fwdbenchT runs fwdbench at a tiny scale (100 flows, 5,000 pps, one step
 // of 1 s runs) for modes, skipping without root or with -short.
-func fwdbenchT(t *testing.T, modes string) *fwdReport {
+func fwdbenchT(t *testing.T, modes string) *FwdReport {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("fwdbench needs root: network namespaces, XDP, BPF statistics")
@@ -27,8 +27,8 @@ func fwdbenchT(t *testing.T, modes string) *fwdReport {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fwdConfig{rates: []int{5000}, flows: []int{100}, step: time.Second, modes: ms, relayd: bin, allSteps: true}
-	rep, err := fwdbench(context.Background(), cfg, testWriter{t})
+	cfg := FwdConfig{rates: []int{5000}, flows: []int{100}, step: time.Second, modes: ms, relayd: bin, allSteps: true}
+	rep, err := Fwd(context.Background(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func fwdbenchT(t *testing.T, modes string) *fwdReport {
 // run sent to all 100 flows and lost nothing, every packet the sink
 // counted through relayd went through relayd's flows, and every CPU
 // figure is positive.
-func checkSteps(t *testing.T, rep *fwdReport, modes ...string) {
+func checkSteps(t *testing.T, rep *FwdReport, modes ...string) {
 	t.Helper()
 	runs := map[string]int{}
 	for _, s := range rep.Steps {

@@ -1,14 +1,11 @@
-package main
+package bench
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,15 +139,15 @@ func parseModes(s string) ([]fwdMode, error) {
 	return out, nil
 }
 
-type fwdConfig struct {
+type FwdConfig struct {
 	rates    []int // offered packets per second, over all flows
 	flows    []int // flow counts, ascending
 	step     time.Duration
 	overload int // steps past the first lossy one
 	modes    []fwdMode
 	relayd   string
-	json     bool
-	save     string // also write the JSON report here
+	JSON     bool
+	Save     string // also write the JSON report here
 	// quietWait bounds the time spent waiting for a quiet machine.
 	quietWait time.Duration
 	allSteps  bool // run every rate (tests)
@@ -211,7 +208,7 @@ func parseCounts(flagName, s string, lo, hi int) ([]int, error) {
 	return out, nil
 }
 
-func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
+func ParseFwd(args []string, out io.Writer) (FwdConfig, error) {
 	fs := flag.NewFlagSet("fwdbench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, fwdbenchHelp); fs.PrintDefaults() }
@@ -226,12 +223,12 @@ func parseFwdbench(args []string, out io.Writer) (fwdConfig, error) {
 	save := fs.String("save", "", "also write the JSON report to this file")
 	quietWait := fs.Duration("quiet-wait", defaultQuiet, "the most time to wait in all, before steps, for other processes to leave the CPUs (10s with --quick; 0: never wait)")
 	if err := fs.Parse(args); err != nil {
-		return fwdConfig{}, err
+		return FwdConfig{}, err
 	}
 	if fs.NArg() > 0 {
-		return fwdConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return FwdConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := fwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, json: *js, save: *save,
+	cfg := FwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, JSON: *js, Save: *save,
 		quietWait: defaultQuiet}
 	if *quick {
 		cfg.rates, cfg.step, cfg.overload, cfg.quietWait = quickRates, quickStep, quickOver, quickQuiet
@@ -285,7 +282,7 @@ func period(flows, rate int) time.Duration {
 	return time.Duration(int64(flows) * int64(time.Second) / int64(rate))
 }
 
-func (c fwdConfig) maxFlows() int { return slices.Max(c.flows) }
+func (c FwdConfig) maxFlows() int { return slices.Max(c.flows) }
 
 // fwdStep is one measured run.
 type fwdStep struct {
@@ -471,7 +468,7 @@ type fwdSummary struct {
 	Notes     []string           `json:"notes"`
 }
 
-type fwdReport struct {
+type FwdReport struct {
 	Config   map[string]any `json:"config"`
 	Installs []fwdInstall   `json:"installs"`
 	Steps    []fwdStep      `json:"steps"`
@@ -800,7 +797,7 @@ func fmtNs(v float64) string {
 
 func kpps(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
 
-func (r *fwdReport) writeText(w io.Writer) {
+func (r *FwdReport) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "steps (mean of a step's two mode runs; relay ns/pkt = mode minus the mean of its two direct runs;")
 	fmt.Fprintln(w, "where the relay cost lands: sender, sink, other voipgen threads, ksoftirqd, relayd; * = sender fell short):")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
@@ -991,37 +988,4 @@ func (c relayCounters) since(before relayCounters) (fwd, dropped uint64, reasons
 		}
 	}
 	return c.forwarded - before.forwarded, dropped, reasons
-}
-
-func runFwdbench(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := parseFwdbench(args, out)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	progress := out
-	if cfg.json {
-		progress = io.Discard
-	}
-	rep, err := fwdbench(ctx, cfg, progress)
-	if rep == nil {
-		return err
-	}
-	if cfg.save != "" {
-		b, jerr := json.MarshalIndent(rep, "", "  ")
-		if jerr == nil {
-			jerr = os.WriteFile(cfg.save, append(b, '\n'), 0o644)
-		}
-		err = errors.Join(err, jerr)
-	}
-	if cfg.json {
-		if jerr := json.NewEncoder(out).Encode(rep); jerr != nil {
-			return errors.Join(err, jerr)
-		}
-		return err
-	}
-	rep.writeText(out)
-	return err
 }

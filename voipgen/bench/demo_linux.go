@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type demoSide struct {
 
 // openDemoSide opens the sockets of one side in ns: stream i on
 // local:port+2i, sending to relay:relayPort+4i.
-func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, port int, relay netip.Addr, relayPort int) (_ *demoSide, err error) {
+func openDemoSide(ns *lab.NS, name string, cfg DemoConfig, local netip.Addr, port int, relay netip.Addr, relayPort int) (_ *demoSide, err error) {
 	rcfg := analyze.Config{
 		Addr: local, PortLo: port, PortHi: port + 2*(cfg.streams-1),
 		Duration:  cfg.duration + 10*time.Second, // a safety net: the demo stops receivers itself
@@ -70,10 +70,10 @@ func openDemoSide(ns *lab.NS, name string, cfg demoConfig, local netip.Addr, por
 	return &demoSide{name: name, port: port, rc: rc, snd: s}, nil
 }
 
-func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) {
+func runDemoLab(ctx context.Context, cfg DemoConfig) (_ *DemoReport, err error) {
 	start := time.Now()
 	step := func(format string, args ...any) {
-		fmt.Fprintf(cfg.progress, "demo: %5.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+		fmt.Fprintf(cfg.Progress, "demo: %5.1fs  %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the demo needs root (network namespaces, XDP)")
@@ -137,7 +137,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 	if cfg.ipv6 {
 		media, callerA, calleeA = l.RelayMedia6, l.CallerAddr6, l.CalleeAddr6
 	}
-	rep := &demoReport{Config: demoConfigReport{
+	rep := &DemoReport{Config: demoConfigReport{
 		Streams: cfg.streams, Directions: 2, Codec: cfg.codec.Name, PtimeMs: cfg.ptime.Milliseconds(),
 		DurationS: cfg.duration.Seconds(), PacketsPerStream: cfg.packetsPerStream(), IPv6: cfg.ipv6,
 		XDPMode: cfg.xdpMode, Lab: l.Prefix(), RelayMedia: media.String(), Caller: callerA.String(), Callee: calleeA.String(),
@@ -237,7 +237,7 @@ func runDemoLab(ctx context.Context, cfg demoConfig) (_ *demoReport, err error) 
 }
 
 // demoDirectionReport compares what from sent with what to received.
-func demoDirectionReport(from, to *demoSide, cfg demoConfig) demoDirection {
+func demoDirectionReport(from, to *demoSide, cfg DemoConfig) demoDirection {
 	res, rr := from.res, to.rep
 	d := demoDirection{
 		Direction: to.name, Sent: res.Packets, SendErrors: res.Errors,

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func TestPacebench(t *testing.T) {
 		t.Skip("sipp not installed (Debian package sip-tester)")
 	}
 	var progress bytes.Buffer
-	rows, err := pacebench(context.Background(), pacebenchConfig{calls: []int{20}, duration: 2 * time.Second, rate: 100}, &progress)
+	rows, err := Pace(context.Background(), PaceConfig{calls: []int{20}, duration: 2 * time.Second, rate: 100}, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ func modeNames(ms []fwdMode) []string {
 
 func TestParseFwdbench(t *testing.T) {
 	var out bytes.Buffer
-	cfg, err := parseFwdbench(nil, &out)
+	cfg, err := ParseFwd(nil, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,17 +31,17 @@ func TestParseFwdbench(t *testing.T) {
 	if !cmp.Equal(cfg.flows, []int{1000, 10000}) || cfg.step != defaultStep || cfg.overload != defaultOver || !cmp.Equal(cfg.rates, defaultRates) {
 		t.Errorf("defaults: %+v", cfg)
 	}
-	cfg, err = parseFwdbench([]string{"--quick"}, &out)
+	cfg, err = ParseFwd([]string{"--quick"}, &out)
 	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver || cfg.quietWait != quickQuiet {
 		t.Errorf("--quick: %+v %v", cfg, err)
 	}
-	cfg, err = parseFwdbench([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1",
+	cfg, err = ParseFwd([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1",
 		"--step", "500ms", "--overload", "0", "--json", "--quiet-wait", "0"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !cmp.Equal(cfg.rates, []int{20000, 1000, 150000}) || !cmp.Equal(cfg.flows, []int{10, 100}) || cfg.step != 500*time.Millisecond ||
-		!cfg.json || cfg.overload != 0 || cfg.maxFlows() != 100 || cfg.quietWait != 0 {
+		!cfg.JSON || cfg.overload != 0 || cfg.maxFlows() != 100 || cfg.quietWait != 0 {
 		t.Errorf("got %+v", cfg)
 	}
 	if d := cmp.Diff(modeNames(cfg.modes), []string{"xdp", "aescm-w1", "gcm-w1", "user-w3", "user-w1", "user-w2"}); d != "" {
@@ -56,7 +56,7 @@ func TestParseFwdbench(t *testing.T) {
 		// 10,000 flows at 5k pps: one packet per flow every 2 s.
 		{"--flows", "10000", "--rates", "5k"},
 	} {
-		if _, err := parseFwdbench(bad, &out); err == nil {
+		if _, err := ParseFwd(bad, &out); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -143,9 +143,9 @@ func TestSummarize(t *testing.T) {
 	if _, ok := r["user-w2/user-w1"]; ok {
 		t.Error("user-w2/user-w1 without a common lossless rate")
 	}
-	rep := fwdReport{Steps: steps, Summary: s}
+	rep := FwdReport{Steps: steps, Summary: s}
 	var out bytes.Buffer
-	rep.writeText(&out)
+	rep.WriteText(&out)
 	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "goal <= 1.15: met", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())

@@ -1,23 +1,21 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/gen"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relayd/relayd/voipgen/gen"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/control/admin"
 )
@@ -46,8 +44,8 @@ SIGHUP. Needs root; traffic stays inside the lab (198.18.0.0/15, 2001:2::/48).
 flags:
 `
 
-// demoConfig configures a demo run.
-type demoConfig struct {
+// DemoConfig configures a demo run.
+type DemoConfig struct {
 	streams  int
 	duration time.Duration
 	codec    payload.Codec
@@ -55,10 +53,10 @@ type demoConfig struct {
 	xdpMode  string // native | generic
 	relayd   string // prebuilt relayd binary; "" builds one with labrelay.Build
 	ipv6     bool
-	json     bool
-	allFlows bool
+	JSON     bool
+	AllFlows bool
 
-	progress io.Writer // step-by-step progress; never nil after parseDemo
+	Progress io.Writer // step-by-step progress; never nil after parseDemo
 	grace    time.Duration
 }
 
@@ -71,7 +69,7 @@ const (
 	maxDemoStreams = 2500
 )
 
-func parseDemo(args []string, out io.Writer) (demoConfig, error) {
+func ParseDemo(args []string, out io.Writer) (DemoConfig, error) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, demoHelp); fs.PrintDefaults() }
@@ -85,14 +83,14 @@ func parseDemo(args []string, out io.Writer) (demoConfig, error) {
 	js := fs.Bool("json", false, "print the report as JSON")
 	all := fs.Bool("all-flows", false, "list every flow in the text report, not just the first and worst")
 	if err := fs.Parse(args); err != nil {
-		return demoConfig{}, err
+		return DemoConfig{}, err
 	}
 	if fs.NArg() > 0 {
-		return demoConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return DemoConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := demoConfig{
+	cfg := DemoConfig{
 		streams: *streams, duration: *duration, ptime: *ptime, xdpMode: *xdpMode, relayd: *relayd,
-		ipv6: *v6, json: *js, allFlows: *all, progress: os.Stderr, grace: 250 * time.Millisecond,
+		ipv6: *v6, JSON: *js, AllFlows: *all, Progress: os.Stderr, grace: 250 * time.Millisecond,
 	}
 	var err error
 	if cfg.codec, err = payload.Lookup(*codecName, *ptime); err != nil {
@@ -101,7 +99,7 @@ func parseDemo(args []string, out io.Writer) (demoConfig, error) {
 	return cfg, cfg.validate()
 }
 
-func (c *demoConfig) validate() error {
+func (c *DemoConfig) validate() error {
 	switch {
 	case c.streams < 1 || c.streams > maxDemoStreams:
 		return fmt.Errorf("--streams %d: want 1 to %d", c.streams, maxDemoStreams)
@@ -114,54 +112,19 @@ func (c *demoConfig) validate() error {
 }
 
 // packetsPerStream is how many packets each stream sends in each direction.
-func (c *demoConfig) packetsPerStream() int { return int(c.duration / c.ptime) }
+func (c *DemoConfig) packetsPerStream() int { return int(c.duration / c.ptime) }
 
 // demoRun runs the demo in the lab; set on Linux (demo_linux.go).
-var demoRun func(ctx context.Context, cfg demoConfig) (*demoReport, error)
+var demoRun func(ctx context.Context, cfg DemoConfig) (*DemoReport, error)
 
-// errDemoFailed is returned after a complete report that did not pass.
-var errDemoFailed = errors.New("demo failed")
-
-func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	cfg, err := parseDemo(args, out)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	// main traps SIGINT and SIGTERM; a closed terminal must tear the lab
-	// down too.
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
-	defer stop()
-	rep, err := demo(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	if cfg.json {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		rep.writeText(out, cfg.allFlows)
-	}
-	if !rep.Pass {
-		return fmt.Errorf("%w: %s", errDemoFailed, strings.Join(rep.Problems, "; "))
-	}
-	return nil
-}
-
-// demo runs the demo and returns its report, which may not pass; err is
+// Demo runs the Demo and returns its report, which may not pass; err is
 // for runs that could not complete (no lab, no relay, interrupted).
-func demo(ctx context.Context, cfg demoConfig) (*demoReport, error) {
+func Demo(ctx context.Context, cfg DemoConfig) (*DemoReport, error) {
 	if demoRun == nil {
 		return nil, errors.New("the demo needs Linux (network namespaces and XDP)")
 	}
-	if cfg.progress == nil {
-		cfg.progress = io.Discard
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
 	}
 	rep, err := demoRun(ctx, cfg)
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -176,8 +139,8 @@ const (
 	demoToCaller = "callee->caller"
 )
 
-// demoReport is everything the demo prints; --json encodes it as is.
-type demoReport struct {
+// DemoReport is everything the demo prints; --json encodes it as is.
+type DemoReport struct {
 	Config      demoConfigReport  `json:"config"`
 	Load        demoLoad          `json:"load"`
 	Flows       []demoFlow        `json:"flows"`
@@ -380,7 +343,7 @@ func parseDemoSample(line string) (name string, labels map[string]string, value 
 // judge checks the report for consistency and loss and sets Pass,
 // Problems and Verdict. perStream is the packets each stream sent in each
 // direction.
-func (r *demoReport) judge(perStream int) {
+func (r *DemoReport) judge(perStream int) {
 	var p []string
 	want := uint64(r.Config.Streams * perStream)
 	var received uint64
@@ -437,7 +400,7 @@ func (r *demoReport) judge(perStream int) {
 }
 
 // summarizeFlows fills FlowSummary from Flows.
-func (r *demoReport) summarizeFlows() {
+func (r *DemoReport) summarizeFlows() {
 	s := demoFlowSummary{Flows: len(r.Flows)}
 	for i, f := range r.Flows {
 		if f.Path == "xdp" {
@@ -462,7 +425,7 @@ func (r *demoReport) summarizeFlows() {
 
 // worstFlows returns the indexes of up to n flows, worst first: most
 // lost, dropped or missing packets, then highest jitter.
-func (r *demoReport) worstFlows(n int) []int {
+func (r *DemoReport) worstFlows(n int) []int {
 	idx := make([]int, len(r.Flows))
 	for i := range idx {
 		idx[i] = i
@@ -485,7 +448,7 @@ func (r *demoReport) worstFlows(n int) []int {
 	return idx[:min(n, len(idx))]
 }
 
-func (r *demoReport) writeText(w io.Writer, allFlows bool) {
+func (r *DemoReport) WriteText(w io.Writer, allFlows bool) {
 	c := r.Config
 	family := "IPv4"
 	if c.IPv6 {

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -29,19 +29,19 @@ func TestBenchLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	cfg, err := parseBench([]string{"--calls", "20", "--modes", "xdp,userspace,srtp", "--step", "1s", "--sip-calls", "10",
+	cfg, err := Parse([]string{"--calls", "20", "--modes", "xdp,userspace,srtp", "--step", "1s", "--sip-calls", "10",
 		"--sip-duration", "2s", "--quiet-wait", "5s", "--relayd", bin, "--out", dir}, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.progress = testWriter{t}
+	cfg.Progress = testWriter{t}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := runBenchLab(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rep.writeOutputs(dir); err != nil {
+	if err := rep.WriteOutputs(dir); err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.SIP) != 2 {

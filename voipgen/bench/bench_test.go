@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 )
 
 func TestParseBench(t *testing.T) {
-	c, err := parseBench(nil, io.Discard)
+	c, err := Parse(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,10 +21,10 @@ func TestParseBench(t *testing.T) {
 	if strings.Join(c.modes, ",") != "xdp,userspace,srtp" || c.rtpengine || len(c.sipCalls) != 1 || c.sipCalls[0] != 200 {
 		t.Errorf("modes %v rtpengine %v", c.modes, c.rtpengine)
 	}
-	if c, err := parseBench([]string{"--sip-calls", "0"}, io.Discard); err != nil || len(c.sipCalls) != 0 {
+	if c, err := Parse([]string{"--sip-calls", "0"}, io.Discard); err != nil || len(c.sipCalls) != 0 {
 		t.Errorf("--sip-calls 0: %v %v", c.sipCalls, err)
 	}
-	c, err = parseBench([]string{"--calls", "1k,20,20", "--modes", "userspace,xdp", "--with-rtpengine", "--server-price", "5000"}, io.Discard)
+	c, err = Parse([]string{"--calls", "1k,20,20", "--modes", "userspace,xdp", "--with-rtpengine", "--server-price", "5000"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestParseBench(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"--calls", "6000"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"},
 		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--sip-calls", "6000"}, {"--out", ""}, {"extra"}} {
-		if _, err := parseBench(bad, io.Discard); err == nil {
+		if _, err := Parse(bad, io.Discard); err == nil {
 			t.Errorf("parseBench(%q) succeeded", bad)
 		}
 	}
@@ -61,8 +61,8 @@ func benchRuns(mode string, sent uint64, lost int64, relayNs float64) []fwdStep 
 	return []fwdStep{d, relay(), relay(), d}
 }
 
-func testBenchReport() *benchReport {
-	rep := &benchReport{Config: map[string]any{"cpus": 2, "cpu_ghz": "2.00", "server_price_usd": 2000}}
+func testBenchReport() *Report {
+	rep := &Report{Config: map[string]any{"cpus": 2, "cpu_ghz": "2.00", "server_price_usd": 2000}}
 	for _, s := range []struct {
 		relay string
 		calls int
@@ -115,12 +115,12 @@ func TestBenchSummary(t *testing.T) {
 func TestBenchOutputs(t *testing.T) {
 	rep := testBenchReport()
 	dir := t.TempDir()
-	if err := rep.writeOutputs(dir); err != nil {
+	if err := rep.WriteOutputs(dir); err != nil {
 		t.Fatal(err)
 	}
 	checkBenchOutputs(t, dir, rep)
 	var buf bytes.Buffer
-	rep.writeText(&buf)
+	rep.WriteText(&buf)
 	for _, want := range []string{"CPU sweep", "xdp / userspace", "plots: "} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, buf.String())
@@ -130,13 +130,13 @@ func TestBenchOutputs(t *testing.T) {
 
 // checkBenchOutputs checks that bench.json parses and the four plots are
 // there and not empty.
-func checkBenchOutputs(t *testing.T, dir string, rep *benchReport) {
+func checkBenchOutputs(t *testing.T, dir string, rep *Report) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "bench.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got benchReport
+	var got Report
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatalf("bench.json: %v", err)
 	}

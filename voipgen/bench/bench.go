@@ -1,0 +1,541 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const benchHelp = `usage: voipgen bench [flags]   (as root)
+
+The comparison: relayd's XDP data plane against its userspace workers (and
+SRTP terminated on one leg), optionally against Debian's rtpengine, on the
+same calls in one run. It builds a lab of network namespaces (caller, relay,
+callee), and for each relay in turn:
+
+ 1. SIP calls with media (--sip-calls, one phase per count; 0 skips): voipgen call in the caller
+    namespace -> relayd's B2BUA (dataplane xdp or userspace) -> voipgen
+    answer in the callee namespace, one G.711 20 ms stream both ways per
+    call, sent and analysed by voipgen's per-call media: call setup, loss,
+    jitter and the largest gap of real calls. (srtp and rtpengine: none.)
+ 2. The CPU sweep over concurrent calls (--calls). For relayd the calls are
+    SIP calls through its B2BUA, placed by voipgen call and answered by
+    voipgen answer, signalling only: at each step the calls missing are
+    added (INVITE, 200 with SDP, ACK) and all are held to the end (BYE).
+    Each call is a G.711 20 ms stream each way (50 pps each, 100 pps per
+    call, 172-byte RTP) between the addresses its SDP named, sent by one
+    paced sender (sendmmsg from the caller's socket and, for the callee's
+    streams, from the callee's socket) and counted by one sink draining
+    both sockets. In srtp mode the caller offers SDES
+    (AES_CM_128_HMAC_SHA1_80, a key per call) and sends SRTP: relayd
+    decrypts toward the callee and encrypts toward the caller.
+    --static-flows installs the relayd sweep's media as static flows
+    through the admin API instead (one way, as fwdbench does). rtpengine:
+    one ng call (offer, answer) per call, the same streams each way. A relay stops at its
+    first step with loss, or when the sender cannot offer more.
+
+The sender and the sink are not the Go runtime's: each has a thread of
+its own on plain sockets, the sender paced by clock_nanosleep and the sink
+waking every millisecond to drain its sockets, so their wakeups are the
+same whatever the relay (a receiver woken per packet costs more the more
+the relay spreads the packets, and that was billed to the relay).
+
+Why a baseline, and not SIP calls' own media: the CPU figures need a run
+of the same packets without the relay (direct over an extra veth pair),
+and voipgen call's media (a socket and goroutine per call, full
+analysis) would swamp the relay's cost at thousands of calls on 2 CPUs.
+
+CPU methods (each figure says which one it is): "tasks" is the run time of
+every thread involved (voipgen's sender, sink and runtime, relayd or
+rtpengine, ksoftirqd/N) from /proc/PID/task/TID/schedstat; on veth, XDP and
+socket delivery run in the sending thread's softirq, so they are in it.
+"idle" is whole-machine busy time from per-CPU idle in /proc/stat. Both are
+taken minus the mean of two direct runs of the same load around the relay's
+two runs (direct, relay, relay, direct), per packet sent. CPU % is that cost
+times the packet rate over all CPUs of the machine. Calls per GHz: a call is
+100 pps, a GHz is the CPU clock from /proc/cpuinfo. Cost per port: the
+server price over the calls the whole machine would carry at 100% CPU
+(projected from the ns per packet), and over the highest zero-loss call
+count measured here.
+
+Modes (--modes): xdp, userspace (workers = one per CPU), srtp (userspace,
+SRTP with AES_CM_128_HMAC_SHA1_80 on the caller leg, plain RTP on the
+callee leg); --with-rtpengine adds rtpengine (userspace, --table=-1, one
+thread per CPU).
+
+Writes bench.json, cpu.png/.svg (CPU % vs concurrent calls per relay) and
+nsperpkt.png/.svg (CPU ns per relayed packet) to --out.
+
+flags:
+`
+
+// Config configures voipgen bench.
+type Config struct {
+	calls       []int
+	modes       []string // xdp | userspace | srtp
+	rtpengine   bool
+	static      bool  // relayd sweep media as static flows, not SIP calls
+	sipCalls    []int // SIP phase call counts; empty: none
+	sipDuration time.Duration
+	step        time.Duration
+	repeat      int // steps (direct, relay, relay, direct) per call count
+	quietWait   time.Duration
+	price       float64
+	Out         string
+	relayd      string
+	JSON        bool
+	Progress    io.Writer
+}
+
+// How the sweep's media is set up, per row.
+const (
+	benchMediaStatic = "static flows (admin API)"
+	benchMediaSIP    = "SIP calls via relayd's B2BUA, both ways"
+	benchMediaNG     = "ng calls (offer/answer), a stream each way"
+)
+
+const (
+	benchPPSPerCall  = 100 // two flows of 50 pps
+	benchMaxCalls    = fwdMaxFlows / 2
+	defaultBenchCall = "250,500,1000,2000,4000,5000"
+)
+
+func Parse(args []string, out io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
+	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
+	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp")
+	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
+	static := fs.Bool("static-flows", false, "set the sweep's media up as static flows through relayd's admin API, not as SIP calls")
+	sipCalls := fs.String("sip-calls", "200", "SIP calls with media per relayd mode, comma-separated counts, each a phase (0: none)")
+	sipDur := fs.Duration("sip-duration", 4*time.Second, "duration of each SIP call")
+	step := fs.Duration("step", time.Second, "duration of each measured run (4 runs per step)")
+	repeat := fs.Int("repeat", 1, "steps per call count; the row takes the median relay cost of their runs (a shared machine's noise)")
+	quiet := fs.Duration("quiet-wait", 30*time.Second, "the most time to wait in all for other processes to leave the CPUs (0: never)")
+	price := fs.Float64("server-price", 2000, "server price in USD, for the cost per port")
+	outDir := fs.String("out", "bench-out", "directory for bench.json and the plots")
+	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
+	js := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
+		price: *price, Out: *outDir, relayd: *relayd, JSON: *js}
+	var err error
+	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
+		return c, err
+	}
+	slices.Sort(c.calls)
+	c.calls = slices.Compact(c.calls)
+	if strings.TrimSpace(*sipCalls) != "0" {
+		if c.sipCalls, err = parseCounts("--sip-calls", *sipCalls, 1, 5000); err != nil {
+			return c, err
+		}
+	}
+	for _, m := range strings.Split(*modes, ",") {
+		m = strings.TrimSpace(strings.ToLower(m))
+		switch m {
+		case "xdp", "userspace", "srtp":
+			if !slices.Contains(c.modes, m) {
+				c.modes = append(c.modes, m)
+			}
+		default:
+			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp)", m)
+		}
+	}
+	switch {
+	case c.step < 200*time.Millisecond:
+		return c, fmt.Errorf("--step %v: need at least 200ms", c.step)
+	case c.repeat < 1 || c.repeat > 20:
+		return c, fmt.Errorf("--repeat %d: want 1-20", c.repeat)
+	case c.sipDuration < time.Second:
+		return c, fmt.Errorf("--sip-duration %v: need at least 1s", c.sipDuration)
+	case c.price <= 0:
+		return c, errors.New("--server-price must be positive")
+	case c.Out == "":
+		return c, errors.New("--out must name a directory")
+	}
+	return c, nil
+}
+
+// benchRow is one call count of the sweep for one relay: the relay runs of
+// its steps (each direct, relay, relay, direct; --repeat steps) together.
+type benchRow struct {
+	Relay string `json:"relay"` // xdp | userspace | srtp | rtpengine
+	Calls int    `json:"calls"`
+	// Media is "static flows (admin API)" or "ng calls (offer/answer)":
+	// how the sweep's media was set up (see the help).
+	Media      string  `json:"media"`
+	Flows      int     `json:"flows"`
+	OfferedPPS int     `json:"offered_pps"`
+	SentPPS    float64 `json:"sent_pps"`
+	Sent       uint64  `json:"sent"`
+	Received   uint64  `json:"received"`
+	// Relayed is relayd's counter of packets forwarded in the two runs;
+	// -1 for rtpengine (no such counter read).
+	Relayed int64 `json:"relayed"`
+	// RelayedUserspace is the part of Relayed forwarded by relayd's
+	// userspace workers: in xdp mode, packets XDP did not forward; -1
+	// for rtpengine.
+	RelayedUserspace int64   `json:"relayed_userspace"`
+	Lost             int64   `json:"lost"`
+	LossPct          float64 `json:"loss_pct"`
+	// SenderLimited: the sender fell short of the offered rate.
+	SenderLimited bool `json:"sender_limited"`
+	// Comparable: the relay runs and their direct runs carried the same
+	// load, so the CPU figures below mean something.
+	Comparable bool `json:"comparable"`
+	// Relay CPU per packet sent, minus the direct baseline, median over
+	// the relay runs: tasks (schedstat) and idle (/proc/stat).
+	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
+	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
+	// CPU %: of all the machine's CPUs, at the step's sent rate.
+	TaskCPUPct float64 `json:"task_cpu_pct"`
+	IdleCPUPct float64 `json:"idle_cpu_pct"`
+	// ProgNsPerRun: XDP program run time per packet (BPF stats), xdp only.
+	ProgNsPerRun float64 `json:"prog_ns_per_run,omitempty"`
+	// Rerun: the step's runs disagreed and it was run again (this row is
+	// the second attempt).
+	Rerun bool `json:"rerun,omitempty"`
+}
+
+func (r benchRow) lossless() bool { return r.Sent > 0 && r.Lost <= 0 }
+
+// benchSIP is the SIP phase of one relayd mode.
+type benchSIP struct {
+	Relay     string  `json:"relay"`
+	Media     string  `json:"media"` // "SIP calls via relayd's B2BUA"
+	Calls     int     `json:"calls"`
+	Succeeded int     `json:"succeeded"`
+	Failed    int     `json:"failed"`
+	DurationS float64 `json:"call_duration_s"`
+	T200P50Ms float64 `json:"t200_p50_ms"`
+	T200MaxMs float64 `json:"t200_max_ms"`
+	// Media both ways, over the two ends' reports.
+	WithMedia   int     `json:"calls_with_media_both_ways"`
+	SentPackets uint64  `json:"sent_packets"`
+	RecvPackets uint64  `json:"received_packets"`
+	Lost        int64   `json:"lost"`
+	JitterP50Ms float64 `json:"jitter_p50_ms"`
+	JitterMaxMs float64 `json:"jitter_max_ms"`
+	MaxGapMs    float64 `json:"max_gap_ms"`
+	// Relayed is relayd's packets forwarded over the phase.
+	Relayed int64  `json:"relayed"`
+	Error   string `json:"error,omitempty"`
+}
+
+// benchSummary is one relay's figures over the sweep.
+type benchSummary struct {
+	Relay string `json:"relay"`
+	// MaxZeroLossCalls is the highest step without loss whose load the
+	// sender offered in full (0: none).
+	MaxZeroLossCalls int `json:"max_zero_loss_calls"`
+	// FirstLossCalls is the first step with loss (0: none).
+	FirstLossCalls int `json:"first_loss_calls,omitempty"`
+	// Median over the comparable lossless steps, per method.
+	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
+	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
+	Steps        int     `json:"comparable_steps"`
+	// CallsPerGHz from the tasks figure (100 pps per call).
+	CallsPerGHz float64 `json:"calls_per_ghz_tasks"`
+	// ProjectedCalls: the whole machine at 100% (tasks figure).
+	ProjectedCalls float64 `json:"projected_calls_tasks"`
+	// Cost per port: price / projected calls, price / measured max.
+	CostPerPortProjected float64 `json:"cost_per_port_projected_usd"`
+	CostPerPortMeasured  float64 `json:"cost_per_port_measured_usd,omitempty"`
+	ProgNsPerRun         float64 `json:"prog_ns_per_run,omitempty"`
+	// ProgCallsPerGHz is a projection for a physical NIC, where veth's
+	// copy into an XDP buffer is not paid: calls per GHz from the XDP
+	// program's own run time per packet (BPF stats), xdp only.
+	ProgCallsPerGHz float64 `json:"projected_nic_calls_per_ghz_prog,omitempty"`
+}
+
+// benchRatio compares two relays' CPU per packet, same run.
+type benchRatio struct {
+	What string  `json:"what"`
+	Task float64 `json:"tasks"`
+	Idle float64 `json:"idle"`
+}
+
+type Report struct {
+	Config    map[string]any `json:"config"`
+	SIP       []benchSIP     `json:"sip"`
+	Rows      []benchRow     `json:"rows"`
+	Summaries []benchSummary `json:"summaries"`
+	Ratios    []benchRatio   `json:"ratios"`
+	Notes     []string       `json:"notes,omitempty"`
+	Plots     []string       `json:"plots,omitempty"`
+	// Runs are every measured run of the sweep (fwdbench's records).
+	Runs []fwdStep `json:"runs,omitempty"`
+}
+
+// cpuGHz reads the mean CPU clock from /proc/cpuinfo ("cpu MHz").
+func cpuGHz(r io.Reader) float64 {
+	sc := bufio.NewScanner(r)
+	var sum float64
+	n := 0
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(k) != "cpu MHz" {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 {
+			sum += f
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n) / 1000
+}
+
+// summarizeBench fills the per-relay summaries and the ratios.
+func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price float64) {
+	rep.Summaries, rep.Ratios = nil, nil
+	byRelay := map[string]benchSummary{}
+	for _, name := range relays {
+		s := benchSummary{Relay: name}
+		var task, idle, prog []float64
+		for _, r := range rep.Rows {
+			if r.Relay != name {
+				continue
+			}
+			// A step whose sender fell short did not offer its calls.
+			if r.lossless() && !r.SenderLimited && s.FirstLossCalls == 0 {
+				s.MaxZeroLossCalls = max(s.MaxZeroLossCalls, r.Calls)
+			}
+			if !r.lossless() && s.FirstLossCalls == 0 {
+				s.FirstLossCalls = r.Calls
+			}
+			if r.lossless() && r.Comparable {
+				task, idle = append(task, r.TaskNsPerPkt), append(idle, r.IdleNsPerPkt)
+				if r.ProgNsPerRun > 0 {
+					prog = append(prog, r.ProgNsPerRun)
+				}
+			}
+		}
+		s.Steps = len(task)
+		s.TaskNsPerPkt, s.IdleNsPerPkt, s.ProgNsPerRun = finite(median(task)), finite(median(idle)), finite(median(prog))
+		if s.TaskNsPerPkt > 0 && ghz > 0 {
+			s.CallsPerGHz = 1e9 / (s.TaskNsPerPkt * benchPPSPerCall) / ghz
+			s.ProjectedCalls = s.CallsPerGHz * ghz * float64(cpus)
+			s.CostPerPortProjected = price / s.ProjectedCalls
+		}
+		if s.ProgNsPerRun > 0 && ghz > 0 {
+			s.ProgCallsPerGHz = 1e9 / (s.ProgNsPerRun * benchPPSPerCall) / ghz
+		}
+		if s.MaxZeroLossCalls > 0 {
+			s.CostPerPortMeasured = price / float64(s.MaxZeroLossCalls)
+		}
+		rep.Summaries = append(rep.Summaries, s)
+		byRelay[name] = s
+	}
+	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"}} {
+		a, okA := byRelay[p[0]]
+		b, okB := byRelay[p[1]]
+		if !okA || !okB || a.TaskNsPerPkt <= 0 || b.TaskNsPerPkt <= 0 {
+			continue
+		}
+		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: a.TaskNsPerPkt / b.TaskNsPerPkt}
+		if a.IdleNsPerPkt > 0 && b.IdleNsPerPkt > 0 {
+			r.Idle = a.IdleNsPerPkt / b.IdleNsPerPkt
+		}
+		rep.Ratios = append(rep.Ratios, r)
+	}
+}
+
+// benchRowFromRuns folds a call count's runs (one or more steps of direct,
+// relay, relay, direct) into a row: packets summed, relay costs the median
+// over the relay runs.
+func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
+	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
+	var task, idle, pps, prog []float64
+	relayed, userspace := int64(0), int64(0)
+	for i := range runs {
+		r := &runs[i]
+		if r.Mode == "direct" {
+			continue
+		}
+		row.Sent += r.Sent
+		row.Received += r.Received
+		row.Lost += r.Lost
+		pps = append(pps, r.SentPPS)
+		row.SenderLimited = row.SenderLimited || r.SenderLimited
+		row.Comparable = row.Comparable && r.Comparable
+		if r.Relayed < 0 {
+			relayed = -1
+		} else if relayed >= 0 {
+			relayed += r.Relayed
+		}
+		if r.RelayedUserspace < 0 {
+			userspace = -1
+		} else if userspace >= 0 {
+			userspace += r.RelayedUserspace
+		}
+		if r.RelayTaskNsPerPkt != nil {
+			task = append(task, *r.RelayTaskNsPerPkt)
+		}
+		if r.RelayBusyNsPerPkt != nil {
+			idle = append(idle, *r.RelayBusyNsPerPkt)
+		}
+		if r.ProgNsPerRun != nil {
+			prog = append(prog, *r.ProgNsPerRun)
+		}
+	}
+	row.Relayed, row.RelayedUserspace = relayed, userspace
+	row.SentPPS = mean(pps)
+	if row.Sent > 0 {
+		row.LossPct = 100 * float64(row.Lost) / float64(row.Sent)
+	}
+	row.TaskNsPerPkt, row.IdleNsPerPkt, row.ProgNsPerRun = finite(median(task)), finite(median(idle)), finite(median(prog))
+	if len(task) == 0 {
+		row.Comparable = false
+	}
+	if cpus > 0 {
+		row.TaskCPUPct = 100 * row.TaskNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
+		row.IdleCPUPct = 100 * row.IdleNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
+	}
+	return row
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func (rep *Report) WriteText(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	if len(rep.SIP) > 0 {
+		fmt.Fprintln(w, "SIP calls with media through relayd's B2BUA (caller -> relayd -> answerer), G.711 20 ms both ways:")
+		fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/max ms\tmax gap ms\trelayd relayed\t")
+		for _, s := range rep.SIP {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t%d\t%.2f/%.2f\t%.1f\t%d\t\n", s.Relay, s.Calls, s.Succeeded, s.Failed,
+				s.T200P50Ms, s.SentPackets, s.RecvPackets, s.Lost, s.JitterP50Ms, s.JitterMaxMs, s.MaxGapMs, s.Relayed)
+		}
+		tw.Flush()
+		for _, s := range rep.SIP {
+			if s.Error != "" {
+				fmt.Fprintf(w, "  %s: %s\n", s.Relay, s.Error)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
+	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way")
+	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
+	for _, r := range rep.Rows {
+		rel := "-"
+		if r.Relayed >= 0 {
+			rel = strconv.FormatInt(r.Relayed, 10)
+		}
+		var notes []string
+		if r.SenderLimited {
+			notes = append(notes, "sender short")
+		} else if !r.Comparable {
+			notes = append(notes, "not comparable")
+		}
+		if r.Rerun {
+			notes = append(notes, "rerun")
+		}
+		if r.Relay == "xdp" && r.RelayedUserspace > 0 {
+			notes = append(notes, fmt.Sprintf("%d by userspace", r.RelayedUserspace))
+		}
+		media := map[string]string{benchMediaNG: "ng", benchMediaSIP: "sip"}[r.Media]
+		if media == "" {
+			media = "static"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, strings.Join(notes, ", "))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Per relay (medians over comparable zero-loss steps; %v GHz, %v CPUs; server price %v USD):\n",
+		rep.Config["cpu_ghz"], rep.Config["cpus"], rep.Config["server_price_usd"])
+	fmt.Fprintln(tw, "relay\tns/pkt tasks\tns/pkt idle\tcalls/GHz (tasks)\tprojected calls at 100%\tmax zero-loss calls\tUSD/port projected\tUSD/port measured\tXDP program ns\t")
+	for _, s := range rep.Summaries {
+		prog := "-"
+		if s.ProgNsPerRun > 0 {
+			prog = fmt.Sprintf("%.0f", s.ProgNsPerRun)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.3f\t%s\t\n", s.Relay, s.TaskNsPerPkt, s.IdleNsPerPkt, s.CallsPerGHz, s.ProjectedCalls,
+			s.MaxZeroLossCalls, s.CostPerPortProjected, s.CostPerPortMeasured, prog)
+	}
+	tw.Flush()
+	for _, s := range rep.Summaries {
+		if s.ProgCallsPerGHz > 0 {
+			fmt.Fprintf(w, "projection, not a measurement: %s on a physical NIC (no veth copy), from the XDP program's own %.0f ns per packet (BPF stats): %.0f calls per GHz\n",
+				s.Relay, s.ProgNsPerRun, s.ProgCallsPerGHz)
+		}
+	}
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w, "\nRatios, same run:")
+		for _, r := range rep.Ratios {
+			idle := "-"
+			if r.Idle > 0 {
+				idle = fmt.Sprintf("%.2f", r.Idle)
+			}
+			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, idle)
+		}
+	}
+	for _, n := range rep.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if len(rep.Plots) > 0 {
+		fmt.Fprintf(w, "\nplots: %s\n", strings.Join(rep.Plots, ", "))
+	}
+}
+
+// WriteOutputs writes bench.json and the plots to cfg.out.
+func (rep *Report) WriteOutputs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	plots, err := benchPlots(rep, dir)
+	rep.Plots = plots
+	b, jerr := json.MarshalIndent(rep, "", "  ")
+	if jerr != nil {
+		return errors.Join(err, jerr)
+	}
+	return errors.Join(err, os.WriteFile(filepath.Join(dir, "bench.json"), append(b, '\n'), 0o644))
+}
+
+var benchRun func(ctx context.Context, cfg Config) (*Report, error)
+
+// Run runs the comparison in the lab (Linux only).
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if benchRun == nil {
+		return nil, errors.New("bench needs Linux (network namespaces, XDP)")
+	}
+	return benchRun(ctx, cfg)
+}
+
+// finite returns v, or 0 when it is NaN or infinite (JSON has neither).
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0
+	}
+	return v
+}
