@@ -87,9 +87,6 @@ type fwdMode struct {
 
 func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" }
 
-// goalXDPOverMin is the XDP issue's goal for relayd's program against the
-// minimal forwarder, end to end per relayed packet.
-const goalXDPOverMin = 1.2
 
 // srtpKinds maps the mode name prefix of an SRTP mode to its suite.
 var srtpKinds = map[string]sdes.Suite{
@@ -176,13 +173,6 @@ const (
 	quickOver     = 1
 	defaultQuiet  = 60 * time.Second
 	quickQuiet    = 10 * time.Second
-	refXDPns      = 1100 // reference relays: docs/architecture.md, "Lab and measurement"
-	refKernelNs   = 400
-	refProgramNs  = 300
-	refCRelayNs   = 3600 // minimal C recvmmsg/sendmmsg relay
-	refRtpengine  = 9200 // rtpengine 10.5 userspace, 1,000 calls
-	goalXDPOverUS = 1.0 / 3
-	goalSRTP      = 1.15
 )
 
 // parseCounts parses a comma-separated list of positive counts with an
@@ -456,15 +446,12 @@ type fwdRatio struct {
 	DenNs float64 `json:"den_ns_per_pkt"`
 	Tasks float64 `json:"tasks"`          // NumNs / DenNs
 	Busy  float64 `json:"busy"`           // the same from idle time
-	Goal  float64 `json:"goal,omitempty"` // at most
-	Met   *bool   `json:"met,omitempty"`
+	SRTP  bool    `json:"srtp,omitempty"` // an SRTP mode against plain userspace with as many workers
 }
 
 type fwdSummary struct {
 	Modes  []fwdModeSummary `json:"modes"`
 	Ratios []fwdRatio       `json:"ratios"`
-	// The reference figures of docs/architecture.md, on this hardware.
-	Reference map[string]float64 `json:"reference"`
 	Notes     []string           `json:"notes"`
 }
 
@@ -559,10 +546,7 @@ func aggregate(steps []fwdStep) []fwdAgg {
 
 // summarize derives the summary from the steps and installs.
 func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []int) fwdSummary {
-	sum := fwdSummary{Reference: map[string]float64{
-		"xdp_ns_per_pkt": refXDPns, "kernel_ns_per_pkt": refKernelNs, "program_ns_per_pkt": refProgramNs,
-		"c_relay_ns_per_pkt": refCRelayNs, "rtpengine_ns_per_pkt": refRtpengine,
-	}}
+	var sum fwdSummary
 	aggs := aggregate(steps)
 	byMode := map[fwdStepKey][]fwdAgg{} // rate 0
 	for _, a := range aggs {
@@ -677,40 +661,39 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 	return sum
 }
 
-// ratios compares modes measured in the same run: xdp against kernel
-// forwarding and against each userspace mode (goal at most a third), each
-// SRTP mode against the plain userspace mode with as many workers (goal at
-// most 15% more), 2 workers against 1, and the userspace modes against the
-// reference relays of docs/architecture.md.
+// ratios compares modes measured in the same run, and only those: xdp
+// against kernel forwarding, against the minimal XDP forwarder and
+// against each userspace mode, each SRTP mode against the plain userspace
+// mode with as many workers, and 2 workers against 1.
 func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	has := func(name string) bool {
 		return slices.ContainsFunc(modes, func(m fwdMode) bool { return m.Name == name })
 	}
 	type pair struct {
 		num, den string
-		goal     float64
+		srtp     bool
 	}
 	var pairs []pair
 	if has("xdp") && has("kernel") {
-		pairs = append(pairs, pair{"xdp", "kernel", 0})
+		pairs = append(pairs, pair{"xdp", "kernel", false})
 	}
 	if has("xdp") && has("xdpmin") {
-		// The issue's goal: relayd's XDP end to end within 1.2x of a
-		// minimal XDP forwarder (fib lookup, rewrite, DEVMAP redirect).
-		pairs = append(pairs, pair{"xdp", "xdpmin", goalXDPOverMin})
+		// relayd's XDP end to end against a minimal XDP forwarder (fib
+		// lookup, rewrite, DEVMAP redirect).
+		pairs = append(pairs, pair{"xdp", "xdpmin", false})
 	}
 	for _, m := range modes {
 		if m.Kind == "user" && has("xdp") {
-			pairs = append(pairs, pair{"xdp", m.Name, goalXDPOverUS})
+			pairs = append(pairs, pair{"xdp", m.Name, false})
 		}
 	}
 	for _, m := range modes {
 		if m.Kind == "srtp" && has(fmt.Sprintf("user-w%d", m.Workers)) {
-			pairs = append(pairs, pair{m.Name, fmt.Sprintf("user-w%d", m.Workers), goalSRTP})
+			pairs = append(pairs, pair{m.Name, fmt.Sprintf("user-w%d", m.Workers), true})
 		}
 	}
 	if has("user-w1") && has("user-w2") {
-		pairs = append(pairs, pair{"user-w2", "user-w1", 0})
+		pairs = append(pairs, pair{"user-w2", "user-w1", false})
 	}
 	lossless := map[fwdStepKey]fwdAgg{}
 	for _, a := range aggs {
@@ -721,7 +704,7 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	var out []fwdRatio
 	for _, f := range flows {
 		for _, p := range pairs {
-			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, Goal: p.goal}
+			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, SRTP: p.srtp}
 			var nb, db float64
 			for _, a := range aggs {
 				if a.key.mode != p.num || a.key.flows != f {
@@ -744,38 +727,7 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 			n := float64(len(r.Rates))
 			r.NumNs, r.DenNs = r.NumNs/n, r.DenNs/n
 			r.Tasks, r.Busy = zeroNaN(r.NumNs/r.DenNs), zeroNaN(nb/db)
-			if p.goal != 0 {
-				met := r.DenNs > 0 && r.Tasks <= p.goal
-				r.Met = &met
-			}
 			out = append(out, r)
-		}
-		// The userspace relay against the reference relays measured on
-		// this hardware (issue 3: within 1.5x of the minimal C relay, at
-		// most half of rtpengine).
-		for _, m := range modes {
-			if m.Kind != "user" {
-				continue
-			}
-			var v []float64
-			for _, a := range aggs {
-				if a.key.mode == m.Name && a.key.flows == f && a.lossless && a.comparable && !a.overload && !math.IsNaN(a.task) {
-					v = append(v, a.task)
-				}
-			}
-			if len(v) == 0 {
-				continue
-			}
-			med := median(v)
-			for _, ref := range []struct {
-				name string
-				ns   float64
-				goal float64
-			}{{"c-relay(ref)", refCRelayNs, 1.5}, {"rtpengine(ref)", refRtpengine, 0.5}} {
-				met := med/ref.ns <= ref.goal
-				out = append(out, fwdRatio{Name: m.Name + "/" + ref.name, Flows: f, NumNs: med, DenNs: ref.ns,
-					Tasks: med / ref.ns, Goal: ref.goal, Met: &met})
-			}
 		}
 	}
 	return out
@@ -900,15 +852,8 @@ func (r *FwdReport) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "and the sender kept up in their runs and direct runs):")
 	for _, q := range r.Summary.Ratios {
 		goal := ""
-		if q.Goal == goalSRTP {
+		if q.SRTP {
 			goal = fmt.Sprintf("  SRTP overhead %+.0f%%", 100*(q.Tasks-1))
-		}
-		if q.Met != nil {
-			verdict := "met"
-			if !*q.Met {
-				verdict = "NOT met"
-			}
-			goal += fmt.Sprintf("  goal <= %.2f: %s", q.Goal, verdict)
 		}
 		if len(q.Rates) == 0 {
 			fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns, median over lossless steps)%s\n",
@@ -922,8 +867,6 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns), idle %.2f, at %s%s\n",
 			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, q.Busy, strings.Join(rates, ","), goal)
 	}
-	fmt.Fprintf(w, "references (docs/architecture.md, this hardware): kernel %d ns, minimal XDP %d ns (program %d), minimal C relay %d ns, rtpengine %d ns per packet\n",
-		refKernelNs, refXDPns, refProgramNs, refCRelayNs, refRtpengine)
 	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}

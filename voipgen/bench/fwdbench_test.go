@@ -125,17 +125,20 @@ func TestSummarize(t *testing.T) {
 	for _, q := range s.Ratios {
 		r[q.Name] = q
 	}
-	if q := r["xdp/kernel"]; q.Tasks != 2 || !cmp.Equal(q.Rates, []int{100000}) || q.Met != nil {
+	if q := r["xdp/kernel"]; q.Tasks != 2 || !cmp.Equal(q.Rates, []int{100000}) || q.SRTP {
 		t.Errorf("xdp/kernel: %+v", q)
 	}
-	if q := r["xdp/user-w1"]; q.Tasks != 1.0/3 || q.Met == nil || !*q.Met {
+	if q := r["xdp/user-w1"]; q.Tasks != 1.0/3 || q.SRTP {
 		t.Errorf("xdp/user-w1: %+v", q)
 	}
-	if q := r["aescm-w1/user-w1"]; q.Tasks != 4000.0/3500 || !cmp.Equal(q.Rates, []int{50000, 100000}) || !*q.Met {
+	if q := r["aescm-w1/user-w1"]; q.Tasks != 4000.0/3500 || !cmp.Equal(q.Rates, []int{50000, 100000}) || !q.SRTP {
 		t.Errorf("aescm-w1/user-w1: %+v", q)
 	}
-	if q := r["user-w1/c-relay(ref)"]; q.NumNs != 3500 || !*q.Met {
-		t.Errorf("user-w1/c-relay: %+v", q)
+	// Only modes of the run are compared: no figure from elsewhere.
+	for name := range r {
+		if strings.Contains(name, "(ref)") {
+			t.Errorf("ratio %s against a reference figure", name)
+		}
 	}
 	if !strings.Contains(strings.Join(s.Notes, "\n"), "1 step(s) were run again") {
 		t.Errorf("notes: %q", s.Notes)
@@ -146,7 +149,10 @@ func TestSummarize(t *testing.T) {
 	rep := FwdReport{Steps: steps, Summary: s}
 	var out bytes.Buffer
 	rep.WriteText(&out)
-	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "goal <= 1.15: met", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
+	if strings.Contains(out.String(), "goal") || strings.Contains(out.String(), ": met") || strings.Contains(out.String(), "NOT met") {
+		t.Errorf("text output judges against a goal:\n%s", out.String())
+	}
+	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
