@@ -87,7 +87,6 @@ type fwdMode struct {
 
 func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" }
 
-
 // srtpKinds maps the mode name prefix of an SRTP mode to its suite.
 var srtpKinds = map[string]sdes.Suite{
 	"aescm": sdes.AES_CM_128_HMAC_SHA1_80,
@@ -452,7 +451,7 @@ type fwdRatio struct {
 type fwdSummary struct {
 	Modes  []fwdModeSummary `json:"modes"`
 	Ratios []fwdRatio       `json:"ratios"`
-	Notes     []string           `json:"notes"`
+	Notes  []string         `json:"notes"`
 }
 
 type FwdReport struct {
