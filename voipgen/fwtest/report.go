@@ -64,6 +64,8 @@ type FailoverCase struct {
 	Conntrackd  bool        `json:"conntrackd"`
 	Ruleset     string      `json:"ruleset"`
 	Streams     string      `json:"streams"` // Bidirectional or OneWayWANLAN
+	// After is, for RecoveryPreempt, the failure recovered from.
+	After FailureKind `json:"after,omitempty"`
 }
 
 // String is a one-line label such as
@@ -73,7 +75,11 @@ func (c FailoverCase) String() string {
 	if c.Conntrackd {
 		ct = "conntrackd-on"
 	}
-	return fmt.Sprintf("%s vrrp%d/%gms %s %s %s", c.Kind, c.VRRPVersion, c.AdvertMs, ct, c.Ruleset, c.Streams)
+	kind := string(c.Kind)
+	if c.After != "" {
+		kind += " after " + string(c.After)
+	}
+	return fmt.Sprintf("%s vrrp%d/%gms %s %s %s", kind, c.VRRPVersion, c.AdvertMs, ct, c.Ruleset, c.Streams)
 }
 
 // FailoverRow is one repetition of one failover case.

@@ -5,6 +5,7 @@
 //	voipgen call --sip ADDR:PORT --target sip:USER@HOST:PORT --calls N --rate R
 //	voipgen answer --sip ADDR:PORT --personality answer|ring|reject:CODE|silent
 //	voipgen bench [--calls 250,500,...] [--with-rtpengine] [--out DIR] [--json]
+//	voipgen fwtest [--quick] [--out DIR] [--json]
 //
 // Subcommands use the standard flag package, one FlagSet each: it accepts
 // --flag as well as -flag, needs no dependency, and the few flags here do not
@@ -27,6 +28,7 @@ commands:
   call   place SIP calls with RTP both ways and report setup times and media
   answer answer SIP calls (or ring, reject, stay silent) with RTP both ways
   pacebench  lab benchmark: pacing of voipgen send vs SIPp rtp_stream at 1,000 and 2,000 calls (root)
+  fwtest lab experiment: a redundant firewall pair (keepalived, conntrackd): zero-loss rate and failover glitch (root)
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   bench  lab comparison: relayd XDP vs userspace vs SRTP (and rtpengine) over concurrent calls: CPU, loss, table and plots (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
@@ -53,6 +55,8 @@ func main() {
 		err = runAnswer(ctx, os.Args[2:], os.Stdout)
 	case "pacebench":
 		err = runPacebench(ctx, os.Args[2:], os.Stdout)
+	case "fwtest":
+		err = runFwtest(ctx, os.Args[2:], os.Stdout)
 	case "fwdbench":
 		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
 	case "bench":
