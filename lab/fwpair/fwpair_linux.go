@@ -1035,3 +1035,35 @@ func (p *Pair) pids() []int {
 	}
 	return pids
 }
+
+// FlushState forgets every tracked connection on both firewalls: the
+// kernel's conntrack tables and, with Config.Conntrackd, conntrackd's
+// internal and external caches. Runs that follow each other on one pair
+// call it in between, so a run's calls cannot live on state an earlier
+// run left on the backup.
+func (p *Pair) FlushState() error {
+	var errs []error
+	for fw := range p.FW {
+		fd, err := netns.GetFromPath(p.FW[fw].Path())
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fw%d: %w", fw+1, err))
+			continue
+		}
+		h, err := netlink.NewHandleAt(fd, unix.NETLINK_NETFILTER)
+		fd.Close()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fw%d: netlink: %w", fw+1, err))
+			continue
+		}
+		if err := h.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			errs = append(errs, fmt.Errorf("fw%d: flush conntrack: %w", fw+1, err))
+		}
+		h.Close()
+		if p.cfg.Conntrackd {
+			if out, err := p.FW[fw].Command("conntrackd", "-C", p.files[fw].conntrackdConf, "-f").CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("fw%d: conntrackd -f: %v: %s", fw+1, err, bytesTrim(out)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

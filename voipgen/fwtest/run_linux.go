@@ -241,7 +241,7 @@ func (a udpStats) sub(b udpStats) uint64 {
 func udpCounters(ns *lab.NS) (udpStats, error) {
 	var s udpStats
 	err := ns.Do(func() error {
-		f, err := os.Open("/proc/net/snmp")
+		f, err := os.Open("/proc/thread-self/net/snmp") // this thread's namespace, not the process's
 		if err != nil {
 			return err
 		}
@@ -327,6 +327,11 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 		if _, err := p.WaitMaster(ctx, 0); err != nil {
 			return fail, recov, fmt.Errorf("fw1 is not master before the run: %w", err)
 		}
+	}
+	// Each run's calls start from no state: nothing an earlier run left
+	// on the backup can carry them.
+	if err := p.FlushState(); err != nil {
+		return fail, recov, err
 	}
 	advert := time.Duration(c.AdvertMs * float64(time.Millisecond))
 	// Long enough for the backup to declare the master down (3 adverts
@@ -434,9 +439,19 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 		before[i].SentFirst, before[i].SentLast = 0, 0
 	}
 	fail = NewFailoverRow(c, rep, Analyze(before, failAt.UnixNano(), r.cfg.Ptime, recAt.UnixNano()))
+	// The recovery on what arrived from shortly before it, so its losses
+	// are its own.
+	after := make([]StreamRecord, len(recs))
+	from := recAt.Add(-TimelineBefore).UnixNano()
+	for i, s := range recs {
+		after[i] = s
+		k, _ := slices.BinarySearchFunc(s.Arrivals, from, func(a Arrival, t int64) int { return cmpInt64(a.At, t) })
+		after[i].Arrivals = s.Arrivals[k:]
+		after[i].SentFirst, after[i].SentLast = 0, 0
+	}
 	rc := c
 	rc.Kind, rc.After = RecoveryPreempt, c.Kind
-	recov = NewFailoverRow(rc, rep, Analyze(recs, recAt.UnixNano(), r.cfg.Ptime, end.UnixNano()))
+	recov = NewFailoverRow(rc, rep, Analyze(after, recAt.UnixNano(), r.cfg.Ptime, end.UnixNano()))
 	fail.VRRPMs = FloatOf(float64(MsOf(masterAt.Sub(failAt))))
 	recov.VRRPMs = FloatOf(float64(MsOf(backAt.Sub(recAt))))
 	if c.Conntrackd {
