@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -87,7 +88,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	calls := fs.Int("calls", 0, "concurrent calls in each failover run (default 100; 40 with --quick)")
 	codec := fs.String("codec", "pcmu", "codec of the failover calls: pcmu, pcma or g729")
 	ptime := fs.Duration("ptime", 20*time.Millisecond, "packet interval of the failover calls")
-	failures := fs.String("failures", "", "failures to cause: admin-stop, admin-priority, crash-links, crash-kill (default all; admin-stop,crash-links with --quick)")
+	failures := fs.String("failures", "", "failures to cause: admin-stop, admin-priority, crash-links, crash-kill; none: no failover runs (default all; admin-stop,crash-links with --quick)")
 	vrrp := fs.String("vrrp", "", "VRRP settings VERSION/ADVERT (default 3/1s,3/100ms; 3/100ms with --quick)")
 	ct := fs.String("conntrackd", "on,off", "conntrackd state replication: on, off or both")
 	streams := fs.String("streams", "bidirectional,one-way", "stream kinds: bidirectional (RTP both ways) and one-way (WAN to LAN on state the LAN opened)")
@@ -101,7 +102,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	trials := fs.Int("trials", 0, "trials per search step, all lossless to pass (default 2; 1 with --quick)")
 	trial := fs.Duration("trial", 0, "sending time of one trial (default 2s; 1s with --quick)")
 	transport := fs.String("transport", "raw", "the search's sender: raw (sendmmsg on raw sockets) or xdp (AF_XDP, where one core cannot offer enough)")
-	threads := fs.Int("threads", 1, "the search's sender threads")
+	threads := fs.Int("threads", min(2, runtime.NumCPU()), "the search's sender threads (each pinned to a CPU)")
 	js := fs.Bool("json", false, "print the report as JSON")
 	outDir := fs.String("out", "", "write report.json, report.txt and the plots here")
 	capture := fs.String("capture", "", "capture each failover run at the receiving hosts (tcpdump) into this directory")
@@ -138,7 +139,11 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	if cfg.Trial == 0 {
 		cfg.Trial = map[bool]time.Duration{false: 2 * time.Second, true: time.Second}[*quick]
 	}
-	for _, f := range list(pickS(*failures, "admin-stop,admin-priority,crash-links,crash-kill", "admin-stop,crash-links")) {
+	fails := pickS(*failures, "admin-stop,admin-priority,crash-links,crash-kill", "admin-stop,crash-links")
+	if fails == "none" {
+		fails = ""
+	}
+	for _, f := range list(fails) {
 		k := FailureKind(f)
 		if k.Category() == "" || k == RecoveryPreempt {
 			return cfg, fmt.Errorf("--failures: unknown failure %q", f)

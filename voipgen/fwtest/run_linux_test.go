@@ -7,6 +7,7 @@ import (
 	"math"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -214,5 +215,41 @@ func agreeWithCapture(t *testing.T, cfg Config, row FailoverRow) {
 	}
 	if checked == 0 {
 		t.Errorf("%s: no stream checked against the capture", row.Case)
+	}
+}
+
+// BenchmarkThroughput searches the zero-loss rate of the pair b.N times
+// per forwarder and reports the median, the spread over the searches and
+// the search's own tolerance (its last bracket), so a rerun shows whether
+// the search is repeatable within it:
+//
+//	go test -run '^$' -bench Throughput -benchtime 3x ./voipgen/fwtest/
+func BenchmarkThroughput(b *testing.B) {
+	testenv.NeedRoot(b)
+	for _, fwd := range []string{"kernel", "xdp"} {
+		b.Run(fwd, func(b *testing.B) {
+			cfg := Config{Forwarders: []string{fwd}, Sizes: []string{"g711"}, Trial: time.Second,
+				Search: SearchConfig{Lo: 5000, Hi: 200000, Resolution: 2000, Trials: 2}, Transport: "raw", Threads: 2,
+				Calls: 1, Reps: 1, Ptime: 20 * time.Millisecond}
+			var found, tol []float64
+			senderBound := 0
+			for b.Loop() {
+				rep, err := Run(context.Background(), cfg)
+				if err != nil || len(rep.Throughput) != 1 {
+					b.Fatalf("%v (%d rows)", err, len(rep.Throughput))
+				}
+				row := rep.Throughput[0]
+				found = append(found, float64(row.AtLeast))
+				tol = append(tol, float64(row.Hi-row.Lo))
+				if row.SenderBound {
+					senderBound++
+				}
+			}
+			sort.Float64s(found)
+			b.ReportMetric(found[len(found)/2], "pps")
+			b.ReportMetric(found[len(found)-1]-found[0], "spread-pps")
+			b.ReportMetric(slices.Max(tol), "tolerance-pps")
+			b.ReportMetric(float64(senderBound), "sender-bound")
+		})
 	}
 }

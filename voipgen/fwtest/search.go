@@ -68,6 +68,13 @@ type SearchConfig struct {
 	// achieved rate may fall short before the trial counts as
 	// sender-limited. 0 means 0.02.
 	SenderTolerance float64 `json:"sender_tolerance"`
+	// BelowSender goes on searching below a sender-limited step, as below
+	// a failed one, instead of ending the search: the result is then the
+	// highest rate the sender offered and the pair forwarded within the
+	// threshold, SenderBound when the bracket's top is a rate the sender
+	// could not offer. On veth, where the sender's own softirq does the
+	// forwarding, that is the path's capacity.
+	BelowSender bool `json:"below_sender,omitempty"`
 }
 
 // DefaultSenderTolerance is SearchConfig.SenderTolerance when left 0.
@@ -153,6 +160,8 @@ func (r SearchResult) Tolerance() int { return r.Hi - r.Lo }
 // String reads the result the way a test engineer says it.
 func (r SearchResult) String() string {
 	switch {
+	case r.SenderBound && r.Config.BelowSender:
+		return fmt.Sprintf(">= %d pps, sender-bound (the sender could not offer %d pps: it reached %.0f)", r.AtLeast, r.Hi, r.SenderPPS)
 	case r.SenderBound:
 		return fmt.Sprintf(">= %d pps, sender-bound (the sender reached %.0f pps when asked for %d)", r.AtLeast, r.SenderPPS, r.Hi)
 	case r.AboveHi:
@@ -202,7 +211,7 @@ func Search(ctx context.Context, cfg SearchConfig, trial Trial, progress func(St
 				s.Outcome = o
 				if o == SenderLimited {
 					achieved := tr.AchievedPPS
-					if !res.SenderBound || achieved < res.SenderPPS {
+					if !res.SenderBound || achieved < res.SenderPPS || cfg.BelowSender {
 						res.SenderPPS = achieved
 					}
 					res.SenderBound = true
@@ -229,6 +238,7 @@ func Search(ctx context.Context, cfg SearchConfig, trial Trial, progress func(St
 	// failed (or cfg.Hi, untried).
 	lo, hi := cfg.Lo, cfg.Hi
 	passed, failed := false, false
+	senderHi := false // hi is a rate the sender could not offer
 	sender := func() (SearchResult, error) {
 		res.Found, res.Lo, res.Hi = 0, 0, res.Steps[len(res.Steps)-1].PPS
 		if passed {
@@ -251,12 +261,15 @@ func Search(ctx context.Context, cfg SearchConfig, trial Trial, progress func(St
 		case Pass:
 			lo, passed = mid, true
 		case Fail:
-			hi, failed = mid, true
+			hi, failed, senderHi = mid, true, false
 		case SenderLimited:
-			return sender()
+			if !cfg.BelowSender {
+				return sender()
+			}
+			hi, senderHi = mid, true
 		}
 	}
-	if !failed {
+	if !failed && !senderHi {
 		// Everything passed so far: is the limit above the range?
 		o, err := step(cfg.Hi)
 		if err != nil {
@@ -294,6 +307,9 @@ func Search(ctx context.Context, cfg SearchConfig, trial Trial, progress func(St
 		res.Hi = lo
 	}
 	res.AtLeast = res.Found
+	// Below the sender's limit: the pair's limit is at least Found, and
+	// above the bracket nothing is known.
+	res.SenderBound = senderHi
 	return res, nil
 }
 

@@ -190,6 +190,43 @@ func TestSearchSenderBound(t *testing.T) {
 	}
 }
 
+// TestSearchBelowSender: with BelowSender the search goes on below a rate
+// the sender cannot offer, to the highest rate the sender offered and the
+// pair forwarded; it is sender-bound only when the sender, not the pair,
+// set the top of the bracket.
+func TestSearchBelowSender(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		limit, senderMax int
+		wantSenderBound  bool
+		want             int // the limit the search brackets
+	}{
+		{"sender below the pair", 125000, 45000, true, 45000},
+		{"pair below the sender", 30000, 45000, false, 30000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &fakePair{limit: tc.limit, senderMax: tc.senderMax}
+			cfg := SearchConfig{Lo: 1000, Hi: 200000, Resolution: 1000, BelowSender: true}
+			r, err := Search(context.Background(), cfg, p.trial, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.SenderBound != tc.wantSenderBound {
+				t.Errorf("sender-bound %v, want %v (%s)", r.SenderBound, tc.wantSenderBound, r)
+			}
+			// A trial passes when the sender came within the tolerance
+			// (2%) of the rate.
+			slack := int(DefaultSenderTolerance*float64(tc.want)) + 1
+			if r.Found > tc.want+slack || tc.want-r.Found > cfg.Resolution || r.Hi-r.Lo > cfg.Resolution || r.AtLeast != r.Found {
+				t.Errorf("found %d in [%d, %d], at least %d: want within %d below %d (+%d)", r.Found, r.Lo, r.Hi, r.AtLeast, cfg.Resolution, tc.want, slack)
+			}
+			if tc.wantSenderBound && !strings.Contains(r.String(), "could not offer") {
+				t.Errorf("String %q does not say the sender could not offer the rate", r)
+			}
+		})
+	}
+}
+
 func TestSearchCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
