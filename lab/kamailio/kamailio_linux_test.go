@@ -2,7 +2,6 @@ package kamailio
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -41,29 +40,29 @@ func newProxy(t testing.TB, l *lab.Lab, o Options, relays []mediaRelay, weights 
 
 // call describes a batch of calls from the caller's SIPp.
 type call struct {
-	n       int           // calls
-	hold    time.Duration // from the ACK to the BYE; default 2.5 s
-	late    bool          // offer in the 200, answer in the ACK
-	cidTag  string        // starts the Call-IDs
-	port    int           // the caller's SIP port; default 5080
-	uasAttr string        // SDP attributes of the callee's answer
-	uasProf string        // the callee's m= profile; default RTP/AVP
-	noUAS   bool          // a callee already runs (whileUp)
-	rate    int           // calls per second; default 20
+	n      int           // calls
+	hold   time.Duration // from the ACK to the BYE; default 2.5 s
+	late   bool          // offer in the 200, answer in the ACK
+	cidTag string        // starts the Call-IDs
+	port   int           // the caller's SIP port; default 5080
+	sdes   bool          // the callee answers RTP/SAVP with the offer's SDES key
+	noUAS  bool          // a callee already runs (whileUp)
+	rate   int           // calls per second; default 20
 }
 
-// runUAS runs the callee's SIPp for n calls of scenario body in the
-// background; wait returns its run.
-func (p *proxy) runUAS(t testing.TB, ctx context.Context, n int, body string) (wait func() sippRun) {
+// runUAS runs the callee's SIPp for n calls of scenario s in the
+// background; wait returns its run. Its media port, where it echoes the
+// RTP, is 7000.
+func (p *proxy) runUAS(t testing.TB, ctx context.Context, n int, s scenario) (wait func() sippRun) {
 	t.Helper()
-	path := writeFile(t, "uas.xml", body)
+	args := append(s.write(t), "-i", p.l.CalleeAddr4.String(), "-p", "5060",
+		"-mp", "7000", "-rtp_echo", "-m", strconv.Itoa(n), "-timeout", "40", "-timeout_error")
 	var r sippRun
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r = runSIPp(t, ctx, p.l.Callee, "-sf", path, "-i", p.l.CalleeAddr4.String(), "-p", "5060",
-			"-mp", "7000", "-rtp_echo", "-m", strconv.Itoa(n), "-timeout", "40", "-timeout_error")
+		r = runSIPp(t, ctx, p.l.Callee, args...)
 	}()
 	time.Sleep(300 * time.Millisecond) // SIPp binds its port
 	return func() sippRun { wg.Wait(); return r }
@@ -84,23 +83,26 @@ func (p *proxy) runUAC(t testing.TB, ctx context.Context, c call) sippRun {
 	if c.rate == 0 {
 		c.rate = 20
 	}
-	invite, ack := withSDP, noBody
+	uac := scenario{name: "uac.xml", args: []string{"-key", "audio", p.wav + ",1,0", "-d", strconv.FormatInt(c.hold.Milliseconds(), 10)}}
 	if c.late {
-		invite, ack = noBody, withSDP
+		uac.args = append(uac.args, "-set", "late_offer", "1")
 	}
-	scen := writeFile(t, "uac.xml", fmt.Sprintf(uacScenario, invite, ack, p.wav, c.hold.Milliseconds()))
-	return runSIPp(t, ctx, p.l.Caller, p.k.Listen.String(), "-sf", scen, "-s", "15551234",
+	args := append([]string{p.k.Listen.String()}, uac.write(t)...)
+	args = append(args, "-s", "15551234",
 		"-i", p.l.CallerAddr4.String(), "-p", strconv.Itoa(c.port), "-mp", strconv.Itoa(6000+50*(c.port-5080)),
 		"-cid_str", c.cidTag+"-%u-%p@%s",
 		"-m", strconv.Itoa(c.n), "-r", strconv.Itoa(c.rate), "-l", strconv.Itoa(c.n), "-recv_timeout", "8000", "-timeout", "40", "-timeout_error")
+	return runSIPp(t, ctx, p.l.Caller, args...)
 }
 
-func (p *proxy) uasBody(c call) string {
-	prof := c.uasProf
-	if prof == "" {
-		prof = "RTP/AVP"
+// uasBody is the callee's scenario for c's calls: uas.xml, its answers
+// naming the port runUAS echoes on.
+func (p *proxy) uasBody(c call) scenario {
+	s := scenario{name: "uas.xml", args: []string{"-key", "sdp_port", "7000"}}
+	if c.sdes {
+		s.args = append(s.args, "-set", "sdes", "1")
 	}
-	return fmt.Sprintf(uasScenario, c.uasAttr, prof)
+	return s
 }
 
 // placeCalls runs c against a fresh callee and checks that every call
@@ -230,7 +232,7 @@ func TestSDESTowardCallee(t *testing.T) {
 			CallerFlags: []string{"transport-protocol=RTP/AVP"},
 		}, []mediaRelay{r})
 		const n = 2
-		uac, uas := p.placeCalls(t, call{n: n, uasProf: "RTP/SAVP", uasAttr: "a=crypto:[$crypto]"})
+		uac, uas := p.placeCalls(t, call{n: n, sdes: true})
 		for _, s := range checkSDPs(t, "callee, INVITE", uas.sdps("INVITE"), n, r.Media4()) {
 			if s.Proto != "RTP/SAVP" || !strings.Contains(s.Crypto, "inline:") {
 				t.Errorf("callee got %s with crypto %q, want RTP/SAVP with an SDES key", s.Proto, s.Crypto)
@@ -254,18 +256,22 @@ func TestCallEnds(t *testing.T) {
 		r := k.start(t, l, relayA(l))
 		p := newProxy(t, l, Options{}, []mediaRelay{r})
 		for _, tc := range []struct {
-			name, uac, uas, cause string
+			name     string
+			uac, uas scenario
+			cause    string
 		}{
-			{"cancel", uacCancelScenario, uasRingScenario, "cause=CANCEL"},
-			{"486", fmt.Sprintf(uacRejectedScenario, 486), fmt.Sprintf(uasRejectScenario, 486), "cause=486"},
+			{"cancel", scenario{name: "uac_cancel.xml"}, scenario{name: "uas_ring.xml"}, "cause=CANCEL"},
+			{"486", scenario{name: "uac_rejected.xml"}, scenario{name: "reject.xml", vars: map[string]string{"code": "486"}}, "cause=486"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
 				wait := p.runUAS(t, ctx, 1, tc.uas)
-				uac := runSIPp(t, ctx, l.Caller, p.k.Listen.String(), "-sf", writeFile(t, "uac.xml", tc.uac), "-s", "100",
+				args := append([]string{p.k.Listen.String()}, tc.uac.write(t)...)
+				args = append(args, "-s", "100",
 					"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-cid_str", tc.name+"-%u-%p@%s", "-m", "1",
 					"-recv_timeout", "8000", "-timeout", "20", "-timeout_error")
+				uac := runSIPp(t, ctx, l.Caller, args...)
 				uas := wait()
 				if ok, _ := uac.calls(); ok != "1" {
 					t.Fatalf("caller: %v", uac)

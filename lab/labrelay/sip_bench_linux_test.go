@@ -54,8 +54,8 @@ path = %[3]q
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, port := range []string{"5062", "5064"} {
-		scen := writeScenario(t, "reject"+port+".xml", fmt.Sprintf(rejectScenario, 503))
-		go runSIPp(t, ctx, l.Callee, "-sf", scen, "-i", uas, "-p", port, "-max_socket", "60000")
+		rej := scenarioArgs(t, "reject.xml", map[string]string{"code": "503"}, "-i", uas, "-p", port, "-max_socket", "60000")
+		go runSIPp(t, ctx, l.Callee, rej...)
 	}
 	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-max_socket", "60000")
 	time.Sleep(500 * time.Millisecond)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -18,87 +17,13 @@ import (
 
 	callpkg "github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/sipp"
 )
 
 // The B2BUA end to end: SIPp (Debian package sip-tester) is the caller in
-// the caller namespace and the callees in the callee namespace; relayd
-// anchors the media in XDP in the relay namespace.
-
-// uacScenario places a call with an SDP offer, streams 2 s of PCMU from
-// a file once answered (rtp_stream), and hangs up.
-const uacScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="relayd uac with rtp_stream">
-  <send retrans="500"><![CDATA[
-INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>
-Call-ID: [call_id]
-CSeq: 1 INVITE
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="183" optional="true"/>
-  <recv response="200" rtd="true"/>
-  <send><![CDATA[
-ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: 1 ACK
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <nop><action><exec rtp_stream="%s,1,0"/></action></nop>
-  <pause milliseconds="2500"/>
-  <send retrans="500"><![CDATA[
-BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: 2 BYE
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <recv response="200" crlf="true"/>
-</scenario>
-`
-
-// rejectScenario answers every INVITE with a final failure.
-const rejectScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="reject">
-  <recv request="INVITE"/>
-  <send><![CDATA[
-SIP/2.0 %d Rejected
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>
-  <recv request="ACK"/>
-</scenario>
-`
+// the caller namespace and the callees in the callee namespace, running
+// lab/sipp's scenarios or SIPp's own uas; relayd anchors the media in XDP
+// in the relay namespace.
 
 func needSIPp(t *testing.T) {
 	t.Helper()
@@ -110,42 +35,36 @@ func needSIPp(t *testing.T) {
 // pcmuWAV writes a µ-law WAV file of d of audio for rtp_stream.
 func pcmuWAV(t *testing.T, d time.Duration) string {
 	t.Helper()
-	n := int(d.Seconds() * 8000)
-	var b bytes.Buffer
-	le := binary.LittleEndian
-	b.WriteString("RIFF")
-	binary.Write(&b, le, uint32(4+26+8+12+8+n))
-	b.WriteString("WAVEfmt ")
-	binary.Write(&b, le, uint32(18))
-	binary.Write(&b, le, uint16(7)) // WAVE_FORMAT_MULAW
-	binary.Write(&b, le, uint16(1))
-	binary.Write(&b, le, uint32(8000))
-	binary.Write(&b, le, uint32(8000))
-	binary.Write(&b, le, uint16(1))
-	binary.Write(&b, le, uint16(8))
-	binary.Write(&b, le, uint16(0))
-	b.WriteString("fact")
-	binary.Write(&b, le, uint32(4))
-	binary.Write(&b, le, uint32(n))
-	b.WriteString("data")
-	binary.Write(&b, le, uint32(n))
-	for i := range n {
-		b.WriteByte(byte(0x55 + i%7))
-	}
 	path := filepath.Join(t.TempDir(), "pcmu.wav")
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, sipp.WAV(d), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-func writeScenario(t *testing.T, name, body string) string {
+// scenarioArgs writes lab/sipp's scenario name, filled in from vars, into
+// a temporary directory and returns the arguments that run it: -sf and
+// the file, then args.
+func scenarioArgs(t *testing.T, name string, vars map[string]string, args ...string) []string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+	path, err := sipp.WriteFile(t.TempDir(), name, vars)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return append([]string{"-sf", path}, args...)
+}
+
+// audioArgs have a caller's scenario stream d of PCMU once (-key audio).
+func audioArgs(t *testing.T, d time.Duration) []string {
+	t.Helper()
+	return []string{"-key", "audio", pcmuWAV(t, d) + ",1,0"}
+}
+
+// uacArgs run uac.xml: a call that streams 2 s of PCMU and hangs up
+// after 2.5 s.
+func uacArgs(t *testing.T) []string {
+	t.Helper()
+	return scenarioArgs(t, "uac.xml", nil, append(audioArgs(t, 2*time.Second), "-d", "2500")...)
 }
 
 // runSIPp runs SIPp in ns until it exits or ctx ends and returns its last
@@ -253,9 +172,8 @@ func TestSIPCallsThroughXDP(t *testing.T) {
 		uasDone <- st
 	}()
 	time.Sleep(500 * time.Millisecond)
-	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "+15551234",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-r", "5", "-l", strconv.Itoa(n))
+	st, out := runSIPp(t, ctx, l.Caller, append(uacArgs(t), l.RelayMedia4.String()+":5060", "-s", "+15551234",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-r", "5", "-l", strconv.Itoa(n))...)
 	if st == nil || st["SuccessfulCall(C)"] != strconv.Itoa(n) {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}
@@ -293,13 +211,12 @@ func TestSIPFailover(t *testing.T) {
 	_, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5062", "sip:"+uas+":5064", "sip:"+uas+":5060")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	rej := writeScenario(t, "reject.xml", fmt.Sprintf(rejectScenario, 503))
-	go runSIPp(t, ctx, l.Callee, "-sf", rej, "-i", uas, "-p", "5062", "-m", "1")
+	rej := scenarioArgs(t, "reject.xml", map[string]string{"code": "503"}, "-i", uas, "-p", "5062", "-m", "1")
+	go runSIPp(t, ctx, l.Callee, rej...)
 	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
 	time.Sleep(500 * time.Millisecond)
-	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	st, out := runSIPp(t, ctx, l.Caller, append(uacArgs(t), l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}
@@ -332,9 +249,8 @@ func TestSIPPortExhaustion(t *testing.T) {
 	defer cancel()
 	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
 	time.Sleep(500 * time.Millisecond)
-	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "2", "-r", "10", "-l", "2")
+	st, out := runSIPp(t, ctx, l.Caller, append(uacArgs(t), l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "2", "-r", "10", "-l", "2")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" || st["FailedCall(C)"] != "1" {
 		t.Fatalf("sipp uac: want 1 successful and 1 failed call: %v\n%s", st, out)
 	}
@@ -403,8 +319,8 @@ fsync_interval = "100ms"
 	failCtx, stopFail := context.WithCancel(ctx)
 	defer stopFail()
 	for port, code := range map[int]int{5062: 404, 5064: 480, 5066: 503} {
-		scen := writeScenario(t, fmt.Sprintf("reject%d.xml", code), fmt.Sprintf(rejectScenario, code))
-		go runSIPp(t, failCtx, l.Callee, "-sf", scen, "-i", uas, "-p", strconv.Itoa(port))
+		rej := scenarioArgs(t, "reject.xml", map[string]string{"code": strconv.Itoa(code)}, "-i", uas, "-p", strconv.Itoa(port))
+		go runSIPp(t, failCtx, l.Callee, rej...)
 	}
 	// 5068: nobody answers.
 	uasDone := make(chan map[string]string, 1)
@@ -413,10 +329,9 @@ fsync_interval = "100ms"
 		uasDone <- st
 	}()
 	time.Sleep(500 * time.Millisecond)
-	scen := writeScenario(t, "uac.xml", fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)))
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
+	st, out := runSIPp(t, ctx, l.Caller, append(uacArgs(t), l.RelayMedia4.String()+":5060", "-s", "100",
 		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-r", "4", "-l", strconv.Itoa(n),
-		"-recv_timeout", "20000")
+		"-recv_timeout", "20000")...)
 	if st == nil || st["SuccessfulCall(C)"] != strconv.Itoa(n) {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}
@@ -452,52 +367,6 @@ fsync_interval = "100ms"
 	}
 }
 
-// uasByeScenario answers, and hangs up itself after 2.5 s.
-const uasByeScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="uas that hangs up">
-  <recv request="INVITE" crlf="true">
-    <action>
-      <ereg regexp=".*" search_in="hdr" header="From:" check_it="true" assign_to="remote_from"/>
-      <ereg regexp="sip:[^>;]*" search_in="hdr" header="Contact:" check_it="true" assign_to="remote_contact"/>
-    </action>
-  </recv>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:callee@[local_ip]:[local_port]>
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-]]></send>
-  <recv request="ACK" crlf="true"/>
-  <pause milliseconds="2500"/>
-  <send retrans="500"><![CDATA[
-BYE [$remote_contact] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: <sip:callee@[local_ip]:[local_port]>;tag=[pid]SIPpTag01[call_number]
-To: [$remote_from]
-Call-ID: [call_id]
-CSeq: 2 BYE
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <recv response="200" crlf="true"/>
-  <Reference variables="remote_from,remote_contact"/>
-</scenario>
-`
-
 // TestSIPByeFromCallee: the callee hangs up; the caller gets the BYE.
 func TestSIPByeFromCallee(t *testing.T) {
 	needSIPp(t)
@@ -508,8 +377,8 @@ func TestSIPByeFromCallee(t *testing.T) {
 	defer cancel()
 	uasDone := make(chan map[string]string, 1)
 	go func() {
-		scen := writeScenario(t, "uasbye.xml", uasByeScenario)
-		st, out := runSIPp(t, ctx, l.Callee, "-sf", scen, "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+		st, out := runSIPp(t, ctx, l.Callee, scenarioArgs(t, "uas_bye.xml", nil, "-d", "2500",
+			"-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")...)
 		if st == nil || st["SuccessfulCall(C)"] != "1" {
 			t.Errorf("sipp uas: %v\n%s", st, out)
 		}
@@ -517,10 +386,9 @@ func TestSIPByeFromCallee(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond)
 	// The caller streams, then waits for the BYE instead of sending one.
-	uac := uacWaitingForBye(t, 2*time.Second)
-	scen := writeScenario(t, "uacwait.xml", uac)
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	uac := scenarioArgs(t, "uac_wait_bye.xml", nil, audioArgs(t, 2*time.Second)...)
+	st, out := runSIPp(t, ctx, l.Caller, append(uac, l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}
@@ -530,104 +398,6 @@ func TestSIPByeFromCallee(t *testing.T) {
 		t.Errorf("CDRs %+v", cdrs)
 	}
 }
-
-// uacCancelScenario rings and cancels.
-const uacCancelScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="uac that cancels">
-  <send retrans="500"><![CDATA[
-INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>
-Call-ID: [call_id]
-CSeq: 1 INVITE
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="180"/>
-  <pause milliseconds="300"/>
-  <send retrans="500"><![CDATA[
-CANCEL sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-[last_Via:]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>
-Call-ID: [call_id]
-CSeq: 1 CANCEL
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <recv response="200"/>
-  <recv response="487"/>
-  <send><![CDATA[
-ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-[last_Via:]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-[last_To:]
-Call-ID: [call_id]
-CSeq: 1 ACK
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-</scenario>
-`
-
-// uasRingScenario rings until the INVITE is canceled.
-const uasRingScenario = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="uas that rings">
-  <recv request="INVITE">
-    <action>
-      <ereg regexp="[0-9]+" search_in="hdr" header="CSeq:" check_it="true" assign_to="icseq"/>
-    </action>
-  </recv>
-  <send><![CDATA[
-SIP/2.0 180 Ringing
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:callee@[local_ip]:[local_port]>
-Content-Length: 0
-
-]]></send>
-  <recv request="CANCEL"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>
-  <send><![CDATA[
-SIP/2.0 487 Request Terminated
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]SIPpTag01[call_number]
-[last_Call-ID:]
-CSeq: [$icseq] INVITE
-Content-Length: 0
-
-]]></send>
-  <recv request="ACK"/>
-  <Reference variables="icseq"/>
-</scenario>
-`
 
 // TestSIPCancel: the caller cancels while the callee rings; the CANCEL
 // reaches the callee and the CDR says canceled.
@@ -641,14 +411,14 @@ func TestSIPCancel(t *testing.T) {
 	uasDone := make(chan struct{})
 	go func() {
 		defer close(uasDone)
-		st, out := runSIPp(t, ctx, l.Callee, "-sf", writeScenario(t, "ring.xml", uasRingScenario), "-i", uas, "-p", "5060", "-m", "1")
+		st, out := runSIPp(t, ctx, l.Callee, scenarioArgs(t, "uas_ring.xml", nil, "-i", uas, "-p", "5060", "-m", "1")...)
 		if st == nil || st["SuccessfulCall(C)"] != "1" {
 			t.Errorf("sipp uas (rings, gets CANCEL): %v\n%s", st, out)
 		}
 	}()
 	time.Sleep(500 * time.Millisecond)
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", writeScenario(t, "cancel.xml", uacCancelScenario), "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	st, out := runSIPp(t, ctx, l.Caller, scenarioArgs(t, "uac_cancel.xml", nil, l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" {
 		t.Fatalf("sipp uac (cancels): %v\n%s", st, out)
 	}
@@ -662,74 +432,6 @@ func TestSIPCancel(t *testing.T) {
 	}
 }
 
-// reinvite is a re-INVITE from the SIPp caller with direction dir and
-// CSeq n, answered and ACKed.
-func reinvite(n int, dir string) string {
-	return fmt.Sprintf(`  <send retrans="500"><![CDATA[
-INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: %[1]d INVITE
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=user1 53655765 %[1]d IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-a=%[2]s
-]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="200"/>
-  <send><![CDATA[
-ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: %[1]d ACK
-Contact: sip:sipp@[local_ip]:[local_port]
-Max-Forwards: 70
-Content-Length: 0
-
-]]></send>
-  <pause milliseconds="500"/>
-`, n, dir)
-}
-
-// uasAnswer is the callee's 200 with SDP of direction dir to the last
-// request.
-func uasAnswer(dir, totag string) string {
-	return fmt.Sprintf(`  <send retrans="500"><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]%s
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:callee@[local_ip]:[local_port]>
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-a=%s
-]]></send>
-`, totag, dir)
-}
-
 // TestSIPHoldResume: the caller holds (sendonly) and resumes (sendrecv)
 // by re-INVITE; each reaches the callee rewritten, the call goes on.
 func TestSIPHoldResume(t *testing.T) {
@@ -739,38 +441,18 @@ func TestSIPHoldResume(t *testing.T) {
 	_, cdrPath := startSIPRelay(t, l, "", "sip:"+uas+":5060")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	uasScen := `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="uas with hold and resume">
-  <recv request="INVITE" crlf="true"/>
-` + uasAnswer("sendrecv", ";tag=[pid]SIPpTag01[call_number]") + `  <recv request="ACK"/>
-  <recv request="INVITE">
-    <action><ereg regexp="a=sendonly" search_in="body" check_it="true" assign_to="hold"/></action>
-  </recv>
-` + uasAnswer("recvonly", "") + `  <recv request="ACK"/>
-  <recv request="INVITE">
-    <action><ereg regexp="a=sendrecv" search_in="body" check_it="true" assign_to="resume"/></action>
-  </recv>
-` + uasAnswer("sendrecv", "") + `  <recv request="ACK"/>
-` + answerBye + `
-  <Reference variables="hold,resume"/>
-</scenario>
-`
 	uasDone := make(chan struct{})
 	go func() {
 		defer close(uasDone)
-		st, out := runSIPp(t, ctx, l.Callee, "-sf", writeScenario(t, "uashold.xml", uasScen), "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")
+		st, out := runSIPp(t, ctx, l.Callee, scenarioArgs(t, "uas_hold.xml", nil, "-i", uas, "-p", "5060", "-rtp_echo", "-mp", "7000", "-m", "1")...)
 		if st == nil || st["SuccessfulCall(C)"] != "1" {
 			t.Errorf("sipp uas: %v\n%s", st, out)
 		}
 	}()
 	time.Sleep(500 * time.Millisecond)
-	uac := strings.Replace(fmt.Sprintf(uacScenario, pcmuWAV(t, 2*time.Second)), `  <pause milliseconds="2500"/>
-`, `  <pause milliseconds="500"/>
-`+reinvite(2, "sendonly")+reinvite(3, "sendrecv")+`  <pause milliseconds="1500"/>
-`, 1)
-	uac = strings.Replace(uac, "CSeq: 2 BYE", "CSeq: 4 BYE", 1)
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", writeScenario(t, "uachold.xml", uac), "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	uac := scenarioArgs(t, "uac_hold.xml", nil, audioArgs(t, 2*time.Second)...)
+	st, out := runSIPp(t, ctx, l.Caller, append(uac, l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}
@@ -780,29 +462,3 @@ func TestSIPHoldResume(t *testing.T) {
 		t.Errorf("CDRs %+v", cdrs)
 	}
 }
-
-// uacWaitingForBye is uacScenario streaming d of PCMU that, instead of
-// hanging up, waits for the BYE and answers it.
-func uacWaitingForBye(t *testing.T, d time.Duration) string {
-	t.Helper()
-	uac := fmt.Sprintf(uacScenario, pcmuWAV(t, d))
-	start := strings.Index(uac, `  <pause milliseconds="2500"/>`)
-	end := strings.Index(uac, `<recv response="200" crlf="true"/>`)
-	if start < 0 || end < 0 {
-		t.Fatal("uacScenario no longer has the pause and BYE this rewrites")
-	}
-	return uac[:start] + answerBye + uac[end+len(`<recv response="200" crlf="true"/>`):]
-}
-
-// answerBye waits for a BYE and answers it with 200.
-const answerBye = `  <recv request="BYE"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-
-]]></send>`

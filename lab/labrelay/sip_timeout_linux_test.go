@@ -29,11 +29,10 @@ func TestSIPMediaTimeout(t *testing.T) {
 	}()
 	time.Sleep(500 * time.Millisecond)
 	// The caller streams one second of media, then waits for the BYE.
-	uac := uacWaitingForBye(t, time.Second)
-	scen := writeScenario(t, "uactimeout.xml", uac)
+	uac := scenarioArgs(t, "uac_wait_bye.xml", nil, audioArgs(t, time.Second)...)
 	began := time.Now()
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sf", scen, "-s", "100",
-		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")
+	st, out := runSIPp(t, ctx, l.Caller, append(uac, l.RelayMedia4.String()+":5060", "-s", "100",
+		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", "1")...)
 	if st == nil || st["SuccessfulCall(C)"] != "1" {
 		t.Fatalf("sipp uac: %v\n%s", st, out)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/sipp"
 	"github.com/relayd/relayd/rtp/g711"
 )
 
@@ -98,7 +99,7 @@ func Pace(ctx context.Context, cfg PaceConfig, progress io.Writer) ([]PaceRow, e
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := writeSIPpFiles(dir, cfg.duration); err != nil {
+	if err := writeSIPpFiles(dir); err != nil {
 		return nil, err
 	}
 	var rows []PaceRow
@@ -183,8 +184,9 @@ func pacebenchSIPp(ctx context.Context, l *lab.Lab, dir string, n int, cfg PaceC
 	sctx, scancel := context.WithTimeout(ctx, limit)
 	defer scancel()
 	uasOut, uacOut := new(bytes.Buffer), new(bytes.Buffer)
+	// The uas names sippMediaPort in its answers, not its own -mp port.
 	uas := l.Callee.CommandContext(sctx, "sipp", "-sf", filepath.Join(dir, "uas.xml"), "-i", l.CalleeAddr4.String(), "-p", "5060",
-		"-mp", "6500", "-m", strconv.Itoa(n), "-nostdin", "-max_socket", strconv.Itoa(4*n+100))
+		"-mp", "6500", "-key", "sdp_port", strconv.Itoa(sippMediaPort), "-m", strconv.Itoa(n), "-nostdin", "-max_socket", strconv.Itoa(4*n+100))
 	uas.Stdout, uas.Stderr = uasOut, uasOut
 	if err := uas.Start(); err != nil {
 		stopRecv()
@@ -192,7 +194,9 @@ func pacebenchSIPp(ctx context.Context, l *lab.Lab, dir string, n int, cfg PaceC
 	}
 	defer func() { _ = uas.Process.Kill(); _ = uas.Wait() }()
 	time.Sleep(500 * time.Millisecond)
-	uacArgs := []string{"sipp", "-sf", filepath.Join(dir, "uac_rtp.xml"), l.CalleeAddr4.String() + ":5060",
+	// The tone loops (-1) until the hold (-d) ends.
+	uacArgs := []string{"sipp", "-sf", filepath.Join(dir, "uac.xml"), l.CalleeAddr4.String() + ":5060",
+		"-key", "audio", filepath.Join(dir, "tone.ulaw") + ",-1,0", "-d", strconv.FormatInt(cfg.duration.Milliseconds(), 10),
 		"-i", l.CallerAddr4.String(), "-p", "5080", "-mp", "6000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
 		"-r", strconv.Itoa(int(math.Ceil(cfg.rate))), "-nostdin", "-max_socket", strconv.Itoa(4*n + 100)}
 	if cfg.rt > 0 {
@@ -218,124 +222,14 @@ func lastLines(s string, n int) string {
 // share it, and voipgen's receiver tells their streams apart by SSRC.
 const sippMediaPort = 7000
 
-// writeSIPpFiles writes the scenarios and one second of a 1 kHz tone as
-// raw G.711 mu-law for rtp_stream.
-func writeSIPpFiles(dir string, dur time.Duration) error {
+// writeSIPpFiles writes the scenarios (lab/sipp's uac.xml and uas.xml)
+// and one second of a 1 kHz tone as raw G.711 mu-law for rtp_stream.
+func writeSIPpFiles(dir string) error {
 	tone := make([]byte, 8000)
 	for i := range tone {
 		tone[i] = g711.EncodeUlaw(int16(10000 * math.Sin(2*math.Pi*1000*float64(i)/8000)))
 	}
-	uac := strings.ReplaceAll(sippUAC, "TONE", filepath.Join(dir, "tone.ulaw"))
-	uac = strings.ReplaceAll(uac, "PAUSE", strconv.Itoa(int(dur/time.Millisecond)))
-	uas := strings.ReplaceAll(sippUAS, "MEDIAPORT", strconv.Itoa(sippMediaPort))
-	return errors.Join(os.WriteFile(filepath.Join(dir, "tone.ulaw"), tone, 0o644),
-		os.WriteFile(filepath.Join(dir, "uac_rtp.xml"), []byte(uac), 0o644),
-		os.WriteFile(filepath.Join(dir, "uas.xml"), []byte(uas), 0o644))
+	_, uacErr := sipp.WriteFile(dir, "uac.xml", nil)
+	_, uasErr := sipp.WriteFile(dir, "uas.xml", nil)
+	return errors.Join(os.WriteFile(filepath.Join(dir, "tone.ulaw"), tone, 0o644), uacErr, uasErr)
 }
-
-const sippUAC = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="uac with rtp_stream">
-  <send retrans="500"><![CDATA[
-      INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>
-      Call-ID: [call_id]
-      CSeq: 1 INVITE
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-      s=-
-      c=IN IP[media_ip_type] [media_ip]
-      t=0 0
-      m=audio [media_port] RTP/AVP 0
-      a=rtpmap:0 PCMU/8000
-    ]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="200" rtd="true"/>
-  <send><![CDATA[
-      ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 1 ACK
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]></send>
-  <nop><action><exec rtp_stream="TONE,-1,0"/></action></nop>
-  <pause milliseconds="PAUSE"/>
-  <nop><action><exec rtp_stream="pause"/></action></nop>
-  <send retrans="500"><![CDATA[
-      BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: sipp <sip:sipp@[local_ip]:[local_port]>;tag=[pid]SIPpTag00[call_number]
-      To: [service] <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 2 BYE
-      Contact: sip:sipp@[local_ip]:[local_port]
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]></send>
-  <recv response="200" crlf="true"/>
-</scenario>
-`
-
-const sippUAS = `<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!DOCTYPE scenario SYSTEM "sipp.dtd">
-<scenario name="uas answering with a fixed media port">
-  <recv request="INVITE" crlf="true"/>
-  <send><![CDATA[
-      SIP/2.0 180 Ringing
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]SIPpTag01[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Length: 0
-
-    ]]></send>
-  <send retrans="500"><![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:];tag=[pid]SIPpTag01[call_number]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=user1 53655765 2353687637 IN IP[local_ip_type] [local_ip]
-      s=-
-      c=IN IP[media_ip_type] [media_ip]
-      t=0 0
-      m=audio MEDIAPORT RTP/AVP 0
-      a=rtpmap:0 PCMU/8000
-    ]]></send>
-  <recv request="ACK" optional="true" rtd="true" crlf="true"/>
-  <recv request="BYE"/>
-  <send><![CDATA[
-      SIP/2.0 200 OK
-      [last_Via:]
-      [last_From:]
-      [last_To:]
-      [last_Call-ID:]
-      [last_CSeq:]
-      Contact: <sip:[local_ip]:[local_port];transport=[transport]>
-      Content-Length: 0
-
-    ]]></send>
-</scenario>
-`
