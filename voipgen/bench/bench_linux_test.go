@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relayd/relayd/internal/testenv"
+
 	"github.com/relayd/relayd/lab/labrelay"
 )
 
@@ -18,9 +20,7 @@ import (
 // every packet sent both ways through relayd was received and counted by
 // relayd; the report, JSON and plots are written.
 func TestBenchLab(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("bench needs root: network namespaces, XDP, BPF statistics")
-	}
+	testenv.NeedRoot(t)
 	if testing.Short() {
 		t.Skip("builds relayd and a lab: skipped with -short")
 	}

@@ -9,10 +9,11 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
 
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/lab/labrelay"
@@ -139,9 +140,7 @@ func TestDemoJudge(t *testing.T) {
 // TestDemo runs the demo in-process: a lab, a real relayd with XDP, 10
 // streams each way for 2 s, IPv4 in native and IPv6 in generic mode.
 func TestDemo(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the demo needs root: network namespaces, XDP, bpffs")
-	}
+	testenv.NeedRoot(t)
 	if testing.Short() {
 		t.Skip("builds relayd and relays traffic for seconds; skipped with -short")
 	}

@@ -2,9 +2,10 @@ package bench
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
 
 	"github.com/relayd/relayd/lab/labrelay"
 )
@@ -13,9 +14,7 @@ import (
 // of 1 s runs) for modes, skipping without root or with -short.
 func fwdbenchT(t *testing.T, modes string) *FwdReport {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("fwdbench needs root: network namespaces, XDP, BPF statistics")
-	}
+	testenv.NeedRoot(t)
 	if testing.Short() {
 		t.Skip("builds relayd and a lab: skipped with -short")
 	}

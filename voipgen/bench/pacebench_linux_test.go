@@ -3,21 +3,17 @@ package bench
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
 )
 
 // TestPacebench runs the pacing comparison at a small scale: both senders'
 // streams all arrive, and voipgen's arrive without loss.
 func TestPacebench(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces)")
-	}
-	if _, err := exec.LookPath("sipp"); err != nil {
-		t.Skip("sipp not installed (Debian package sip-tester)")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedCommand(t, "sipp", "sip-tester")
 	var progress bytes.Buffer
 	rows, err := Pace(context.Background(), PaceConfig{calls: []int{20}, duration: 2 * time.Second, rate: 100}, &progress)
 	if err != nil {

@@ -3,16 +3,17 @@ package gen
 import (
 	"context"
 	"encoding/binary"
-	"github.com/relayd/relayd/voipgen/analyze"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/rtp"
 	"github.com/relayd/relayd/sdes"
@@ -21,9 +22,7 @@ import (
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("raw sockets need root (CAP_NET_RAW)")
-	}
+	testenv.NeedRoot(t)
 }
 
 // freeRange starts a receiver on a free range of n ports on addr.

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/analyze"
 	"math"
 	"net/netip"
 	"os"
@@ -15,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/voipgen/analyze"
 
 	"golang.org/x/sys/unix"
 
@@ -145,9 +147,7 @@ func TestLabThousandStreams(t *testing.T) {
 // tshark decode it: its rtp,streams analysis must list every stream with
 // the right payload type, all packets, and no sequence errors.
 func TestLabTshark(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not installed (Debian package tshark)")
-	}
+	testenv.NeedCommand(t, "tshark", "tshark")
 	l := lab.NewT(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {

@@ -4,14 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/analyze"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"math"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"

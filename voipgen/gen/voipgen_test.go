@@ -2,13 +2,14 @@ package gen
 
 import (
 	"context"
-	"github.com/relayd/relayd/internal/pktio"
-	"github.com/relayd/relayd/voipgen/analyze"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/pktio"
+	"github.com/relayd/relayd/voipgen/analyze"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/rtp"
 	"github.com/relayd/relayd/rtp/g711"

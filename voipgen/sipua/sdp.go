@@ -5,11 +5,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/payload"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relayd/relayd/voipgen/payload"
 )
 
 // voipgen's SDP (RFC 4566) is the minimum a call with one audio stream

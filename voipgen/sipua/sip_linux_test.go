@@ -5,16 +5,17 @@ import (
 	"context"
 	"encoding/csv"
 	"fmt"
-	"github.com/relayd/relayd/voipgen/payload"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/voipgen/payload"
 
 	"github.com/relayd/relayd/lab"
 )
@@ -185,9 +186,7 @@ func lastBytes(b []byte, n int) []byte { return b[max(0, len(b)-n):] }
 // voipgen answer in the lab, across the forwarding namespace. SIPp echoes
 // RTP (-rtp_echo), so media flowing back proves it arrived both ways.
 func TestLabSIPp(t *testing.T) {
-	if _, err := exec.LookPath("sipp"); err != nil {
-		t.Skip("sipp not installed (Debian package sip-tester)")
-	}
+	testenv.NeedCommand(t, "sipp", "sip-tester")
 	l := lab.NewT(t)
 	// Resolve the neighbours first: the first INVITE's 180 and 200 would
 	// otherwise wait for ARP on the way back and arrive back to back, and
