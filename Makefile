@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: all deps need generate generate-check build lint test fuzz demo bench deb deb-check install uninstall clean
+.PHONY: all deps need generate generate-check build lint test fuzz demo fwdemo bench deb deb-check install uninstall clean
 
 all: build
 
@@ -17,9 +17,10 @@ all: build
 # -prepare drives; qemu-system-x86, busybox-static and kmod boot Debian's
 # kernel for lab/vm; mmdebstrap and e2fsprogs build the Debian 12 guest of
 # the appliance test (lab/appliance); promtool checks the metrics;
-# keepalived and conntrackd run the firewall pair of lab/fwpair.
+# keepalived and conntrackd run the firewall pair of lab/fwpair; tcpdump
+# captures at its hosts (voipgen fwtest --capture and its tests).
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
-	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -41,7 +42,7 @@ deps:
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd tcpdump
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
@@ -90,6 +91,14 @@ BENCH_OUT ?= /tmp/relayd-bench
 demo: need
 	$(GO) run ./voipgen/cmd/voipgen demo
 	$(GO) run ./voipgen/cmd/voipgen bench --modes xdp,userspace --calls 250,1000 --sip-calls 50 --sip-duration 3s --quiet-wait 10s --out $(BENCH_OUT)
+
+# The test engineer's experiment, short: a redundant firewall pair
+# (keepalived VRRP, conntrackd) in namespaces, its zero-loss rate and the
+# glitch of an administrative and of a crash failover, with and without
+# conntrackd; the table, and report.json and plots in $(FW_OUT).
+FW_OUT ?= /tmp/relayd-fwtest
+fwdemo: need
+	$(GO) run ./voipgen/cmd/voipgen fwtest --quick --out $(FW_OUT)
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
 # hot paths, then the forwarding limit and CPU per packet in the lab, then
