@@ -72,14 +72,16 @@ test: need
 	$(GO) vet ./... ./voipgen/...
 	$(GO) test -p 1 -count=1 -timeout 30m ./... ./voipgen/...
 
-# Short fuzzing session on every fuzz target.
+# Short fuzzing session on every fuzz target of both modules (package:target;
+# `grep -rn "func Fuzz" --include=*_test.go .` lists them).
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for t in \
 		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
-		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
-		voipgen/cmd/voipgen:FuzzParseSDP; do \
+		control/ng:FuzzServeDatagram control/ng:FuzzParseRequest control/ng:FuzzCallEngine \
+		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats rtp:FuzzStreamAnalyzer sdes:FuzzParse \
+		voipgen/sipua:FuzzParseSDP voipgen/gen:FuzzParseEndpoints; do \
 		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
 	done
 
