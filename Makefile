@@ -73,14 +73,16 @@ test: need
 	$(GO) vet ./... ./voipgen/...
 	$(GO) test -p 1 -count=1 -timeout 30m ./... ./voipgen/...
 
-# Short fuzzing session on every fuzz target.
+# Short fuzzing session on every fuzz target of both modules (package:target;
+# `grep -rn "func Fuzz" --include=*_test.go .` lists them).
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for t in \
 		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
-		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats sdes:FuzzParse \
-		voipgen/cmd/voipgen:FuzzParseSDP; do \
+		control/ng:FuzzServeDatagram control/ng:FuzzParseRequest control/ng:FuzzCallEngine \
+		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats rtp:FuzzStreamAnalyzer sdes:FuzzParse \
+		voipgen/sipua:FuzzParseSDP voipgen/gen:FuzzParseEndpoints; do \
 		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) ./$${t%%:*}/; \
 	done
 
@@ -101,11 +103,14 @@ fwdemo: need
 	$(GO) run ./voipgen/cmd/voipgen fwtest --quick --out $(FW_OUT)
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
-# hot paths, then the forwarding limit and CPU per packet in the lab, then
-# the full comparison over concurrent calls (xdp, userspace, srtp and
-# rtpengine; table, bench.json and plots in $(BENCH_OUT)).
+# hot paths (RTP, voipgen's packet build and the checksum it shares in
+# internal/pktio), voipgen's senders and receiver in the lab (pps offered
+# and sent, lateness, CPU per packet: BenchmarkLabSender*), then the
+# forwarding limit and CPU per packet in the lab, then the full comparison
+# over concurrent calls (xdp, userspace, srtp and rtpengine; table,
+# bench.json and plots in $(BENCH_OUT)).
 bench: need
-	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./voipgen/cmd/voipgen/
+	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./internal/pktio/ ./voipgen/gen/
 	$(GO) run ./voipgen/cmd/voipgen fwdbench
 	$(GO) run ./voipgen/cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
 

@@ -38,16 +38,23 @@ license() {
 	elif grep -q 'Permission to use, copy, modify, and/or distribute' "$f"; then echo ISC
 	elif grep -q 'Redistribution and use' "$f" && grep -qi 'neither the name\|names of its contributors' "$f"; then echo BSD-3-clause
 	elif grep -q 'Redistribution and use' "$f"; then echo BSD-2-clause
-	elif grep -q 'FreeType Project' "$f"; then echo "FTL or GPL-2+"
+	elif grep -q 'FreeType Project\|FreeType License' "$f"; then echo "FTL or GPL-2+"
+	elif grep -q 'Creative Commons Attribution 4.0' "$f"; then echo CC-BY-4.0
 	else echo "see $(basename "$f") in the module's source"; fi
 }
 
-# copyright PACKAGE CMD...: the DEP-5 file with the Go modules the commands
-# link, one per line of the header's Comment.
+# copyright PACKAGE CMD...: the DEP-5 file with the third-party Go modules
+# the commands link, one per line of the header's Comment. relayd's own
+# modules (github.com/relayd/relayd and .../voipgen) are the Files: * stanza:
+# in the workspace both are main modules, and the path test keeps them out
+# should voipgen ever be built against a required relayd instead.
 copyright() {
 	pkg=$1; shift
 	mods=$(go list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}} {{.Dir}}{{end}}{{end}}' "$@" | sort -u |
-		while read -r path ver dir; do echo " $path $ver: $(license "$dir")"; done)
+		while read -r path ver dir; do
+			case $path in github.com/relayd/relayd | github.com/relayd/relayd/*) continue ;; esac
+			echo " $path $ver: $(license "$dir")"
+		done)
 	awk -v pkg="$pkg" -v mods="$mods" '{ gsub(/@PACKAGE@/, pkg); if ($0 == "@MODULES@") print mods; else print }' "$here/copyright.in"
 }
 

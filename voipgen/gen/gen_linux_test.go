@@ -39,7 +39,7 @@ func freeRange(t *testing.T, addr string, n int, clockRate uint32) (*analyze.Rec
 	return nil, 0
 }
 
-func genCfg(t *testing.T, args ...string) Config {
+func genCfg(t testing.TB, args ...string) Config {
 	t.Helper()
 	cfg, err := Parse(args, io.Discard)
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 // in the callee on ports 40000+2i. During the run, during (if set) is
 // called in its own goroutine after settle. It returns what the sender and
 // the receiver report.
-func labStreams(t *testing.T, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (Result, analyze.Report) {
+func labStreams(t testing.TB, l *lab.Lab, n int, dur time.Duration, args []string, during func()) (Result, analyze.Report) {
 	t.Helper()
 	const port = 40000
 	eps := make([]netip.AddrPort, n)
