@@ -62,6 +62,7 @@ type Config struct {
 	Streams    []string      `json:"streams"` // Bidirectional, OneWayWANLAN
 	Reps       int           `json:"reps"`
 	Stateless  bool          `json:"stateless"` // failover runs on the stateless ruleset
+	SIP        bool          `json:"sip"`       // the calls' SIP signalling through the pair too
 
 	Forwarders []string      `json:"forwarders"` // throughput: "kernel", "xdp"; none: no search
 	Sizes      []string      `json:"sizes"`      // "g711", "g729", "mix"
@@ -94,6 +95,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	streams := fs.String("streams", "bidirectional,one-way", "stream kinds: bidirectional (RTP both ways) and one-way (WAN to LAN on state the LAN opened)")
 	reps := fs.Int("reps", 0, "repetitions of each failover case (default 3; 1 with --quick)")
 	stateless := fs.Bool("stateless", false, "failover runs with the stateless ruleset")
+	sipFlag := fs.Bool("sip", false, "set the failover calls up with SIP through the pair (voipgen's user agent, LAN to WAN), hold them across the failure and the recovery and hang them up after")
 	fwd := fs.String("throughput", "kernel,xdp", "forwarders to search the zero-loss rate of: kernel, xdp; none: no search")
 	sizes := fs.String("sizes", "", "packet sizes of the search: g711, g729, mix (default all; g711 with --quick)")
 	lo := fs.Int("search-lo", 5000, "lowest rate of the search, pps")
@@ -131,7 +133,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 		return def
 	}
 	cfg := Config{
-		Calls: pick(*calls, 100, 40), Codec: *codec, Ptime: *ptime, Reps: pick(*reps, 3, 1), Stateless: *stateless,
+		Calls: pick(*calls, 100, 40), Codec: *codec, Ptime: *ptime, Reps: pick(*reps, 3, 1), Stateless: *stateless, SIP: *sipFlag,
 		Search: SearchConfig{Lo: *lo, Hi: pick(*hi, 400000, 200000), Resolution: pick(*res, 5000, 10000), Trials: pick(*trials, 2, 1)},
 		Trial:  *trial, Transport: *transport, Threads: *threads,
 		Quick: *quick, JSON: *js, Out: *outDir, Capture: *capture,

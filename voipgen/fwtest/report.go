@@ -103,7 +103,21 @@ type FailoverRow struct {
 	VRRPMs *float64 `json:"vrrp_ms"`
 	SyncMs *float64 `json:"sync_ms"`
 
+	// SIP is the signalling of the run's calls through the pair, when the
+	// run had it (Config.SIP); on the failure row only.
+	SIP *SIPResult `json:"sip,omitempty"`
+
 	Analysis *Failover `json:"analysis,omitempty"`
+}
+
+// SIPResult is what the calls' signalling through the pair did: calls
+// placed, answered, and hung up with a BYE the far end answered after the
+// failure and the recovery.
+type SIPResult struct {
+	Calls       int      `json:"calls"`
+	Established int      `json:"established"`
+	Ended       int      `json:"ended"`            // BYE answered 200
+	Errors      []string `json:"errors,omitempty"` // the first few
 }
 
 // NewFailoverRow fills a row from an analysis.
@@ -353,6 +367,22 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
+		var sipRows []FailoverRow
+		for _, f := range r.Failovers {
+			if f.SIP != nil {
+				sipRows = append(sipRows, f)
+			}
+		}
+		if len(sipRows) > 0 {
+			fmt.Fprintln(w, "SIP through the pair (calls placed before the failure, hung up after the recovery)")
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "case	rep	calls	answered	ended by BYE	errors")
+			for _, f := range sipRows {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", f.Case, f.Rep, f.SIP.Calls, f.SIP.Established, f.SIP.Ended, strings.Join(f.SIP.Errors, "; "))
+			}
+			tw.Flush()
+			fmt.Fprintln(w)
+		}
 		fmt.Fprintln(w, "Failover cases over repetitions (median and max of the per-rep median glitch, max of all)")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "case\treps\tmedian p50\tmax p50\tmax\tmedian outage\tnever recovered\tlost\tdup\tVRRP\tconntrackd")

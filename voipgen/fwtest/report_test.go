@@ -332,3 +332,31 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+// TestReportSIP: a run with SIP signalling shows its calls, answered and
+// ended ones, and its errors, in the text and the JSON.
+func TestReportSIP(t *testing.T) {
+	r := testReport(t)
+	r.Failovers[0].SIP = &SIPResult{Calls: 20, Established: 20, Ended: 19, Errors: []string{"BYE: transaction timeout"}}
+	var text bytes.Buffer
+	r.WriteText(&text)
+	if !strings.Contains(text.String(), "SIP through the pair") {
+		t.Fatalf("no SIP table:\n%s", text.String())
+	}
+	var line string
+	for _, l := range strings.Split(text.String(), "\n") {
+		if strings.Contains(l, "BYE: transaction timeout") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 4 || !strings.Contains(line, " 20 ") || !strings.Contains(line, " 19 ") {
+		t.Errorf("SIP row %q lacks the counts 20 and 19", line)
+	}
+	var js bytes.Buffer
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"ended":19`) && !strings.Contains(js.String(), `"ended": 19`) {
+		t.Errorf("JSON lacks the SIP result:\n%.2000s", js.String())
+	}
+}

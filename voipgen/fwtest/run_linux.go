@@ -370,6 +370,13 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 	lan.record(wan)
 	stopCapture := r.capture(p, c, rep)
 	defer stopCapture()
+	var calls *sipCalls
+	if r.cfg.SIP {
+		// Hung up a little before the media stops, after the recovery.
+		if calls, err = startSIP(ctx, p, lan, wan, cd, r.cfg.Ptime, warm+2*hold-300*time.Millisecond); err != nil {
+			return fail, recov, err
+		}
+	}
 
 	mctx, stopMedia := context.WithCancel(ctx)
 	defer stopMedia()
@@ -404,6 +411,10 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 	cancel()
 	if err := sleep(time.Until(recAt.Add(hold))); err != nil {
 		return fail, recov, err
+	}
+	var sipRes *SIPResult
+	if calls != nil {
+		sipRes = calls.wait(10 * time.Second)
 	}
 	stopMedia()
 	if err := wait(); err != nil {
@@ -454,6 +465,7 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 	rc := c
 	rc.Kind, rc.After = RecoveryPreempt, c.Kind
 	recov = NewFailoverRow(rc, rep, Analyze(after, recAt.UnixNano(), r.cfg.Ptime, end.UnixNano()))
+	fail.SIP = sipRes
 	fail.VRRPMs = FloatOf(float64(MsOf(masterAt.Sub(failAt))))
 	recov.VRRPMs = FloatOf(float64(MsOf(backAt.Sub(recAt))))
 	if c.Conntrackd {
