@@ -416,12 +416,15 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 	if calls != nil {
 		sipRes = calls.wait(10 * time.Second)
 	}
+	// The recording ends when the senders are told to stop: a sender
+	// slower to stop than another must not make its peer's stream look
+	// as if it had stopped early.
+	end := time.Now()
 	stopMedia()
 	if err := wait(); err != nil {
 		return fail, recov, err
 	}
 	time.Sleep(50 * time.Millisecond) // the last packets in flight
-	end := time.Now()
 	recs := lan.stop()
 	setSent(recs, wan)
 	if bidir {
