@@ -52,14 +52,17 @@ func run(t *testing.T, cfg Config) *Report {
 // TestFailoverConntrackd fails the master administratively and by
 // cutting its links, with conntrackd and VRRPv3 0.1 s adverts: every
 // stream of every call recovers, within 100 ms and 500 ms; moving back
-// to fw1 recovers every stream too; and each stream's gap agrees with a
-// capture taken at the receiving host within two ptimes.
+// to fw1 recovers every stream too; each stream's gap agrees with a
+// capture taken at the receiving host within two ptimes; and every call's
+// SIP dialog, set up through the pair before the failure, ends with a BYE
+// after the recovery.
 func TestFailoverConntrackd(t *testing.T) {
 	needLab(t)
 	testenv.NeedCommand(t, "tcpdump", "tcpdump")
 	testenv.NeedCommand(t, "tshark", "tshark")
 	cfg := failoverConfig(true, AdminStop, CrashLinks)
 	cfg.Capture = t.TempDir()
+	cfg.SIP = true
 	rep := run(t, cfg)
 	if len(rep.Failovers) != 8 {
 		t.Fatalf("%d failover rows, want 8 (2 failures x 2 stream kinds, each with its recovery)", len(rep.Failovers))
@@ -89,6 +92,11 @@ func TestFailoverConntrackd(t *testing.T) {
 		}
 		if c.Kind != RecoveryPreempt {
 			agreeWithCapture(t, cfg, row)
+			// Every call's SIP dialog survived both moves: its BYE, after
+			// the recovery, was answered.
+			if s := row.SIP; s == nil || s.Established != cfg.Calls || s.Ended != cfg.Calls {
+				t.Errorf("%s: SIP %+v, want %d calls answered and ended by BYE", c, s, cfg.Calls)
+			}
 		}
 	}
 }
