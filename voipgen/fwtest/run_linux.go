@@ -80,14 +80,10 @@ func (r *runner) say(format string, args ...any) {
 	fmt.Fprintf(r.progress, "fwtest: "+format+"\n", args...)
 }
 
-// newPair builds a pair and closes it when ctx ends.
+// newPair builds a pair, torn down when ctx ends or by its Close.
 func (r *runner) newPair(ctx context.Context, pc fwpair.Config) (*fwpair.Pair, error) {
 	pc.Log = r.cfg.Log
-	p, err := fwpair.New(ctx, pc)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return fwpair.New(ctx, pc)
 }
 
 // throughput searches the zero-loss rate of the pair with forwarder fwd,
@@ -193,16 +189,11 @@ func (r *runner) trial(ctx context.Context, p *fwpair.Pair, size string, pps int
 		off += pt.streams + (n-pt.streams%n)%n
 	}
 	results := make([]gen.Result, len(gens))
-	errc := make(chan struct{})
-	go func() {
-		defer close(errc)
-		var wg sync.WaitGroup
-		for i, g := range gens {
-			wg.Go(func() { results[i] = g.Run(ctx) })
-		}
-		wg.Wait()
-	}()
-	<-errc
+	var wg sync.WaitGroup
+	for i, g := range gens {
+		wg.Go(func() { results[i] = g.Run(ctx) })
+	}
+	wg.Wait()
 	var rep analyze.Report
 	select {
 	case rep = <-done:
@@ -216,11 +207,9 @@ func (r *runner) trial(ctx context.Context, p *fwpair.Pair, size string, pps int
 		return TrialResult{}, err
 	}
 	tr := TrialResult{OfferedPPS: float64(pps), Duration: r.cfg.Trial, Received: rep.Totals.Packets, Duplicated: rep.Totals.Duplicates}
-	var elapsed float64
 	for _, res := range results {
 		tr.Sent += res.Packets
 		tr.AchievedPPS += res.PPS
-		elapsed = max(elapsed, res.Elapsed)
 	}
 	tr.Offered = uint64(float64(pps) * r.cfg.Trial.Seconds())
 	tr.OfferedPPS = float64(streams) * float64(time.Second/ptime)
