@@ -101,7 +101,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	lo := fs.Int("search-lo", 5000, "lowest rate of the search, pps")
 	hi := fs.Int("search-hi", 0, "highest rate of the search, pps (default 400000; 200000 with --quick)")
 	res := fs.Int("resolution", 0, "the search ends when its bracket is this narrow, pps (default 5000; 10000 with --quick)")
-	trials := fs.Int("trials", 0, "trials per search step, all lossless to pass (default 2; 1 with --quick)")
+	trials := fs.Int("trials", 0, "trials per search step, all lossless to pass (default 3; 1 with --quick)")
 	trial := fs.Duration("trial", 0, "sending time of one trial (default 2s; 1s with --quick)")
 	transport := fs.String("transport", "raw", "the search's sender: raw (sendmmsg on raw sockets) or xdp (AF_XDP, where one core cannot offer enough)")
 	threads := fs.Int("threads", min(2, runtime.NumCPU()), "the search's sender threads (each pinned to a CPU)")
@@ -134,7 +134,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	}
 	cfg := Config{
 		Calls: pick(*calls, 100, 40), Codec: *codec, Ptime: *ptime, Reps: pick(*reps, 3, 1), Stateless: *stateless, SIP: *sipFlag,
-		Search: SearchConfig{Lo: *lo, Hi: pick(*hi, 400000, 200000), Resolution: pick(*res, 5000, 10000), Trials: pick(*trials, 2, 1)},
+		Search: SearchConfig{Lo: *lo, Hi: pick(*hi, 400000, 200000), Resolution: pick(*res, 5000, 10000), Trials: pick(*trials, 3, 1)},
 		Trial:  *trial, Transport: *transport, Threads: *threads,
 		Quick: *quick, JSON: *js, Out: *outDir, Capture: *capture,
 	}

@@ -236,8 +236,8 @@ func BenchmarkThroughput(b *testing.B) {
 	testenv.NeedRoot(b)
 	for _, fwd := range []string{"kernel", "xdp"} {
 		b.Run(fwd, func(b *testing.B) {
-			cfg := Config{Forwarders: []string{fwd}, Sizes: []string{"g711"}, Trial: time.Second,
-				Search: SearchConfig{Lo: 5000, Hi: 200000, Resolution: 2000, Trials: 2}, Transport: "raw", Threads: 2,
+			cfg := Config{Forwarders: []string{fwd}, Sizes: []string{"g711"}, Trial: 2 * time.Second,
+				Search: SearchConfig{Lo: 5000, Hi: 200000, Resolution: 2000, Trials: 3}, Transport: "raw", Threads: 2,
 				Calls: 1, Reps: 1, Ptime: 20 * time.Millisecond}
 			var found, tol []float64
 			senderBound := 0
