@@ -186,7 +186,9 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		"-display", "none", "-monitor", "none", "-serial", "file:" + o.Console,
 		"-no-reboot", "-nic", "none",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", "console=ttyS0 root=/dev/vda rw panic=-1",
+		// A soft lockup or an RCU stall panics the guest, and panic=-1
+		// with -no-reboot ends qemu: a wedged guest fails fast.
+		"-append", "console=ttyS0 root=/dev/vda rw panic=-1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1",
 		"-drive", "file=" + o.Disk + ",format=raw,if=virtio",
 		"-virtfs", "local,path=" + o.Share + ",mount_tag=share,security_model=none,id=share",
 	}
@@ -229,4 +231,16 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// GuestLockup returns the console line that says the guest kernel locked
+// up (a soft lockup or an RCU stall), or "" when it did not.
+func GuestLockup(console []byte) string {
+	for _, l := range strings.Split(string(console), "\n") {
+		if strings.Contains(l, "soft lockup - CPU#") || strings.Contains(l, "self-detected stall on CPU") ||
+			strings.Contains(l, "rcu_preempt detected stalls") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
