@@ -18,9 +18,10 @@ all: build
 # kernel for lab/vm; mmdebstrap and e2fsprogs build the Debian 12 guest of
 # the appliance test (lab/appliance); promtool checks the metrics;
 # keepalived and conntrackd run the firewall pair of lab/fwpair; tcpdump
-# captures at its hosts (voipgen fwtest --capture and its tests).
+# captures at its hosts (voipgen fwtest --capture and its tests);
+# libbcg729-dev is G.729 for the transcoding workers (slowpath/codec/g729).
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
-	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump libbcg729-dev
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600
@@ -43,7 +44,7 @@ deps:
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
 NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd tcpdump
-NEED_FILES := /usr/include/srtp2/srtp.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
+NEED_FILES := /usr/include/srtp2/srtp.h /usr/include/bcg729/encoder.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
 	for f in $(NEED_FILES); do test -e $$f || { $(MAKE) deps; exit 0; }; done
@@ -78,7 +79,7 @@ test: need
 FUZZTIME ?= 20s
 fuzz:
 	@set -e; for t in \
-		fastpath:FuzzXDP slowpath:FuzzProcess config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
+		fastpath:FuzzXDP slowpath:FuzzProcess slowpath/codec/g729:FuzzDecode config:FuzzParse control/admin:FuzzPostFlow control/admin:FuzzDrain \
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
 		control/ng:FuzzServeDatagram control/ng:FuzzParseRequest control/ng:FuzzCallEngine \
 		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats rtp:FuzzStreamAnalyzer sdes:FuzzParse \
