@@ -169,18 +169,6 @@ func (s *side) close() {
 	}
 }
 
-// setSent fills the sent sequence ranges of recs from sender's streams.
-func setSent(recs []StreamRecord, sender *side) {
-	if sender == nil || sender.snd == nil {
-		return
-	}
-	for i, st := range sender.snd.Streams() {
-		if i < len(recs) && st.Sent > 0 {
-			recs[i].SentFirst, recs[i].SentLast = 1, uint32(st.Sent)
-		}
-	}
-}
-
 // runSenders runs the senders of sides until ctx is done (their Duration
 // is the run's upper bound).
 func runSenders(ctx context.Context, sides ...*side) func() error {

@@ -206,7 +206,7 @@ func (r *runner) trial(ctx context.Context, p *fwpair.Pair, size string, pps int
 	if err != nil {
 		return TrialResult{}, err
 	}
-	tr := TrialResult{OfferedPPS: float64(pps), Duration: r.cfg.Trial, Received: rep.Totals.Packets, Duplicated: rep.Totals.Duplicates}
+	tr := TrialResult{Duration: r.cfg.Trial, Received: rep.Totals.Packets, Duplicated: rep.Totals.Duplicates}
 	for _, res := range results {
 		tr.Sent += res.Packets
 		tr.AchievedPPS += res.PPS
@@ -415,10 +415,8 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 	}
 	time.Sleep(50 * time.Millisecond) // the last packets in flight
 	recs := lan.stop()
-	setSent(recs, wan)
 	if bidir {
 		w := wan.stop()
-		setSent(w, lan)
 		for i := range w {
 			w[i].ID = len(recs)
 		}
@@ -441,7 +439,6 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 		before[i] = s
 		k, _ := slices.BinarySearchFunc(s.Arrivals, recAt.UnixNano(), func(a Arrival, t int64) int { return cmpInt64(a.At, t) })
 		before[i].Arrivals = s.Arrivals[:k]
-		before[i].SentFirst, before[i].SentLast = 0, 0
 	}
 	fail = NewFailoverRow(c, rep, Analyze(before, failAt.UnixNano(), r.cfg.Ptime, recAt.UnixNano()))
 	// The recovery on what arrived from shortly before it, so its losses
@@ -452,7 +449,6 @@ func (r *runner) failover(ctx context.Context, p *fwpair.Pair, c FailoverCase, r
 		after[i] = s
 		k, _ := slices.BinarySearchFunc(s.Arrivals, from, func(a Arrival, t int64) int { return cmpInt64(a.At, t) })
 		after[i].Arrivals = s.Arrivals[k:]
-		after[i].SentFirst, after[i].SentLast = 0, 0
 	}
 	rc := c
 	rc.Kind, rc.After = RecoveryPreempt, c.Kind

@@ -338,12 +338,7 @@ func (c *Config) Load() Load {
 	if c.SRTP != nil {
 		l.RTPBytes += c.SRTP.Suite.RTPTagLen()
 	}
-	l.IPBytes = l.RTPBytes + 8 + 20
-	if !c.Dst.Lo.Is4() {
-		l.IPBytes = l.RTPBytes + 8 + 40
-	}
-	l.FrameBytes = max(l.IPBytes+14+4, 64)
-	l.WireBytes = l.FrameBytes + 8 + 12
+	l.IPBytes, l.FrameBytes, l.WireBytes = packetSizes(l.RTPBytes, !c.Dst.Lo.Is4())
 	perStream := float64(time.Second) / float64(c.Ptime)
 	l.PPS = perStream * float64(c.Streams)
 	l.WireBitsPS = l.PPS * float64(l.WireBytes) * 8

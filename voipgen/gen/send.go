@@ -111,15 +111,23 @@ type SenderLoad struct {
 	PerStreamBP float64 `json:"wire_bits_per_s_per_stream"`
 }
 
+// packetSizes is the IP packet, Ethernet frame (header and FCS, padded to
+// 64) and wire size (plus preamble, SFD and inter-frame gap) of an RTP
+// packet of rtpBytes over UDP.
+func packetSizes(rtpBytes int, v6 bool) (ip, frame, wire int) {
+	ip = rtpBytes + 8 + 20
+	if v6 {
+		ip = rtpBytes + 8 + 40
+	}
+	frame = max(ip+14+4, 64)
+	return ip, frame, frame + 8 + 12
+}
+
+// Load is the traffic c puts on the wire.
 func (c *SenderConfig) Load() SenderLoad {
 	var l SenderLoad
 	l.RTPBytes = 12 + c.Codec.PayloadSize(c.Ptime)
-	l.IPBytes = l.RTPBytes + 8 + 20
-	if c.Dst.Addr().Is6() && !c.Dst.Addr().Is4In6() {
-		l.IPBytes = l.RTPBytes + 8 + 40
-	}
-	l.FrameBytes = max(l.IPBytes+14+4, 64)
-	l.WireBytes = l.FrameBytes + 8 + 12
+	l.IPBytes, l.FrameBytes, l.WireBytes = packetSizes(l.RTPBytes, c.Dst.Addr().Is6() && !c.Dst.Addr().Is4In6())
 	perStream := float64(time.Second) / float64(c.Ptime)
 	l.PPS = perStream * float64(c.Streams)
 	l.WireBitsPS = l.PPS * float64(l.WireBytes) * 8

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,9 +21,6 @@ var errDemoFailed = errors.New("demo failed")
 func runBench(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := bench.Parse(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	cfg.Progress = os.Stderr
@@ -46,9 +42,6 @@ func runBench(ctx context.Context, args []string, out io.Writer) error {
 func runFwdbench(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := bench.ParseFwd(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	progress := out
@@ -80,9 +73,6 @@ func runFwdbench(ctx context.Context, args []string, out io.Writer) error {
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := bench.ParseDemo(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	// main traps SIGINT and SIGTERM; a closed terminal must tear the lab

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,9 +16,6 @@ import (
 func runFwtest(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := fwtest.Parse(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	// main traps SIGINT and SIGTERM; a closed terminal tears down too.

@@ -14,6 +14,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -70,7 +72,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "voipgen: unknown command %q\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if err != nil {
+	// -h is an answer, not a failure: the flag set printed the usage.
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(os.Stderr, "voipgen %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}

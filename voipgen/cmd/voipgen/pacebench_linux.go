@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,9 +17,6 @@ import (
 func runPacebench(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := bench.ParsePace(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if os.Geteuid() != 0 {

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"io"
 
 	"github.com/relayd/relayd/voipgen/analyze"
@@ -14,9 +12,6 @@ import (
 func runRecv(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := analyze.Parse(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	cfg.Progress = isTerminal(stderrFd)

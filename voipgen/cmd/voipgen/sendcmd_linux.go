@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,9 +33,6 @@ type sendReport struct {
 func runSend(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := gen.Parse(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	g, err := gen.New(cfg)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -41,9 +40,6 @@ func runPacebench(ctx context.Context, args []string, out io.Writer) error {
 func runSendBasic(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := gen.ParseSender(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	s, err := gen.NewSender(cfg)

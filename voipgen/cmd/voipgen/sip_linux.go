@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
@@ -15,9 +13,6 @@ import (
 func runCall(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := sipua.ParseCall(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	calls, err := sipua.PlaceCalls(ctx, cfg)
@@ -39,9 +34,6 @@ func runCall(ctx context.Context, args []string, out io.Writer) error {
 func runAnswer(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := sipua.ParseAnswer(args, out)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	calls, err := sipua.AnswerCalls(ctx, cfg, nil)
