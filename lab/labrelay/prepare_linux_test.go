@@ -15,8 +15,9 @@ import (
 
 // transits reports whether a datagram from the caller to an address behind
 // the relay's other interface (the callee's own address, not the relay's)
-// arrives: the kernel's forwarding, which XDP does not do for it.
-func transits(t *testing.T, l *lab.Lab, v6 bool, port uint16) bool {
+// arrives: the kernel's forwarding, which XDP does not do for it. It sends
+// tries datagrams 200 ms apart and stops at the first that arrives.
+func transits(t *testing.T, l *lab.Lab, v6 bool, port uint16, tries int) bool {
 	t.Helper()
 	network, from, to := "udp4", l.CallerAddr4, l.CalleeAddr4
 	if v6 {
@@ -33,7 +34,7 @@ func transits(t *testing.T, l *lab.Lab, v6 bool, port uint16) bool {
 	}
 	defer tx.Close()
 	buf := make([]byte, 64)
-	for range 5 {
+	for range tries {
 		if _, err := tx.Write([]byte("transit")); err != nil {
 			t.Fatal(err)
 		}
@@ -74,8 +75,11 @@ func TestPrepareForwardDrop(t *testing.T) {
 			t.Errorf("close relay: %v", err)
 		}
 	})
+	// Up to 3 s: a neighbour solicitation lost on a new link is sent
+	// again only after 1 s (RetransTimer), and the first IPv6 datagrams
+	// wait for it.
 	for _, v6 := range []bool{false, true} {
-		if !transits(t, l, v6, 7000) {
+		if !transits(t, l, v6, 7000, 15) {
 			t.Fatalf("ipv6 %v: the lab does not forward transit traffic before -prepare: the test would prove nothing", v6)
 		}
 	}
@@ -93,7 +97,7 @@ func TestPrepareForwardDrop(t *testing.T) {
 	}
 
 	for _, v6 := range []bool{false, true} {
-		if transits(t, l, v6, 7002) {
+		if transits(t, l, v6, 7002, 5) {
 			t.Errorf("ipv6 %v: transit traffic forwarded after relayd -prepare", v6)
 		}
 	}
