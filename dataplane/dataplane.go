@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -99,6 +100,17 @@ type Flow struct {
 	// Reverse, when valid, is the match of the flow that carries media
 	// back to this flow's source: its SendTo follows the learned source.
 	Reverse netip.AddrPort
+	// Transcode, when set, converts the RTP the flow carries from one
+	// codec to another (and between packet times); RTCP arriving on the
+	// flow (rtcp-mux) is consumed, and relayd sends its own reports about
+	// the leg toward SendTo. Such a flow always runs in userspace.
+	Transcode *Transcode
+	// SinkRTCP: the flow is the RTCP port of a transcoded stream. Its
+	// packets are counted and consumed, never sent on: across a
+	// transcoder the two legs' reports describe different streams, so
+	// relayd reports for itself on each leg (Transcode.RTCPFrom). Such a
+	// flow runs in userspace.
+	SinkRTCP bool
 	// Owner says which part of the control plane installed the flow. Data
 	// planes ignore it but keep it with the flow, so that a control plane
 	// started again finds out which flows belong to calls.
@@ -163,6 +175,85 @@ func (s *SRTP) Equal(o *SRTP) bool {
 // HasSRTP reports whether the flow needs an SRTP transform.
 func (f *Flow) HasSRTP() bool { return f.Decrypt != nil || f.Encrypt != nil }
 
+// NeedsUserspace reports whether only the userspace data plane can carry
+// the flow: SRTP, transcoding, or a terminated RTCP port.
+func (f *Flow) NeedsUserspace() bool { return f.HasSRTP() || f.Transcode != nil || f.SinkRTCP }
+
+// Transcode is how a flow converts its RTP between codecs.
+type Transcode struct {
+	// In is the codec of the RTP arriving at Match; Out is the codec of
+	// the RTP sent to SendTo.
+	In, Out Codec
+	// SSRC is the SSRC of the stream sent to SendTo, chosen by the control
+	// plane so that it is the same after a restart; 0 lets the data plane
+	// choose.
+	SSRC uint32
+	// RTCPFrom and RTCPTo are where relayd's own RTCP about the leg toward
+	// SendTo goes: a sender report for what it sent there and a reception
+	// report block for what the reverse flow (Reverse) received from
+	// there. Under rtcp-mux they are SendFrom and SendTo. RTCPTo invalid:
+	// no reports.
+	RTCPFrom, RTCPTo netip.AddrPort
+}
+
+// Codec is one side of a transcoding flow.
+type Codec struct {
+	// Name is PCMU, PCMA or G729 (8 kHz clock, 10 ms frames).
+	Name string
+	// PT is the codec's RTP payload type on this side.
+	PT uint8
+	// Ptime is the packet time in ms: 10, 20, 30 or 40. On the output
+	// side, how the frames are packed; on the input side, what the peer
+	// signalled (any whole number of frames is accepted).
+	Ptime uint8
+	// Event is the telephone-event (RFC 4733) payload type on this side;
+	// 0: none. Events pass through with their payload type mapped and
+	// their timestamps translated.
+	Event uint8
+	// CN is the comfort noise (RFC 3389) payload type on this side; 0:
+	// none.
+	CN uint8
+	// VAD is G.729 Annex B on this side: SID frames and silence
+	// suppression (annexb=yes or absent in the SDP). Ignored for G.711.
+	VAD bool
+}
+
+// Codecs that transcoding flows can convert between.
+var transcodeCodecs = map[string]bool{"PCMU": true, "PCMA": true, "G729": true}
+
+// TranscodeCodec reports whether a codec name (any case) is one a
+// transcoding flow can carry, and returns its canonical name.
+func TranscodeCodec(name string) (string, bool) {
+	n := strings.ToUpper(name)
+	return n, transcodeCodecs[n]
+}
+
+func (c Codec) validate() error {
+	if !transcodeCodecs[c.Name] {
+		return fmt.Errorf("codec %q: want PCMU, PCMA or G729", c.Name)
+	}
+	if c.PT > 127 || c.Event > 127 || c.CN > 127 {
+		return errors.New("payload types are 0 to 127")
+	}
+	switch c.Ptime {
+	case 10, 20, 30, 40:
+	default:
+		return fmt.Errorf("ptime %d: want 10, 20, 30 or 40", c.Ptime)
+	}
+	if c.Event != 0 && (c.Event == c.PT || c.Event == c.CN) || c.CN != 0 && c.CN == c.PT {
+		return errors.New("codec, telephone-event and comfort noise need distinct payload types")
+	}
+	return nil
+}
+
+// Equal reports whether t and o convert the same way (nil equals nil).
+func (t *Transcode) Equal(o *Transcode) bool {
+	if t == nil || o == nil {
+		return t == o
+	}
+	return *t == *o
+}
+
 // Validate reports whether f is complete and consistent.
 func (f *Flow) Validate() error {
 	if !f.Match.IsValid() || f.Match.Port() == 0 {
@@ -192,6 +283,23 @@ func (f *Flow) Validate() error {
 	default:
 		return fmt.Errorf("unknown action %d", f.Action)
 	}
+	if t := f.Transcode; t != nil {
+		if f.Action != Forward && f.Action != Userspace {
+			return fmt.Errorf("transcode: action %s does not send", f.Action)
+		}
+		if err := t.In.validate(); err != nil {
+			return fmt.Errorf("transcode from: %w", err)
+		}
+		if err := t.Out.validate(); err != nil {
+			return fmt.Errorf("transcode to: %w", err)
+		}
+		if t.RTCPTo.IsValid() && (!t.RTCPFrom.IsValid() || t.RTCPFrom.Addr().Is4() != t.RTCPTo.Addr().Is4()) {
+			return errors.New("transcode: rtcp_from must be set, in the family of rtcp_to")
+		}
+		if f.SinkRTCP {
+			return errors.New("a flow cannot both transcode and sink RTCP")
+		}
+	}
 	if f.ClockRate > MaxClockRate {
 		return fmt.Errorf("clock rate %d: at most %d", f.ClockRate, MaxClockRate)
 	}
@@ -214,6 +322,15 @@ type Stats struct {
 	Lost          int64  // cumulative packets lost (expected - received); may be negative with duplicates
 	Jitter        uint32 // interarrival jitter in RTP timestamp units
 	SSRCChanges   uint32 // times the SSRC changed on this flow
+
+	// Transcoding (Flow.Transcode set), zero otherwise.
+	FramesIn     uint64 // 10 ms frames decoded from arriving packets
+	FramesOut    uint64 // 10 ms frames encoded into sent packets (SID frames included)
+	Concealed    uint64 // frames synthesised for lost or late input
+	SentPackets  uint64 // RTP packets sent (repacketizing: not Packets)
+	Events       uint64 // telephone-event packets passed through
+	RTCPSent     uint64 // RTCP reports relayd sent about the leg
+	MaxHoldNanos uint64 // the longest a packet was held for reordering
 }
 
 // JitterMillis converts Jitter to milliseconds with the flow's clock rate.

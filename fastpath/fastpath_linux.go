@@ -562,8 +562,8 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
-	if fl.HasSRTP() {
-		return fmt.Errorf("SRTP flows run in userspace: %w", dataplane.ErrNotSupported)
+	if fl.NeedsUserspace() {
+		return fmt.Errorf("SRTP, transcoding and terminated RTCP run in userspace: %w", dataplane.ErrNotSupported)
 	}
 	k := keyOf(fl.Match)
 	f.resolve(&fl)
@@ -647,6 +647,9 @@ func (f *Fastpath) resolve(fl *dataplane.Flow) {
 func (f *Fastpath) Update(fl dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
+	}
+	if fl.NeedsUserspace() {
+		return fmt.Errorf("SRTP, transcoding and terminated RTCP run in userspace: %w", dataplane.ErrNotSupported)
 	}
 	k := keyOf(fl.Match)
 	f.resolve(&fl)

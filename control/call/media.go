@@ -44,12 +44,13 @@ func toSRTP(c *sdes.Crypto) *dataplane.SRTP {
 	return &dataplane.SRTP{Suite: c.Suite.String(), Key: c.Key, Salt: c.Salt, MKI: c.MKI}
 }
 
-// sameFlow compares flows, SRTP keys by value.
+// sameFlow compares flows, SRTP keys and transcoding by value.
 func sameFlow(a, b dataplane.Flow) bool {
-	if !a.Decrypt.Equal(b.Decrypt) || !a.Encrypt.Equal(b.Encrypt) {
+	if !a.Decrypt.Equal(b.Decrypt) || !a.Encrypt.Equal(b.Encrypt) || !a.Transcode.Equal(b.Transcode) {
 		return false
 	}
 	a.Decrypt, a.Encrypt, b.Decrypt, b.Encrypt = nil, nil, nil, nil
+	a.Transcode, b.Transcode = nil, nil
 	return a == b
 }
 

@@ -512,11 +512,11 @@ func (r *Registry) HasPlane(path dataplane.Path) bool {
 }
 
 // PlaneFor chooses the data plane of a flow. mode "" is the default: XDP
-// where it runs, else userspace. A flow with SRTP always runs in
-// userspace, whatever mode says.
+// where it runs, else userspace. A flow with SRTP or transcoding always
+// runs in userspace, whatever mode says.
 func (r *Registry) PlaneFor(f dataplane.Flow, mode dataplane.Path) (dataplane.DataPlane, error) {
 	switch {
-	case f.HasSRTP():
+	case f.NeedsUserspace():
 		mode = dataplane.PathUserspace
 	case mode == "":
 		mode = dataplane.PathXDP
