@@ -62,6 +62,9 @@ type FlowSpec struct {
 	Encrypt   *Crypto          // optional SRTP encryption of leaving packets
 	Latch     bool             // symmetric RTP: learn and lock the source (see dataplane.Flow)
 	Reverse   netip.AddrPort   // match of the flow whose send_to follows the learned source
+	// Transcode, when set, converts the flow's RTP between codecs (see
+	// dataplane.Transcode); such a flow runs in userspace.
+	Transcode *dataplane.Transcode
 }
 
 // FlowState is a flow, where it runs and its statistics.
@@ -98,6 +101,16 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 		ClockRate:    spec.ClockRate,
 		Latch:        spec.Latch,
 		Reverse:      spec.Reverse,
+	}
+	if spec.Transcode != nil {
+		t := *spec.Transcode
+		fl.Transcode = &t
+		if spec.Action != dataplane.Forward {
+			return fl, "", fmt.Errorf("%w: transcode: only forwarded flows transcode", ErrInvalid)
+		}
+		if t.RTCPFrom.IsValid() && !m.reg.IsRelay(t.RTCPFrom) {
+			return fl, "", fmt.Errorf("transcode rtcp_from %s: %w (%s)", t.RTCPFrom, ErrNotRelayAddress, m.reg.Describe())
+		}
 	}
 	switch spec.Action {
 	case dataplane.Forward, dataplane.Drop, dataplane.Reflect:
@@ -151,7 +164,8 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 		return fl, "", fmt.Errorf("%w: mode %q (want xdp or userspace)", ErrInvalid, mode)
 	}
 	// The registry chooses the plane: the default is XDP where it runs;
-	// a flow with SRTP always runs in userspace, whatever mode says.
+	// a flow with SRTP or transcoding always runs in userspace, whatever
+	// mode says.
 	fl.Owner = dataplane.OwnerStatic
 	if _, err := m.reg.PlaneFor(fl, mode); err != nil {
 		return fl, "", fmt.Errorf("mode %s: %w: %w", cmp.Or(mode, "default"), ErrNotImplemented, err)

@@ -525,10 +525,64 @@ func toSpec(req FlowRequest) (control.FlowSpec, error) {
 	if req.Decrypt != nil {
 		spec.Decrypt = &control.Crypto{Suite: req.Decrypt.Suite, Key: req.Decrypt.Key}
 	}
+	if req.Transcode != nil {
+		if spec.Transcode, err = toTranscode(*req.Transcode); err != nil {
+			return spec, fmt.Errorf("transcode: %w", err)
+		}
+	}
 	if req.Encrypt != nil {
 		spec.Encrypt = &control.Crypto{Suite: req.Encrypt.Suite, Key: req.Encrypt.Key}
 	}
 	return spec, nil
+}
+
+// staticPT is the static RTP payload type of each codec relayd transcodes.
+var staticPT = map[string]uint8{"PCMU": 0, "PCMA": 8, "G729": 18}
+
+// toTranscode converts the wire form; the data plane's Validate checks
+// the rest (ptimes, distinct payload types).
+func toTranscode(t Transcode) (*dataplane.Transcode, error) {
+	codec := func(field, name string, pt *uint8, ptime, event, cn uint8, vad bool) (dataplane.Codec, error) {
+		n, ok := dataplane.TranscodeCodec(name)
+		if !ok {
+			return dataplane.Codec{}, fmt.Errorf("%s: %q is not PCMU, PCMA or G729", field, name)
+		}
+		c := dataplane.Codec{Name: n, PT: staticPT[n], Ptime: ptime, Event: event, CN: cn, VAD: vad}
+		if pt != nil {
+			c.PT = *pt
+		}
+		if c.Ptime == 0 {
+			c.Ptime = 20
+		}
+		return c, nil
+	}
+	in, err := codec("from", t.From, t.PTFrom, t.PtimeFrom, t.EventFrom, t.CNFrom, t.VADFrom)
+	if err != nil {
+		return nil, err
+	}
+	out, err := codec("to", t.To, t.PTTo, t.PtimeTo, t.EventTo, t.CNTo, t.VADTo)
+	if err != nil {
+		return nil, err
+	}
+	dt := &dataplane.Transcode{In: in, Out: out, SSRC: t.SSRC}
+	if dt.RTCPFrom, err = parseAddrPort("rtcp_from", t.RTCPFrom, false); err != nil {
+		return nil, err
+	}
+	if dt.RTCPTo, err = parseAddrPort("rtcp_to", t.RTCPTo, false); err != nil {
+		return nil, err
+	}
+	return dt, nil
+}
+
+// fromTranscode is the wire form of t.
+func fromTranscode(t *dataplane.Transcode) *Transcode {
+	in, out := t.In.PT, t.Out.PT
+	return &Transcode{
+		From: t.In.Name, To: t.Out.Name, PtimeFrom: t.In.Ptime, PtimeTo: t.Out.Ptime,
+		PTFrom: &in, PTTo: &out, EventFrom: t.In.Event, EventTo: t.Out.Event,
+		CNFrom: t.In.CN, CNTo: t.Out.CN, VADFrom: t.In.VAD, VADTo: t.Out.VAD, SSRC: t.SSRC,
+		RTCPFrom: addrPortString(t.RTCPFrom), RTCPTo: addrPortString(t.RTCPTo),
+	}
 }
 
 func addrPortString(ap netip.AddrPort) string {
@@ -563,6 +617,14 @@ func toWire(f control.FlowState) Flow {
 	if !st.LastSeen.IsZero() {
 		ts := st.LastSeen.UTC().Format(TimeFormat)
 		out.LastSeen = &ts
+	}
+	if fl.Transcode != nil {
+		out.Transcode = fromTranscode(fl.Transcode)
+		out.TranscodeStats = &TranscodeStats{
+			FramesIn: st.FramesIn, FramesOut: st.FramesOut, Concealed: st.Concealed,
+			SentPackets: st.SentPackets, Events: st.Events, RTCPSent: st.RTCPSent,
+			MaxHoldMS: float64(st.MaxHoldNanos) / 1e6,
+		}
 	}
 	// The suite, never the key: keys go in, they do not come out.
 	if fl.Decrypt != nil {

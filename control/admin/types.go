@@ -24,6 +24,45 @@ type FlowRequest struct {
 	Encrypt      *Crypto `json:"encrypt,omitempty"`
 	Latch        bool    `json:"latch,omitempty"`   // symmetric RTP: learn, then lock the source
 	Reverse      string  `json:"reverse,omitempty"` // match of the flow that follows the learned source
+	// Transcode converts the flow's RTP between codecs (in userspace).
+	Transcode *Transcode `json:"transcode,omitempty"`
+}
+
+// Transcode is the codec conversion of a flow: from is the codec arriving
+// at match, to the codec sent to send_to. Payload types default to the
+// static ones (PCMU 0, PCMA 8, G729 18), ptimes to 20 ms.
+type Transcode struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	PtimeFrom uint8  `json:"ptime_from,omitempty"`
+	PtimeTo   uint8  `json:"ptime_to,omitempty"`
+	PTFrom    *uint8 `json:"pt_from,omitempty"`
+	PTTo      *uint8 `json:"pt_to,omitempty"`
+	// Telephone-event (RFC 4733) and comfort noise (RFC 3389) payload
+	// types on each side; 0 or absent: none.
+	EventFrom uint8 `json:"event_from,omitempty"`
+	EventTo   uint8 `json:"event_to,omitempty"`
+	CNFrom    uint8 `json:"cn_from,omitempty"`
+	CNTo      uint8 `json:"cn_to,omitempty"`
+	// G.729 Annex B on each side: SID frames and silence suppression.
+	VADFrom bool `json:"vad_from,omitempty"`
+	VADTo   bool `json:"vad_to,omitempty"`
+	// SSRC of the stream sent to send_to; 0 or absent: relayd picks one.
+	SSRC uint32 `json:"ssrc,omitempty"`
+	// Where relayd sends its own RTCP reports about the send_to leg.
+	RTCPFrom string `json:"rtcp_from,omitempty"`
+	RTCPTo   string `json:"rtcp_to,omitempty"`
+}
+
+// TranscodeStats are a transcoding flow's counters.
+type TranscodeStats struct {
+	FramesIn    uint64  `json:"frames_in"`
+	FramesOut   uint64  `json:"frames_out"`
+	Concealed   uint64  `json:"concealed"`
+	SentPackets uint64  `json:"sent_packets"`
+	Events      uint64  `json:"events"`
+	RTCPSent    uint64  `json:"rtcp_sent"`
+	MaxHoldMS   float64 `json:"max_hold_ms"`
 }
 
 // Flow is a flow as the API returns it.
@@ -40,6 +79,9 @@ type Flow struct {
 	Encrypt      *Crypto `json:"encrypt,omitempty"`
 	Latch        bool    `json:"latch,omitempty"`
 	Reverse      string  `json:"reverse,omitempty"`
+	// Transcode and its counters, for a transcoding flow.
+	Transcode      *Transcode      `json:"transcode,omitempty"`
+	TranscodeStats *TranscodeStats `json:"transcode_stats,omitempty"`
 
 	Path     string  `json:"path"`
 	Packets  uint64  `json:"packets"`
