@@ -11,23 +11,28 @@ import (
 	"github.com/relayd/relayd/rtp"
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"
+	"github.com/relayd/relayd/slowpath/transcode"
 )
 
 // verdict is what the worker does with one packet.
 type verdict uint8
 
 const (
-	vSend        verdict = iota // out holds an IP packet to send
-	vDropSource                 // not from the expected source
-	vDropFlow                   // the flow's action is drop
-	vDropTooBig                 // does not fit the output buffer
-	vDropNoRoute                // address family of the output differs
-	vDropCrypto                 // SRTP: authentication failed, truncated or malformed
-	vDropReplay                 // SRTP: replayed packet
+	vSend          verdict = iota // out holds an IP packet to send
+	vDropSource                   // not from the expected source
+	vDropFlow                     // the flow's action is drop
+	vDropTooBig                   // does not fit the output buffer
+	vDropNoRoute                  // address family of the output differs
+	vDropCrypto                   // SRTP: authentication failed, truncated or malformed
+	vDropReplay                   // SRTP: replayed packet
+	vDropTranscode                // transcoding: not RTP of a payload type the flow converts, or malformed
+	vConsumed                     // RTCP that relayd terminates (transcoding): counted, not sent on
 	vMax
 )
 
-var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay"}
+var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "rtcp_terminated"}
+
+var errReplay = srtpflow.ErrReplay
 
 const (
 	ipv4HeaderLen = 20
@@ -58,6 +63,14 @@ type flowState struct {
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
 	rtpBase                 int64 // receive time of the first RTP packet
 	rtp                     rtp.ReceiverStats
+
+	// Transcoding (flow.Transcode): the engine, and relayd's own RTCP
+	// toward the leg the flow sends to.
+	tc       *transcode.Stream
+	rtcpDue  int64 // next report (Unix ns); 0 until the first packet is sent
+	rtcpSent uint64
+	iv       rtp.LossInterval
+	consumed uint64 // RTCP terminated (SinkRTCP, or RTCP on a transcoding flow)
 }
 
 // outIs4 reports whether the flow sends IPv4 (reflected packets go back
@@ -84,7 +97,41 @@ func (f *flowState) stats() dataplane.Stats {
 		st.Jitter = f.rtp.Jitter()
 		st.SSRCChanges = f.rtp.SSRCChanges
 	}
+	if f.tc != nil {
+		ts := f.tc.Stats()
+		st.FramesIn, st.FramesOut, st.Concealed = ts.FramesIn, ts.FramesOut, ts.Concealed
+		st.SentPackets, st.Events, st.MaxHoldNanos = ts.SentPackets, ts.Events, uint64(ts.MaxHold)
+		st.RTCPSent = f.rtcpSent
+	}
 	return st
+}
+
+// count records a packet that was accepted: counters, arrival, and RTP
+// statistics for RTP of a flow with a clock rate. body is the packet as
+// decrypted; inLen its length as it arrived.
+func (f *flowState) count(body []byte, class rtp.Class, src netip.AddrPort, inLen int, now int64) {
+	fl := &f.flow
+	f.packets++
+	f.lastSeen = now
+	// Bytes at the IP layer as they arrived, like the XDP counters.
+	inHdr := ipv4HeaderLen
+	if !src.Addr().Is4() {
+		inHdr = ipv6HeaderLen
+	}
+	f.bytes += uint64(inHdr + udpHeaderLen + inLen)
+	if fl.ClockRate != 0 && class == rtp.ClassRTP && len(body) >= rtp.HeaderSize {
+		if !f.rtp.Initialized {
+			f.rtpBase = now
+		}
+		d := uint64(now - f.rtpBase)
+		if d >= dataplane.ArrivalRebase {
+			f.rtpBase, d = now, 0
+			f.rtp.HaveTransit = false
+		}
+		arrival := dataplane.ArrivalTicks(d, dataplane.TicksMult(fl.ClockRate))
+		f.rtp.Update(binary.BigEndian.Uint32(body[8:]), binary.BigEndian.Uint16(body[2:]),
+			binary.BigEndian.Uint32(body[4:]), arrival)
+	}
 }
 
 // latchResult says what latching did with a packet.
@@ -177,27 +224,7 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 		}
 	}
 
-	f.packets++
-	f.lastSeen = now
-	// Bytes at the IP layer as they arrived, like the XDP counters.
-	inHdr := ipv4HeaderLen
-	if !src.Addr().Is4() {
-		inHdr = ipv6HeaderLen
-	}
-	f.bytes += uint64(inHdr + udpHeaderLen + len(payload))
-	if fl.ClockRate != 0 && class == rtp.ClassRTP && len(body) >= rtp.HeaderSize {
-		if !f.rtp.Initialized {
-			f.rtpBase = now
-		}
-		d := uint64(now - f.rtpBase)
-		if d >= dataplane.ArrivalRebase {
-			f.rtpBase, d = now, 0
-			f.rtp.HaveTransit = false
-		}
-		arrival := dataplane.ArrivalTicks(d, dataplane.TicksMult(fl.ClockRate))
-		f.rtp.Update(binary.BigEndian.Uint32(body[8:]), binary.BigEndian.Uint16(body[2:]),
-			binary.BigEndian.Uint32(body[4:]), arrival)
-	}
+	f.count(body, class, src, len(payload), now)
 
 	if f.enc != nil && (class == rtp.ClassRTP || class == rtp.ClassRTCP) {
 		var err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/flowkey"
 	"github.com/relayd/relayd/slowpath/srtpflow"
+	"github.com/relayd/relayd/slowpath/transcode"
 )
 
 // Pool is the userspace data plane: one worker per CPU, each on its own
@@ -304,8 +306,11 @@ func (p *Pool) Counters() ([]dataplane.Counter, error) {
 	}
 	for v := range vMax {
 		verdict := "drop"
-		if v == vSend {
+		switch v {
+		case vSend:
 			verdict = "forward"
+		case vConsumed:
+			verdict = "consume"
 		}
 		out = append(out, dataplane.Counter{Verdict: verdict, Reason: "userspace_" + verdictNames[v], Packets: c[v].Packets})
 	}
@@ -390,6 +395,17 @@ type worker struct {
 	// leave an XDP flow in userspace for good. Worker goroutine only.
 	latchBacklog []latchEvent
 
+	// Transcoding: the worker's transcoding flows, its send batches
+	// (pullOut sends from the control path too) and its timers: timer is
+	// when the next engine deadline or RTCP report is due, latchWake when
+	// the latch backlog is retried, armed the read deadline set (Unix ns;
+	// 0 none). Worker goroutine only.
+	tcFlows      map[*flowState]struct{}
+	tx4, tx6     *txBatch
+	scratch      [maxPacket]byte
+	timer, armed int64
+	latchWake    int64
+
 	counters   [vMax]atomic.Uint64
 	noFlow     atomic.Uint64
 	sendFailed atomic.Uint64
@@ -397,7 +413,8 @@ type worker struct {
 }
 
 func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
-	w := &worker{id: id, cpu: cpu, log: log, flows: make(map[netip.AddrPort]*flowState), raw4: -1, raw6: -1}
+	w := &worker{id: id, cpu: cpu, log: log, flows: make(map[netip.AddrPort]*flowState), raw4: -1, raw6: -1,
+		tcFlows: make(map[*flowState]struct{})}
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified})
 	if err != nil {
 		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
@@ -550,11 +567,22 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		w.flows[c.flow.Match] = &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
+		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
+		if err := w.setTranscode(f, c.flow.Transcode); err != nil {
+			return ctrlReply{err: err}
+		}
+		w.flows[c.flow.Match] = f
 	case opUpdate:
 		f, ok := w.flows[c.flow.Match]
 		if !ok || f.shadow != c.shadow {
 			return ctrlReply{err: dataplane.ErrNotFound}
+		}
+		// The same conversion keeps its engine, with its sequence
+		// numbers, timestamps and codec state.
+		if !f.flow.Transcode.Equal(c.flow.Transcode) {
+			if err := w.setTranscode(f, c.flow.Transcode); err != nil {
+				return ctrlReply{err: err}
+			}
 		}
 		// Same keys: keep the contexts, with their rollover counters and
 		// replay windows. New keys: new contexts.
@@ -572,6 +600,9 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		}
 		if c.op == opRemove {
 			delete(w.flows, c.flow.Match)
+			st := f.stats()
+			w.setTranscode(f, nil)
+			return ctrlReply{flows: []dataplane.FlowStats{{Flow: f.flow, Stats: st}}}
 		}
 		return ctrlReply{flows: []dataplane.FlowStats{{Flow: f.flow, Stats: f.stats()}}}
 	case opList:
@@ -584,6 +615,32 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		return ctrlReply{flows: out}
 	}
 	return ctrlReply{}
+}
+
+// setTranscode gives f the engine t asks for (nil: none), freeing the one
+// it had. The engine is created here, on the worker's thread, and only
+// this worker touches it.
+func (w *worker) setTranscode(f *flowState, t *dataplane.Transcode) error {
+	var tc *transcode.Stream
+	if t != nil {
+		ssrc := t.SSRC
+		if ssrc == 0 {
+			ssrc = rand.Uint32() | 1
+		}
+		var err error
+		if tc, err = transcode.New(*t, ssrc); err != nil {
+			return fmt.Errorf("transcode %s to %s: %w", t.In.Name, t.Out.Name, err)
+		}
+	}
+	if f.tc != nil {
+		f.tc.Close()
+		delete(w.tcFlows, f)
+	}
+	f.tc, f.rtcpDue = tc, 0
+	if tc != nil {
+		w.tcFlows[f] = struct{}{}
+	}
+	return nil
 }
 
 // pin locks the goroutine to its thread and the thread to the worker's CPU.
@@ -602,18 +659,30 @@ func (w *worker) run() {
 	w.pin()
 	defer runtime.UnlockOSThread()
 	rx := newRxBatch()
-	tx4 := newTxBatch(w.raw4, false)
-	var tx6 *txBatch
+	w.tx4 = newTxBatch(w.raw4, false)
 	if w.raw6 >= 0 {
-		tx6 = newTxBatch(w.raw6, true)
+		w.tx6 = newTxBatch(w.raw6, true)
 	}
+	tx4, tx6 := w.tx4, w.tx6
+	defer func() {
+		for f := range w.tcFlows {
+			f.tc.Close()
+		}
+	}()
 	for {
 		n, err := rx.recv(w.rc)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A control request, a latch retry or a timer.
+				w.armed = 0
 				w.conn.SetReadDeadline(time.Time{})
 				w.drainCtrl()
 				w.retryLatched()
+				w.timers()
+				w.armTimer()
+				if w.pending.Load() {
+					w.drainCtrl()
+				}
 				continue
 			}
 			if w.closed.Load() {
@@ -631,15 +700,41 @@ func (w *worker) run() {
 		if len(w.latchBacklog) > 0 {
 			w.retryLatched()
 		}
+		if w.timer != 0 || w.armed != 0 {
+			w.timers()
+			w.armTimer()
+			// A control request queued while the deadline was set is
+			// served now (its wake-up may have been overwritten).
+			if w.pending.Load() {
+				w.drainCtrl()
+			}
+		}
+	}
+}
+
+// timers runs the transcoding timers due now and sends what they made.
+func (w *worker) timers() {
+	if w.timer == 0 {
+		return
+	}
+	var counts [vMax]uint64
+	w.runTimers(time.Now().UnixNano(), &counts)
+	w.flush(w.tx4, w.tx6)
+	for v, c := range counts {
+		if c != 0 {
+			w.counters[v].Add(c)
+		}
 	}
 }
 
 // retryLatched flushes the latch backlog and, if some remains, has the
 // receive time out soon so that an idle worker tries again.
 func (w *worker) retryLatched() {
+	w.latchWake = 0
 	if w.flushLatched() {
-		w.conn.SetReadDeadline(time.Now().Add(latchRetry))
+		w.latchWake = time.Now().Add(latchRetry).UnixNano()
 	}
+	w.armTimer()
 }
 
 // relayBatch relays the n packets of rx. It allocates nothing, and
@@ -699,6 +794,10 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 			if res == latchLocked {
 				w.notifyLatched(f.flow.Match, f.learned, true)
 			}
+		}
+		if f.tc != nil || f.flow.SinkRTCP {
+			w.transcodeOne(f, payload, src, ts, &counts)
+			continue
 		}
 		m, to, v := f.process(out, payload, src, ts)
 		counts[v]++
