@@ -17,6 +17,9 @@ type Config struct {
 	// LatchWindow is how long after a latching flow's first packet its
 	// source may be learned (media.latch_window); default 3s.
 	LatchWindow time.Duration
+	// RTCPInterval is the mean interval of the RTCP reports relayd sends
+	// on the legs of transcoded streams; default 5s (RFC 3550's minimum).
+	RTCPInterval time.Duration
 	// OnLatched, if set, is called (from one goroutine, in order) when a
 	// latching flow learns a source (locked false) and when the window
 	// closes and the learned source is locked (locked true).
@@ -26,6 +29,9 @@ type Config struct {
 func (c *Config) setDefaults() error {
 	if c.MaxFlows == 0 {
 		c.MaxFlows = 65536
+	}
+	if c.RTCPInterval == 0 {
+		c.RTCPInterval = 5 * time.Second
 	}
 	if c.LatchWindow == 0 {
 		c.LatchWindow = 3 * time.Second

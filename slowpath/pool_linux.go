@@ -73,6 +73,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			return nil, err
 		}
 		w.latchWindow = int64(cfg.LatchWindow)
+		w.rtcpInterval = int64(cfg.RTCPInterval)
 		w.latched = p.latched
 		p.workers = append(p.workers, w)
 		if err := p.objs.Sockets.Update(uint32(i), uint64(w.rxFD), ebpf.UpdateAny); err != nil {
@@ -404,6 +405,7 @@ type worker struct {
 	tx4, tx6     *txBatch
 	scratch      [maxPacket]byte
 	timer, armed int64
+	rtcpInterval int64 // ns
 	latchWake    int64
 
 	counters   [vMax]atomic.Uint64

@@ -9,11 +9,6 @@ import (
 	"github.com/relayd/relayd/slowpath/transcode"
 )
 
-// rtcpInterval is the mean interval of the RTCP reports relayd sends on a
-// leg it terminates (RFC 3550's 5 s minimum for a two-party session); each
-// interval is drawn from [0.5, 1.5] times it, as section 6.3.1 asks.
-const rtcpInterval = 5 * time.Second
-
 // cname is the SDES CNAME of relayd's own RTCP reports.
 const cname = "relayd"
 
@@ -112,7 +107,7 @@ func (w *worker) pullOut(f *flowState, now int64, counts *[vMax]uint64) {
 		tx.commit(off+len(body), to.Addr())
 		counts[vSend]++
 		if f.rtcpDue == 0 {
-			f.rtcpDue = now + nextReport()
+			f.rtcpDue = now + w.nextReport()
 		}
 	}
 	w.noteTimer(f.tc.Deadline())
@@ -141,9 +136,14 @@ func (w *worker) txFor(a netip.Addr) *txBatch {
 	return w.tx6
 }
 
-// nextReport draws the interval to a leg's next RTCP report.
-func nextReport() int64 {
-	return int64(rtcpInterval/2) + rand.Int64N(int64(rtcpInterval))
+// nextReport draws the interval to a leg's next RTCP report: from 0.5 to
+// 1.5 times the configured mean, as RFC 3550 section 6.3.1 asks.
+func (w *worker) nextReport() int64 {
+	iv := w.rtcpInterval
+	if iv <= 0 {
+		iv = int64(5 * time.Second)
+	}
+	return iv/2 + rand.Int64N(iv)
 }
 
 // noteTimer records that the worker must run its timers at t (Unix ns;
@@ -170,7 +170,7 @@ func (w *worker) runTimers(now int64, counts *[vMax]uint64) {
 		}
 		if f.rtcpDue != 0 && f.rtcpDue <= now {
 			w.sendReport(f, now, counts)
-			f.rtcpDue = now + nextReport()
+			f.rtcpDue = now + w.nextReport()
 		}
 		w.noteTimer(f.tc.Deadline())
 		w.noteTimer(f.rtcpDue)
