@@ -78,6 +78,10 @@ type Media struct {
 	Ports       string `toml:"ports"`        // "A-B", A even, B odd; default 30000-39999
 	Timeout     string `toml:"timeout"`      // no media this long ends a call; default 60s
 	LatchWindow string `toml:"latch_window"` // symmetric RTP latching window; default 3s
+	// RTCPInterval is the mean interval of the RTCP reports relayd sends
+	// on each leg of a transcoded stream (it terminates RTCP there);
+	// default 5s, RFC 3550's minimum. From 100ms to 60s.
+	RTCPInterval string `toml:"rtcp_interval"`
 	// Advertise and Advertise6 are what SDP names instead of Address and
 	// Address6: the public side of a 1:1 NAT. Optional.
 	Advertise  string `toml:"advertise"`
@@ -99,6 +103,7 @@ type Media struct {
 	PortMax         uint16        `toml:"-"` // last port of Ports (odd)
 	TimeoutDuration time.Duration `toml:"-"` // parsed Timeout
 	LatchDuration   time.Duration `toml:"-"` // parsed LatchWindow
+	RTCPDuration    time.Duration `toml:"-"` // parsed RTCPInterval
 }
 
 // Limits on values.
@@ -122,9 +127,10 @@ func Default() *Config {
 			MaxFlows: 65536,
 		},
 		Media: Media{
-			Ports:       "30000-39999",
-			Timeout:     "60s",
-			LatchWindow: "3s",
+			Ports:        "30000-39999",
+			Timeout:      "60s",
+			LatchWindow:  "3s",
+			RTCPInterval: "5s",
 		},
 	}
 }
@@ -314,6 +320,11 @@ func (c *Config) validate(lines map[string]int) error {
 		bad("media.latch_window", "%q is not a duration (like 3s)", m.LatchWindow)
 	} else if m.LatchDuration < 0 {
 		bad("media.latch_window", "%s is negative", m.LatchWindow)
+	}
+	if m.RTCPDuration, err = time.ParseDuration(m.RTCPInterval); err != nil {
+		bad("media.rtcp_interval", "%q is not a duration (like 5s)", m.RTCPInterval)
+	} else if m.RTCPDuration < 100*time.Millisecond || m.RTCPDuration > time.Minute {
+		bad("media.rtcp_interval", "%s is not from 100ms to 60s", m.RTCPInterval)
 	}
 	c.validateSIP(bad)
 	c.validateState(bad)

@@ -35,9 +35,9 @@ func TestParseDefaults(t *testing.T) {
 			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536,
 		},
 		Media: Media{
-			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s",
+			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RTCPInterval: "5s",
 			Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
-			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second,
+			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RTCPDuration: 5 * time.Second,
 		},
 	}
 	if diff := cmp.Diff(c, want, cmpopts.EquateComparable(netip.Addr{})); diff != "" {

@@ -136,10 +136,11 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	// planes, which hands each to the holder of the flow.
 	var regRef atomic.Pointer[registry.Registry]
 	pool, err := slowpath.New(slowpath.Config{
-		Workers:     cfg.Dataplane.Workers,
-		CPUs:        cfg.Dataplane.CPUs,
-		MaxFlows:    cfg.Dataplane.MaxFlows,
-		LatchWindow: cfg.Media.LatchDuration,
+		Workers:      cfg.Dataplane.Workers,
+		CPUs:         cfg.Dataplane.CPUs,
+		MaxFlows:     cfg.Dataplane.MaxFlows,
+		LatchWindow:  cfg.Media.LatchDuration,
+		RTCPInterval: cfg.Media.RTCPDuration,
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
 			if r := regRef.Load(); r != nil {
 				r.Latched(match, source, locked)
