@@ -1,0 +1,295 @@
+package labrelay
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/rtp"
+	"github.com/relayd/relayd/rtp/g711"
+	"github.com/relayd/relayd/slowpath/codec/g729"
+)
+
+// toneMix is a deterministic test signal: two tones and a slow envelope,
+// so that every frame differs and the codecs have something to code.
+func toneMix(samples int) []int16 {
+	pcm := make([]int16, samples)
+	for i := range pcm {
+		t := float64(i) / 8000
+		env := 0.55 + 0.45*math.Sin(2*math.Pi*1.3*t)
+		pcm[i] = int16(8000 * env * (math.Sin(2*math.Pi*440*t) + 0.5*math.Sin(2*math.Pi*1230*t)))
+	}
+	return pcm
+}
+
+// rtpPacket builds an RTP packet of payload type pt.
+func rtpPacket(pt uint8, ssrc uint32, seq uint16, ts uint32, payload []byte) []byte {
+	b := make([]byte, 12+len(payload))
+	b[0], b[1] = 0x80, pt
+	binary.BigEndian.PutUint16(b[2:], seq)
+	binary.BigEndian.PutUint32(b[4:], ts)
+	binary.BigEndian.PutUint32(b[8:], ssrc)
+	copy(b[12:], payload)
+	return b
+}
+
+// received is one RTP packet as a leg got it.
+type received struct {
+	pt      uint8
+	seq     uint16
+	ts      uint32
+	ssrc    uint32
+	payload []byte
+}
+
+// recvRTP reads RTP packets on l until n arrived or idle passes.
+func recvRTP(t *testing.T, l *leg, n int, idle time.Duration) []received {
+	t.Helper()
+	var out []received
+	buf := make([]byte, 2048)
+	for len(out) < n {
+		l.conn.SetReadDeadline(time.Now().Add(idle))
+		m, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		if from != l.relay {
+			t.Errorf("packet from %s, want %s", from, l.relay)
+			continue
+		}
+		var h rtp.Header
+		off, err := h.Unmarshal(buf[:m])
+		if err != nil {
+			t.Errorf("not RTP: %v", err)
+			continue
+		}
+		out = append(out, received{h.PayloadType, h.SequenceNumber, h.Timestamp, h.SSRC, bytes.Clone(buf[off:m])})
+	}
+	return out
+}
+
+// checkContinuous reports gaps in the sequence numbers and timestamps of
+// pkts, and a foreign SSRC or payload type.
+func checkContinuous(t *testing.T, what string, pkts []received, ssrc uint32, pt uint8, step uint32) {
+	t.Helper()
+	for i, p := range pkts {
+		if p.ssrc != ssrc || p.pt != pt {
+			t.Errorf("%s packet %d: ssrc %#x pt %d, want %#x and %d", what, i, p.ssrc, p.pt, ssrc, pt)
+			return
+		}
+		if i > 0 && (p.seq != pkts[i-1].seq+1 || p.ts != pkts[i-1].ts+step) {
+			t.Errorf("%s packet %d: seq %d ts %d after seq %d ts %d, want +1 and +%d", what, i, p.seq, p.ts, pkts[i-1].seq, pkts[i-1].ts, step)
+			return
+		}
+	}
+}
+
+// TestRelayTranscodeStatic: two static flows of the admin API transcode
+// a call between a PCMU caller and a G.729 callee in relayd's workers.
+// Without loss the G.729 relayd sends is bit-exact with bcg729 encoding
+// the caller's audio offline, and the PCMU it sends is bit-exact with
+// bcg729 decoding the callee's; sequence numbers and timestamps are
+// continuous under relayd's own SSRC; relayd's RTCP sender reports reach
+// each leg's RTCP port and count what it sent there.
+func TestRelayTranscodeStatic(t *testing.T) {
+	if !g729.Available {
+		testenv.Skip(t, "relayd built without bcg729 (cgo and libbcg729-dev)")
+	}
+	l := lab.NewT(t)
+	r := startRelayIn(t, l, Options{ExtraMedia: `rtcp_interval = "200ms"`})
+
+	a, b := netip.AddrPortFrom(l.RelayMedia4, 33000), netip.AddrPortFrom(l.RelayMedia4, 33002)
+	rtcpA, rtcpB := netip.AddrPortFrom(l.RelayMedia4, 33001), netip.AddrPortFrom(l.RelayMedia4, 33003)
+	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4200)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5200)
+	callerRTCP := netip.AddrPortFrom(l.CallerAddr4, 4201)
+	calleeRTCP := netip.AddrPortFrom(l.CalleeAddr4, 5201)
+	const toCalleeSSRC, toCallerSSRC = 0x7a7a0001, 0x7a7a0002
+	f0, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(),
+		Reverse: b.String(),
+		Transcode: &admin.Transcode{From: "PCMU", To: "G729", SSRC: toCalleeSSRC,
+			RTCPFrom: rtcpB.String(), RTCPTo: calleeRTCP.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f1, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(),
+		Reverse: a.String(),
+		Transcode: &admin.Transcode{From: "G729", To: "PCMU", SSRC: toCallerSSRC,
+			RTCPFrom: rtcpA.String(), RTCPTo: callerRTCP.String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f0.Path != "userspace" || f0.Transcode == nil || f0.Transcode.To != "G729" || *f0.Transcode.PTTo != 18 {
+		t.Fatalf("flow as returned: %+v (want userspace, PCMU to G729 on PT 18)", f0)
+	}
+	caller := openLeg(t, l.Caller, callerEP, a)
+	callee := openLeg(t, l.Callee, calleeEP, b)
+	callerR := openLeg(t, l.Caller, callerRTCP, rtcpA)
+	calleeR := openLeg(t, l.Callee, calleeRTCP, rtcpB)
+
+	// 3 s of audio each way, a packet every 20 ms (sent 4 times faster:
+	// order, not pace, is what the engine follows).
+	const packets = 150
+	pcm := toneMix(packets * 160)
+	enc, err := g729.NewEncoder(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var wantG729, calleeSends []byte
+	for i := range packets {
+		frame := pcm[i*160 : (i+1)*160]
+		ulaw := g711.AppendUlaw(nil, frame)
+		if _, err := caller.conn.WriteToUDPAddrPort(rtpPacket(0, 0x1234, uint16(1000+i), uint32(i*160), ulaw), a); err != nil {
+			t.Fatal(err)
+		}
+		// Offline: what relayd must produce from it.
+		lin := make([]int16, 160)
+		for j, c := range ulaw {
+			lin[j] = g711.DecodeUlaw(c)
+		}
+		g, _, err := enc.Encode(make([]byte, 0, 20), lin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantG729 = append(wantG729, g...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := recvRTP(t, callee, packets, 2*time.Second)
+	if len(got) != packets {
+		t.Fatalf("callee received %d G.729 packets, want %d", len(got), packets)
+	}
+	checkContinuous(t, "to callee", got, toCalleeSSRC, 18, 160)
+	var gotG729 []byte
+	for _, p := range got {
+		gotG729 = append(gotG729, p.payload...)
+	}
+	if !bytes.Equal(gotG729, wantG729) {
+		first := 0
+		for first < min(len(gotG729), len(wantG729)) && gotG729[first] == wantG729[first] {
+			first++
+		}
+		t.Errorf("G.729 to the callee: %d bytes, not bit-exact with bcg729 offline (%d bytes); first difference at byte %d (frame %d)",
+			len(gotG729), len(wantG729), first, first/10)
+	}
+
+	// Back: the callee sends G.729 (encoded offline), the caller gets PCMU.
+	enc2, err := g729.NewEncoder(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc2.Close()
+	dec, err := g729.NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	var wantULaw []byte
+	for i := range packets {
+		g, _, err := enc2.Encode(make([]byte, 0, 20), pcm[i*160:(i+1)*160])
+		if err != nil {
+			t.Fatal(err)
+		}
+		calleeSends = append(calleeSends, g...)
+		if _, err := callee.conn.WriteToUDPAddrPort(rtpPacket(18, 0x5678, uint16(7000+i), uint32(90000+i*160), g), b); err != nil {
+			t.Fatal(err)
+		}
+		lin, err := dec.Decode(make([]int16, 0, 160), g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantULaw = g711.AppendUlaw(wantULaw, lin)
+		time.Sleep(5 * time.Millisecond)
+	}
+	back := recvRTP(t, caller, packets, 2*time.Second)
+	if len(back) != packets {
+		t.Fatalf("caller received %d PCMU packets, want %d", len(back), packets)
+	}
+	checkContinuous(t, "to caller", back, toCallerSSRC, 0, 160)
+	var gotULaw []byte
+	for _, p := range back {
+		gotULaw = append(gotULaw, p.payload...)
+	}
+	if !bytes.Equal(gotULaw, wantULaw) {
+		t.Errorf("PCMU to the caller: %d bytes, not bit-exact with bcg729 decoding offline (%d bytes)", len(gotULaw), len(wantULaw))
+	}
+
+	// relayd's own reports: an SR on each leg's RTCP port, from relayd's
+	// RTCP address, for its SSRC, counting what it sent there.
+	for _, c := range []struct {
+		name string
+		leg  *leg
+		ssrc uint32
+		peer uint32 // the SSRC relayd received from that leg
+	}{{"callee", calleeR, toCalleeSSRC, 0x5678}, {"caller", callerR, toCallerSSRC, 0x1234}} {
+		sr, rr, ok := readSR(t, c.leg, c.ssrc, 3*time.Second)
+		if !ok {
+			t.Errorf("%s: no RTCP sender report from relayd with SSRC %#x", c.name, c.ssrc)
+			continue
+		}
+		if sr.PacketCount != packets || sr.OctetCount != packets*map[string]uint32{"callee": 20, "caller": 160}[c.name] {
+			t.Errorf("%s: SR counts %d packets, %d octets; want %d packets", c.name, sr.PacketCount, sr.OctetCount, packets)
+		}
+		if rr == nil || rr.SSRC != c.peer || rr.TotalLost != 0 {
+			t.Errorf("%s: reception report %+v, want one for SSRC %#x with nothing lost", c.name, rr, c.peer)
+		}
+	}
+
+	for _, f := range []admin.Flow{f0, f1} {
+		st := flowByID(t, r, f.ID).TranscodeStats
+		if st == nil || st.FramesIn != 2*packets || st.FramesOut != 2*packets || st.SentPackets != packets || st.Concealed != 0 {
+			t.Errorf("flow %s: transcode stats %+v, want %d frames in and out, %d packets, none concealed", f.Match, st, 2*packets, packets)
+		}
+	}
+}
+
+// readSR waits for an RTCP compound on l that starts with a sender report
+// from ssrc and returns its sender info and first reception report.
+func readSR(t *testing.T, l *leg, ssrc uint32, wait time.Duration) (rtp.SenderInfo, *rtp.ReceptionReport, bool) {
+	t.Helper()
+	buf := make([]byte, 2048)
+	deadline := time.Now().Add(wait)
+	var last rtp.SenderInfo
+	var lastRR *rtp.ReceptionReport
+	found := false
+	for time.Now().Before(deadline) {
+		l.conn.SetReadDeadline(deadline)
+		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		if from != l.relay {
+			t.Errorf("RTCP from %s, want %s", from, l.relay)
+			continue
+		}
+		var h rtp.RTCPHeader
+		off, err := h.Unmarshal(buf[:n])
+		if err != nil || h.Type != rtp.TypeSenderReport || h.SSRC != ssrc {
+			t.Errorf("RTCP %x: not a sender report from %#x (%v)", buf[:min(n, 16)], ssrc, err)
+			continue
+		}
+		var si rtp.SenderInfo
+		if err := si.Unmarshal(buf[off:n]); err != nil {
+			t.Errorf("sender info: %v", err)
+			continue
+		}
+		last, found, lastRR = si, true, nil
+		if h.Count > 0 {
+			var rr rtp.ReceptionReport
+			if rr.Unmarshal(buf[off+rtp.SenderInfoSize:n]) == nil {
+				lastRR = &rr
+			}
+		}
+		// Reports keep coming; the one after the stream ended counts it all.
+		if si.PacketCount == 150 {
+			break
+		}
+	}
+	return last, lastRR, found
+}
