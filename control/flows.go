@@ -22,6 +22,7 @@ import (
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
+	"github.com/relayd/relayd/slowpath/codec/g729"
 )
 
 // Errors the flow manager returns; callers (the admin API) branch on them
@@ -107,6 +108,9 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 		fl.Transcode = &t
 		if spec.Action != dataplane.Forward {
 			return fl, "", fmt.Errorf("%w: transcode: only forwarded flows transcode", ErrInvalid)
+		}
+		if (t.In.Name == "G729" || t.Out.Name == "G729") && !g729.Available {
+			return fl, "", fmt.Errorf("%w: transcode: %w", ErrNotImplemented, g729.ErrUnavailable)
 		}
 		if t.RTCPFrom.IsValid() && !m.reg.IsRelay(t.RTCPFrom) {
 			return fl, "", fmt.Errorf("transcode rtcp_from %s: %w (%s)", t.RTCPFrom, ErrNotRelayAddress, m.reg.Describe())

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
@@ -370,5 +371,52 @@ func TestTCPListener(t *testing.T) {
 	l.Close()
 	if _, err := Listen("127.0.0.1:99999"); err == nil {
 		t.Error("bad port accepted")
+	}
+}
+
+// TestTranscodeFlow: a transcoding flow goes to the userspace plane with
+// every default filled in, comes back as requested, and bad conversions
+// get 400 with the field named.
+func TestTranscodeFlow(t *testing.T) {
+	user := dataplanetest.New(dataplane.PathUserspace)
+	f := newFixture(t, user)
+	const base = `"match":"198.18.1.1:30010","send_from":"198.18.1.1:30012","send_to":"198.18.2.2:5000"`
+	var fl Flow
+	body := `{` + base + `,"transcode":{"from":"pcmu","to":"G729","ptime_to":30,"event_from":101,"event_to":96,
+		"vad_to":true,"ssrc":1234,"rtcp_from":"198.18.1.1:30013","rtcp_to":"198.18.2.2:5001"}}`
+	if code := f.do(t, "POST", "/v1/flows", body, &fl); code != http.StatusCreated {
+		t.Fatalf("POST: %d", code)
+	}
+	if fl.Path != "userspace" || user.Len() != 1 {
+		t.Fatalf("flow %+v; userspace plane has %d flows, want it there", fl, user.Len())
+	}
+	pt := func(v uint8) *uint8 { return &v }
+	want := &Transcode{From: "PCMU", To: "G729", PtimeFrom: 20, PtimeTo: 30, PTFrom: pt(0), PTTo: pt(18),
+		EventFrom: 101, EventTo: 96, VADTo: true, SSRC: 1234, RTCPFrom: "198.18.1.1:30013", RTCPTo: "198.18.2.2:5001"}
+	if diff := cmp.Diff(want, fl.Transcode); diff != "" {
+		t.Errorf("transcode as returned (-want +got):\n%s", diff)
+	}
+	if fl.TranscodeStats == nil {
+		t.Errorf("no transcode_stats on a transcoding flow")
+	}
+	for _, tt := range []struct {
+		name, transcode, msg string
+		code                 int
+	}{
+		{"unknown codec", `{"from":"PCMU","to":"opus"}`, "to: \"opus\" is not PCMU, PCMA or G729", 400},
+		{"bad ptime", `{"from":"PCMU","to":"G729","ptime_to":25}`, "ptime 25", 400},
+		{"event clash", `{"from":"PCMU","to":"G729","event_to":18}`, "distinct payload types", 400},
+		{"pt out of range", `{"from":"PCMU","to":"G729","pt_to":200}`, "0 to 127", 400},
+		{"rtcp_from not relay", `{"from":"PCMU","to":"G729","rtcp_from":"198.18.1.9:30013","rtcp_to":"198.18.2.2:5001"}`, "rtcp_from", 422},
+		{"bad rtcp_to", `{"from":"PCMU","to":"G729","rtcp_to":"x"}`, "rtcp_to", 400},
+		{"unknown field", `{"from":"PCMU","to":"G729","bitrate":8}`, "bitrate", 400},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var e ErrorBody
+			body := `{"match":"198.18.1.1:30020","send_from":"198.18.1.1:30022","send_to":"198.18.2.2:5000","transcode":` + tt.transcode + `}`
+			if code := f.do(t, "POST", "/v1/flows", body, &e); code != tt.code || !strings.Contains(e.Error, tt.msg) {
+				t.Errorf("POST: %d %q, want %d and %q", code, e.Error, tt.code, tt.msg)
+			}
+		})
 	}
 }
