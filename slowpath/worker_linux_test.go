@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/slowpath/codec/g729"
 )
 
 // fillRx writes a received packet into slot i of rx as recvmmsg would:
@@ -126,4 +127,63 @@ func TestPing(t *testing.T) {
 		t.Fatalf("Ping with both workers running: %v", err)
 	}
 	t.Logf("ping round trip %v", time.Since(t0))
+}
+
+// TestRelayBatchTranscode: a batch of PCMU packets of a transcoding flow
+// goes through the engine and out as G.729 in the send batch, and the
+// worker's path allocates nothing per batch.
+func TestRelayBatchTranscode(t *testing.T) {
+	if !g729.Available {
+		testenv.Skip(t, "built without bcg729")
+	}
+	w := &worker{log: zaptest.NewLogger(t), flows: map[netip.AddrPort]*flowState{}, tcFlows: map[*flowState]struct{}{}}
+	match := netip.MustParseAddrPort("198.18.1.1:30000")
+	f := &flowState{flow: dataplane.Flow{
+		Match: match, SendFrom: netip.MustParseAddrPort("198.18.1.1:30002"),
+		SendTo: netip.MustParseAddrPort("198.18.2.2:5000"), ClockRate: 8000,
+		Transcode: &dataplane.Transcode{
+			In:  dataplane.Codec{Name: "PCMU", PT: 0, Ptime: 20},
+			Out: dataplane.Codec{Name: "G729", PT: 18, Ptime: 20},
+		},
+	}}
+	if err := w.setTranscode(f, f.flow.Transcode); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.setTranscode(f, nil) })
+	w.flows[match] = f
+	src := netip.MustParseAddrPort("198.18.0.2:4000")
+	rx := newRxBatch()
+	seq := 0
+	fill := func() {
+		for i := range batchSize {
+			// rtpPayload's PT is 0: PCMU, 160 bytes of payload.
+			fillRx(rx, i, rtpPayload(1, uint16(seq), uint32(seq)*160), src, match, int64(1e18)+int64(seq)*20e6)
+			seq++
+		}
+	}
+	w.tx4 = newTxBatch(-1, false)
+	fill()
+	w.relayBatch(rx, batchSize, w.tx4, nil)
+	if got := w.counters[vSend].Load(); got != batchSize {
+		t.Errorf("%d G.729 packets sent for %d PCMU packets, want as many", got, batchSize)
+	}
+	if st := f.stats(); st.FramesIn != 2*batchSize || st.FramesOut != 2*batchSize {
+		t.Errorf("frames in %d, out %d; want %d each", st.FramesIn, st.FramesOut, 2*batchSize)
+	}
+	// The next batches: the same packets with the following sequence
+	// numbers and timestamps, written in place.
+	next := func() {
+		for i := range batchSize {
+			binary.BigEndian.PutUint16(rx.bufs[i][2:], uint16(seq))
+			binary.BigEndian.PutUint32(rx.bufs[i][4:], uint32(seq)*160)
+			seq++
+		}
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		next()
+		w.relayBatch(rx, batchSize, w.tx4, nil)
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per batch of transcoded packets, want 0", allocs)
+	}
 }
