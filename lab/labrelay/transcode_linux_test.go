@@ -2,6 +2,7 @@ package labrelay
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
 	"math"
 	"net/netip"
@@ -13,7 +14,9 @@ import (
 	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/rtp"
 	"github.com/relayd/relayd/rtp/g711"
+	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/codec/g729"
+	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
 // toneMix is a deterministic test signal: two tones and a slow envelope,
@@ -292,4 +295,168 @@ func readSR(t *testing.T, l *leg, ssrc uint32, wait time.Duration) (rtp.SenderIn
 		}
 	}
 	return last, lastRR, found
+}
+
+// TestRelayTranscodeSRTP: SRTP on the G.711 leg and transcoding in the
+// same pass on one worker: the caller's SRTP PCMU is decrypted, decoded
+// and sent to the callee as G.729 bit-exact with bcg729 offline; the
+// callee's G.729 reaches the caller as SRTP PCMU that decrypts to what
+// bcg729 decodes offline; relayd's report to the caller is SRTCP.
+func TestRelayTranscodeSRTP(t *testing.T) {
+	if !g729.Available {
+		testenv.Skip(t, "relayd built without bcg729 (cgo and libbcg729-dev)")
+	}
+	l := lab.NewT(t)
+	r := startRelayIn(t, l, Options{ExtraMedia: `rtcp_interval = "200ms"`})
+	suite := sdes.AES_CM_128_HMAC_SHA1_80
+	up, err := sdes.Generate(1, suite) // caller -> relay
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err := sdes.Generate(2, suite) // relay -> caller
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := func(c *sdes.Crypto) string {
+		return base64.StdEncoding.EncodeToString(append(bytes.Clone(c.Key), c.Salt...))
+	}
+	a, b := netip.AddrPortFrom(l.RelayMedia4, 33100), netip.AddrPortFrom(l.RelayMedia4, 33102)
+	rtcpA := netip.AddrPortFrom(l.RelayMedia4, 33101)
+	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4300)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5300)
+	callerRTCP := netip.AddrPortFrom(l.CallerAddr4, 4301)
+	const toCalleeSSRC, toCallerSSRC = 0x7b7b0001, 0x7b7b0002
+	if _, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(),
+		Reverse: b.String(), Decrypt: &admin.Crypto{Suite: suite.String(), Key: b64(up)},
+		Transcode: &admin.Transcode{From: "PCMU", To: "G729", SSRC: toCalleeSSRC}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(), SendFrom: a.String(), SendTo: callerEP.String(),
+		Reverse: a.String(), Encrypt: &admin.Crypto{Suite: suite.String(), Key: b64(down)},
+		Transcode: &admin.Transcode{From: "G729", To: "PCMU", SSRC: toCallerSSRC,
+			RTCPFrom: rtcpA.String(), RTCPTo: callerRTCP.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	caller := openLeg(t, l.Caller, callerEP, a)
+	callee := openLeg(t, l.Callee, calleeEP, b)
+	callerR := openLeg(t, l.Caller, callerRTCP, rtcpA)
+	cfgOf := func(c *sdes.Crypto) srtpflow.Config {
+		cfg, err := srtpflow.ConfigFromCrypto(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	senc, err := srtpflow.NewEncrypter(cfgOf(up))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sdec, err := srtpflow.NewDecrypter(cfgOf(down))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const packets = 100
+	pcm := toneMix(packets * 160)
+	enc, err := g729.NewEncoder(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var wantG729 []byte
+	for i := range packets {
+		ulaw := g711.AppendUlaw(nil, pcm[i*160:(i+1)*160])
+		pkt, err := senc.EncryptRTP(make([]byte, 0, 256), rtpPacket(0, 0x1234, uint16(i), uint32(i*160), ulaw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := caller.conn.WriteToUDPAddrPort(pkt, a); err != nil {
+			t.Fatal(err)
+		}
+		lin := make([]int16, 160)
+		for j, c := range ulaw {
+			lin[j] = g711.DecodeUlaw(c)
+		}
+		g, _, err := enc.Encode(make([]byte, 0, 20), lin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantG729 = append(wantG729, g...)
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := recvRTP(t, callee, packets, 2*time.Second)
+	var gotG729 []byte
+	for _, p := range got {
+		gotG729 = append(gotG729, p.payload...)
+	}
+	checkContinuous(t, "to callee", got, toCalleeSSRC, 18, 160)
+	if len(got) != packets || !bytes.Equal(gotG729, wantG729) {
+		t.Errorf("callee: %d G.729 packets, %d bytes; want %d packets bit-exact with bcg729 offline", len(got), len(gotG729), packets)
+	}
+
+	enc2, err := g729.NewEncoder(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc2.Close()
+	dec, err := g729.NewDecoder()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dec.Close()
+	var wantULaw []byte
+	for i := range packets {
+		g, _, err := enc2.Encode(make([]byte, 0, 20), pcm[i*160:(i+1)*160])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := callee.conn.WriteToUDPAddrPort(rtpPacket(18, 0x5678, uint16(i), uint32(i*160), g), b); err != nil {
+			t.Fatal(err)
+		}
+		lin, err := dec.Decode(make([]int16, 0, 160), g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantULaw = g711.AppendUlaw(wantULaw, lin)
+		time.Sleep(5 * time.Millisecond)
+	}
+	var gotULaw []byte
+	n := 0
+	buf := make([]byte, 2048)
+	for n < packets {
+		caller.conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		m, _, err := caller.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			break
+		}
+		plain, err := sdec.DecryptRTP(make([]byte, 0, 2048), buf[:m])
+		if err != nil {
+			t.Fatalf("caller cannot decrypt packet %d: %v", n, err)
+		}
+		var h rtp.Header
+		off, err := h.Unmarshal(plain)
+		if err != nil || h.SSRC != toCallerSSRC || h.PayloadType != 0 {
+			t.Fatalf("caller packet %d: %+v %v, want PCMU from %#x", n, h, err, toCallerSSRC)
+		}
+		gotULaw = append(gotULaw, plain[off:]...)
+		n++
+	}
+	if n != packets || !bytes.Equal(gotULaw, wantULaw) {
+		t.Errorf("caller: %d SRTP PCMU packets, %d bytes; want %d packets that decrypt to bcg729's offline decode", n, len(gotULaw), packets)
+	}
+
+	// relayd's report to the caller comes as SRTCP under relayd's key.
+	callerR.conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+	m, _, err := callerR.conn.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		t.Fatalf("no RTCP at the caller: %v", err)
+	}
+	plain, err := sdec.DecryptRTCP(make([]byte, 0, 2048), buf[:m])
+	if err != nil {
+		t.Fatalf("relayd's RTCP to the caller is not SRTCP under its key: %v", err)
+	}
+	var h rtp.RTCPHeader
+	if _, err := h.Unmarshal(plain); err != nil || h.Type != rtp.TypeSenderReport || h.SSRC != toCallerSSRC {
+		t.Errorf("caller's RTCP: %+v %v, want a sender report from %#x", h, err, toCallerSSRC)
+	}
 }
