@@ -75,7 +75,10 @@ func (r *resonator) step(x, f, bw float64) float64 {
 //
 // It is not speech, but it has what a speech codec models (pitch,
 // formants, onsets, silence) and what a pure tone lacks, so a codec's
-// quality on it is close to its quality on real speech.
+// quality on it follows its quality on real speech. G.729's waveform SNR
+// on it depends on the seed's pitch: 6 to 7 dB SegSNR for a speaker
+// around 180 to 200 Hz (seeds 3, 4, 7, 11), under 2 dB around 100 Hz
+// (seeds 1, 8).
 func Speech(seed int64, samples int) []int16 {
 	samples = max(samples, 0)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eec4))
