@@ -148,7 +148,9 @@ func TestWritePcapBytes(t *testing.T) {
 }
 
 func TestPayloads(t *testing.T) {
-	p := func(seq uint16, pt uint8) Packet { return Packet{Seq: seq, PT: pt, Payload: []byte{byte(seq), byte(seq >> 8)}} }
+	p := func(seq uint16, pt uint8) Packet {
+		return Packet{Seq: seq, PT: pt, Payload: []byte{byte(seq), byte(seq >> 8)}}
+	}
 	// Out of order across the wrap, a duplicate, another payload type.
 	pkts := []Packet{p(65534, 0), p(0, 0), p(65535, 0), p(101, 101), p(1, 0), p(0, 0), p(3, 0), p(2, 0)}
 	got := Payloads(pkts, 0)
