@@ -24,7 +24,7 @@ type UDPPacket struct {
 }
 
 // PcapEpoch is the capture start of WritePcap's files, so that the same
-// packets make the same file.
+// packets make the same file. It is read-only.
 var PcapEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // Link and network constants of the files WritePcap writes.

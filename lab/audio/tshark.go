@@ -32,8 +32,8 @@ var tsharkFields = []string{"rtp.ssrc", "rtp.seq", "rtp.timestamp", "rtp.p_type"
 // matches filter, a display filter (-Y) such as "udp.dstport == 4000" or
 // "rtp.ssrc == 0x1234"; an empty filter takes all. The RTP event dissector
 // is disabled so that telephone-event packets keep their payload as bytes
-// (rtp.payload). A packet tshark dissects as RTP more than once (inside an
-// ICMP error) counts once, by its outer header.
+// (rtp.payload). RTP quoted inside an ICMP error (a port unreachable) is
+// left out.
 func RTPFromPcap(ctx context.Context, pcapPath, filter string) ([]Packet, error) {
 	bin, err := exec.LookPath("tshark")
 	if err != nil {
