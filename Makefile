@@ -19,9 +19,10 @@ all: build
 # the appliance test (lab/appliance); promtool checks the metrics;
 # keepalived and conntrackd run the firewall pair of lab/fwpair; tcpdump
 # captures at its hosts (voipgen fwtest --capture and its tests);
-# libbcg729-dev is G.729 for the transcoding workers (slowpath/codec/g729).
+# libbcg729-dev is G.729 for the transcoding workers (slowpath/codec/g729);
+# ffmpeg is the independent G.729 and G.711 decoder of lab/audio.
 DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
-	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump libbcg729-dev
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump libbcg729-dev ffmpeg
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600

@@ -6,6 +6,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/lab/audio"
 )
 
 // testVars fills the template actions of every scenario.
@@ -175,7 +177,16 @@ func TestSIPpLoads(t *testing.T) {
 	if err := os.WriteFile(wav, WAV(time.Second), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"-key", "audio", wav + ",1,0", "-key", "sdp_port", "7000"}
+	// SIPp reads a play_pcap_audio capture when it loads the scenario.
+	pcap := filepath.Join(dir, "audio.pcap")
+	pkts := audio.RTPPackets(audio.RTPStream{
+		Src: netip.MustParseAddrPort("198.18.0.1:7000"), Dst: netip.MustParseAddrPort("198.18.0.2:7002"),
+		Samples: 160, Interval: 20 * time.Millisecond,
+	}, audio.Chunk(make([]byte, 800), 160))
+	if err := audio.WritePcap(pcap, pkts); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"-key", "audio", wav + ",1,0", "-key", "sdp_port", "7000", "-key", "pcap", pcap}
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			b, err := Scenario(name, testVars)
