@@ -44,7 +44,7 @@ deps:
 
 # Install the packages only when one is missing, so `make test` and
 # `make demo` work on a fresh machine and cost nothing afterwards.
-NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd tcpdump
+NEED_BINS := ip ethtool tshark sipp clang-16 bpftool qemu-system-x86_64 busybox modprobe promtool nft lintian mmdebstrap dpkg-shlibdeps keepalived conntrackd tcpdump ffmpeg
 NEED_FILES := /usr/include/srtp2/srtp.h /usr/include/bcg729/encoder.h /usr/bin/rtpengine /usr/sbin/kamailio /usr/lib/x86_64-linux-gnu/kamailio/modules/rtpengine.so
 need:
 	@for b in $(NEED_BINS); do command -v $$b >/dev/null || { $(MAKE) deps; exit 0; }; done; \
