@@ -198,7 +198,7 @@ type OfferOptions struct {
 	// Transcoding: relayd can transcode (Table.CanTranscode). Without it
 	// no codec is added to the offer.
 	Transcoding bool
-	RTCPMux MuxPolicy
+	RTCPMux     MuxPolicy
 	// Latch is the policy for the offerer's leg.
 	Latch LatchPolicy
 	// Render shapes the SDP toward the answerer.

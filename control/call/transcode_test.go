@@ -24,7 +24,9 @@ func sdpBody(addr string, port int, formats string, attrs ...string) []byte {
 	return []byte(strings.Join(l, "\r\n") + "\r\n")
 }
 
-func itoa(n int) string { return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):] }
+func itoa(n int) string {
+	return netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(n)).String()[len("0.0.0.0:"):]
+}
 
 // callerG711 offers PCMU, PCMA, telephone-event and CN at 20 ms.
 var callerG711 = sdpBody("198.18.0.2", 4000, "0 8 101 13",
