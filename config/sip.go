@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relayd/relayd/dataplane"
 )
 
 // SIP is the [sip] section. Without listen addresses the B2BUA is off.
@@ -57,6 +59,10 @@ type Route struct {
 	FailoverOn     []int    `toml:"failover_on"`     // default 404 408 480 500 502 503 603
 	SRTP           string   `toml:"srtp"`            // off (default) | offer | require, toward the destination
 	Codecs         []string `toml:"codecs"`          // allowed codecs; empty: all
+	// Transcode lists codecs (PCMU, PCMA, G729) offered to the callee when
+	// the caller's offer lacks them, which relayd makes by transcoding
+	// (docs/routing.md). Validation turns the names into canonical case.
+	Transcode []string `toml:"transcode"`
 	// CallerInterface and CalleeInterface name the media interfaces of the
 	// caller's and the callee's legs ([[media.interface]]); empty: the
 	// default.
@@ -205,6 +211,14 @@ func (c *Config) validateSIP(bad func(key, format string, args ...any)) {
 			if codec == "" || strings.ContainsAny(codec, " /\t") {
 				bad(key("codecs"), "%q is not a codec name (like PCMU)", codec)
 			}
+		}
+		for k, codec := range r.Transcode {
+			name, ok := dataplane.TranscodeCodec(codec)
+			if !ok {
+				bad(key("transcode"), "%q is not a codec relayd transcodes (PCMU, PCMA or G729)", codec)
+				continue
+			}
+			r.Transcode[k] = name
 		}
 	}
 

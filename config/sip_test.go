@@ -23,6 +23,7 @@ attempt_timeout = "500ms"
 failover_on = [503]
 srtp = "offer"
 codecs = ["PCMU", "telephone-event"]
+transcode = ["g729", "PCMA"]
 [[route]]
 name = "default"
 match = "."
@@ -58,6 +59,9 @@ func TestParseSIP(t *testing.T) {
 		r.SRTP != "offer" || len(r.FailoverOn) != 1 {
 		t.Errorf("route 0 %+v", r)
 	}
+	if strings.Join(r.Transcode, " ") != "G729 PCMA" {
+		t.Errorf("route 0 transcode %q, want canonical G729 PCMA", r.Transcode)
+	}
 	d := c.Routes[1]
 	if d.Order != "ordered" || d.SRTP != "off" || d.AttemptTimeoutDuration != 2*time.Second || len(d.FailoverOn) != len(DefaultFailoverOn) {
 		t.Errorf("route 1 defaults %+v", d)
@@ -83,6 +87,7 @@ func TestParseSIPErrors(t *testing.T) {
 		{"weights", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\norder = \"weighted\"\n", "route[0].weights", 0, "one weight per destination"},
 		{"srtp", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\nsrtp = \"maybe\"\n", "route[0].srtp", 5, "not one of off"},
 		{"failover code", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\nfailover_on = [200]\n", "route[0].failover_on", 5, "not a final failure code"},
+		{"transcode", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\ntranscode = [\"G729\", \"opus\"]\n", "route[0].transcode", 5, `"opus" is not a codec relayd transcodes`},
 		{"transport", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h:5060;transport=sctp\"]\n", "route[0].destinations", 4, "transport"},
 		{"unknown route key", "[[route]]\nname = \"a\"\nbogus = 1\n", "route.bogus", 3, "unknown key"},
 		{"route server", "[route_server]\nurl = \"ftp://x\"\n", "route_server.url", 2, "http(s) URL"},

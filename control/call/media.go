@@ -72,6 +72,10 @@ type End struct {
 	// Latch is how relayd treats the addresses of this leg's peer; the
 	// zero value is symmetric RTP (latching).
 	Latch LatchPolicy
+	// SSRC is the SSRC of the RTP relayd sends toward this leg when it
+	// transcodes the stream: chosen once, kept across re-offers and
+	// restarts; 0 until the stream is first transcoded.
+	SSRC uint32
 }
 
 // LatchPolicy is how relayd learns where a leg's peer sends from and
@@ -108,6 +112,11 @@ type Stream struct {
 	Mux       bool
 	ClockRate uint32 // RTP clock rate of the main codec
 	Disabled  bool   // rejected or removed (port 0): no flows
+	// Transcode, when set, is the codec each leg uses (by Side): the RTP
+	// flows convert between them, the RTCP ports are sinks (relayd
+	// reports on each leg itself). Nil: plain relay. Never changed in
+	// place: a new negotiation sets a new one.
+	Transcode *[2]dataplane.Codec
 }
 
 // muxed reports whether leg s of the stream multiplexes RTCP.
@@ -237,6 +246,19 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				ClockRate: st.ClockRate,
 			}
 			m.applyLatch(&rtp, in.RTP, in.Latch, out2.Latch)
+			if tc := st.Transcode; tc != nil {
+				rtp.ClockRate = 8000
+				rtp.Transcode = &dataplane.Transcode{In: tc[from], Out: tc[from.Other()], SSRC: out2.SSRC}
+				if st.muxed(from.Other()) {
+					rtp.Transcode.RTCPFrom, rtp.Transcode.RTCPTo = rtp.SendFrom, rtp.SendTo
+				} else if out2.RTCP.IsValid() {
+					rtp.Transcode.RTCPFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
+					rtp.Transcode.RTCPTo = out2.RTCP
+					if l, ok := m.learned[rtp.Transcode.RTCPFrom]; ok && out2.Latch == LatchSymmetric {
+						rtp.Transcode.RTCPTo = l.source
+					}
+				}
+			}
 			out[rtp.Match] = wanted{rtp, from, dec, enc}
 			// A leg with rtcp-mux sends its RTCP with its RTP: the RTP
 			// flow carries it. The data plane does not split RTCP from
@@ -248,16 +270,23 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 			rtcp := rtp
 			rtcp.Match = netip.AddrPortFrom(in.Relay, in.Port+1)
 			rtcp.ClockRate = 0
-			if st.muxed(from.Other()) {
+			rtcp.Transcode = nil
+			// Across a transcoder the RTCP port is a sink: its flow
+			// still names where plain RTCP would go, as flows must.
+			rtcp.SinkRTCP = st.Transcode != nil
+			switch {
+			case st.muxed(from.Other()):
 				// Toward a leg with rtcp-mux: onto its RTP address, from
 				// relayd's RTP port.
 				rtcp.SendFrom, rtcp.SendTo = rtp.SendFrom, out2.RTP
-			} else {
-				if !out2.RTCP.IsValid() {
-					continue
-				}
+			case out2.RTCP.IsValid():
 				rtcp.SendFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
 				rtcp.SendTo = out2.RTCP
+			case rtcp.SinkRTCP:
+				rtcp.SendFrom = netip.AddrPortFrom(out2.Relay, out2.Port+1)
+				rtcp.SendTo = out2.RTP
+			default:
+				continue
 			}
 			sig := in.RTCP
 			if !sig.IsValid() {
@@ -381,6 +410,10 @@ func (m *Media) Sync() error {
 		}
 		if w.flow.HasSRTP() && !m.t.CanSRTP() {
 			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrSRTPUnsupported))
+			continue
+		}
+		if w.flow.Transcode != nil && !m.t.CanTranscode() {
+			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrTranscodeUnsupported))
 			continue
 		}
 		if rec, ok := m.flows[match]; ok {

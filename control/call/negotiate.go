@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/relayd/relayd/control/sdp"
+	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
 )
 
@@ -86,15 +87,27 @@ type CodecPolicy struct {
 	// Strip removes codecs from the offer.
 	Strip []string
 	// Mask hides codecs from the answerer while the offerer may still
-	// use them. Without transcoding the answerer could never send or
-	// receive a masked codec, so a mask has the effect of Strip.
+	// use them: relayd can answer the offerer with a masked codec when
+	// it transcodes from a codec in Transcode. Without transcoding the
+	// answerer could never send or receive a masked codec, so a mask has
+	// the effect of Strip.
 	Mask []string
 	// Offer keeps (re-adds after Strip or Mask) the named codecs of the
 	// offer; names the offer does not carry are ignored.
 	Offer []string
-	// Transcode is Offer for codecs the offer carries; one it does not
-	// carry fails the offer with ErrTranscodeUnsupported.
+	// Transcode is Offer for codecs the offer carries, even those
+	// Allowed leaves out. One it does not carry (PCMU, PCMA or G729) is
+	// added after the offer's codecs when relayd can transcode
+	// (OfferOptions.Transcoding) and the offer has one of those three to
+	// make it from; the offer's telephone-event then goes on too. Without
+	// transcoding nothing is added, and an offer left with nothing to
+	// relay fails with an error wrapping ErrTranscodeUnsupported and
+	// sdp.ErrNotAcceptable.
 	Transcode []string
+	// G729AnnexB offers an added G.729 with annexb=yes (relayd's encoder
+	// then sends SID frames in silence); the zero value offers
+	// annexb=no.
+	G729AnnexB bool
 }
 
 // MuxPolicy is how relayd handles rtcp-mux (RFC 5761) on an offer. The
@@ -180,9 +193,12 @@ type OfferOptions struct {
 	// a leg: one a=crypto line each, and the answer picks one. Empty
 	// offers AES_CM_128_HMAC_SHA1_80 alone. A re-offer keeps the key the
 	// leg uses.
-	Suites  []sdes.Suite
-	Codecs  CodecPolicy
-	RTCPMux MuxPolicy
+	Suites []sdes.Suite
+	Codecs CodecPolicy
+	// Transcoding: relayd can transcode (Table.CanTranscode). Without it
+	// no codec is added to the offer.
+	Transcoding bool
+	RTCPMux     MuxPolicy
 	// Latch is the policy for the offerer's leg.
 	Latch LatchPolicy
 	// Render shapes the SDP toward the answerer.
@@ -216,6 +232,7 @@ type decision struct {
 	offered        []*sdes.Crypto
 	offerMux       bool // the offerer offered rtcp-mux
 	sentMux        bool // relayd offered rtcp-mux to the answerer
+	codecs         codecPlan
 }
 
 type pendingOffer struct {
@@ -325,7 +342,8 @@ func (s *Session) Complete() {
 	s.pend = nil
 }
 
-// Offer takes an offer from one leg (d: filtered per o.Codecs in place),
+// Offer takes an offer from one leg (d: filtered per o.Codecs in place;
+// when relayd adds codecs, a copy is: see CodecPolicy.Transcode),
 // anchors its streams on the relay (ports, the offerer's addresses, SRTP
 // per o.SRTP, rtcp-mux per o.RTCPMux) and returns the SDP to offer the
 // other leg. A new offer replaces a pending one.
@@ -339,13 +357,23 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 	if err := o.Render.check(); err != nil {
 		return nil, err
 	}
-	if err := filterCodecs(d, o.Codecs); err != nil {
-		return nil, err
-	}
 	to := from.Other()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.media
+	// A leg that gets transcoded media keeps its codec across re-offers.
+	var current []string
+	for _, st := range m.Streams() {
+		name := ""
+		if st.Transcode != nil && !st.Disabled {
+			name = st.Transcode[to].Name
+		}
+		current = append(current, name)
+	}
+	d, plans, err := planCodecs(d, o.Codecs, o.Transcoding, current)
+	if err != nil {
+		return nil, err
+	}
 	plan := sdp.Plan{
 		Addr:                  s.local[to].Advertised(),
 		KeepSessionConnection: o.Render.KeepSessionConnection,
@@ -369,6 +397,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 			return nil, fmt.Errorf("stream %d: %w", i, err)
 		}
 		dec.offerMux, dec.sentMux = st.RTCPMux, st.RTCPMux
+		dec.codecs = plans[i]
 		switch {
 		case mp.Offer, mp.Require:
 			dec.sentMux = true
@@ -532,12 +561,29 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
 	var errs []error
+	out, cloned := d, false
 	for i := range d.Streams {
 		st := &d.Streams[i]
 		dec, ok := p.streams[i]
 		if i >= len(p.offer.Streams) || !ok || !st.Enabled() {
 			m.Edit(i, func(ms *Stream) { ms.Disabled = true })
 			continue
+		}
+		tc, codecs, ptime, err := transcodeAnswer(st, dec.codecs, from)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream %d: %w", i, err))
+			continue
+		}
+		if codecs != nil {
+			if !cloned {
+				// The answer may be answered again (a 200 after an 18x
+				// with the same SDP): it stays as the answerer sent it.
+				if out = d.Clone(); out == nil {
+					return nil, fmt.Errorf("%w: the answer does not render again", sdp.ErrMalformed)
+				}
+				cloned = true
+			}
+			out.SetCodecs(i, codecs, ptime)
 		}
 		// rtcp-mux on the answerer's leg, then on the offerer's: never
 		// on the offerer's alone (see MuxPolicy).
@@ -553,6 +599,14 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 			fe.Mux, te.Mux = ansMux, offMux
 			if c := st.ClockRate(); c != 0 {
 				ms.ClockRate = c
+			}
+			ms.Transcode = tc
+			if tc != nil {
+				for side := range ms.Ends {
+					if ms.Ends[side].SSRC == 0 {
+						ms.Ends[side].SSRC = newSSRC()
+					}
+				}
 			}
 			sp.Port = int(te.Port)
 			switch {
@@ -584,7 +638,7 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 	if err := m.Sync(); err != nil {
 		return nil, err
 	}
-	body, err := d.Rewrite(plan, s.originFor(to, o.Render))
+	body, err := out.Rewrite(plan, s.originFor(to, o.Render))
 	if err != nil {
 		return nil, err
 	}
@@ -656,31 +710,114 @@ func avp(proto string) string {
 	return proto
 }
 
-// filterCodecs applies a codec policy to an offer.
-func filterCodecs(d *sdp.Description, p CodecPolicy) error {
-	for _, name := range p.Transcode {
-		if !slices.ContainsFunc(d.Streams, func(st sdp.Stream) bool {
-			return slices.ContainsFunc(st.Codecs, func(c sdp.Codec) bool { return codecIs(name, c) })
-		}) {
-			return fmt.Errorf("%w: %s is not in the offer", ErrTranscodeUnsupported, name)
-		}
-	}
-	if len(p.Allowed) == 0 && len(p.Strip) == 0 && len(p.Mask) == 0 {
-		return d.Usable()
-	}
+// planCodecs applies a codec policy to an offer: it keeps the codecs the
+// policy lets through and, with transcoding, adds the codecs of
+// p.Transcode (and those the receiving leg uses now, current by stream)
+// that the offer lacks and relayd can make from one of its codecs. The
+// description is filtered in place; when codecs are added, a copy is,
+// so that the offer stays as the offerer sent it (a B2BUA offers it to
+// each destination in turn). It returns the description to offer and
+// the plan of each stream.
+func planCodecs(d *sdp.Description, p CodecPolicy, transcoding bool, current []string) (*sdp.Description, []codecPlan, error) {
 	in := func(list []string, c sdp.Codec) bool {
 		return slices.ContainsFunc(list, func(n string) bool { return codecIs(n, c) })
 	}
-	return d.FilterCodecsFunc(func(_ int, c sdp.Codec) bool {
+	all := func(list []string) bool {
+		return slices.ContainsFunc(list, func(n string) bool { return strings.EqualFold(n, "all") })
+	}
+	keep := func(c sdp.Codec) bool {
+		if in(p.Transcode, c) {
+			return true
+		}
 		if len(p.Allowed) > 0 && !in(p.Allowed, c) {
 			return false
 		}
-		hidden := in(p.Strip, c) || in(p.Mask, c)
-		for _, l := range [][]string{p.Strip, p.Mask} {
-			hidden = hidden || slices.ContainsFunc(l, func(n string) bool { return strings.EqualFold(n, "all") })
+		hidden := in(p.Strip, c) || in(p.Mask, c) || all(p.Strip) || all(p.Mask)
+		return !hidden || in(p.Offer, c)
+	}
+	stripped := func(c sdp.Codec) bool {
+		return (in(p.Strip, c) || all(p.Strip)) && !in(p.Offer, c) && !in(p.Transcode, c)
+	}
+	plans := make([]codecPlan, len(d.Streams))
+	keepEvent := make([]bool, len(d.Streams))
+	refused, adding := false, false
+	for i := range d.Streams {
+		st := &d.Streams[i]
+		if !st.Enabled() {
+			continue
 		}
-		return !hidden || in(p.Offer, c) || in(p.Transcode, c)
-	})
+		pl := &plans[i]
+		pl.ptime, pl.maxptime = st.Ptime, st.MaxPtime
+		var rest []sdp.Codec
+		for _, c := range st.Codecs {
+			switch {
+			case stripped(c):
+			case keep(c):
+				pl.offered = append(pl.offered, c)
+			default:
+				rest = append(rest, c)
+			}
+		}
+		pl.offered = append(pl.offered, rest...)
+		names := slices.Clone(p.Transcode)
+		if i < len(current) && current[i] != "" {
+			names = append(names, current[i])
+		}
+		for _, n := range names {
+			n, _, _ = strings.Cut(n, "/")
+			name, ok := dataplane.TranscodeCodec(n)
+			if !ok || slices.ContainsFunc(st.Codecs, func(c sdp.Codec) bool { return strings.EqualFold(c.Name, name) }) ||
+				slices.ContainsFunc(pl.added, func(c sdp.Codec) bool { return c.Name == name }) {
+				continue // not a codec relayd makes, or the offer has it
+			}
+			if !slices.ContainsFunc(pl.offered, func(c sdp.Codec) bool { _, ok := transcodable(c); return ok }) {
+				continue // nothing to make it from
+			}
+			if !transcoding {
+				refused = true
+				continue
+			}
+			pt, free := freePT(name, append(slices.Clone(st.Codecs), pl.added...))
+			if !free {
+				continue
+			}
+			c := sdp.Codec{PT: pt, Name: name, ClockRate: 8000}
+			if name == "G729" {
+				c.Fmtp = "annexb=no"
+				if p.G729AnnexB {
+					c.Fmtp = "annexb=yes"
+				}
+			}
+			pl.added = append(pl.added, c)
+		}
+		if len(pl.added) > 0 {
+			adding = true
+			// DTMF keeps working: the offer's telephone-event goes on.
+			keepEvent[i] = slices.ContainsFunc(pl.offered, isEvent)
+		}
+	}
+	if adding {
+		d = d.Clone()
+		if d == nil {
+			return nil, nil, fmt.Errorf("%w: the offer does not render again", sdp.ErrMalformed)
+		}
+		for i := range plans {
+			d.AddCodecs(i, plans[i].added)
+		}
+	}
+	var err error
+	if len(p.Allowed) == 0 && len(p.Strip) == 0 && len(p.Mask) == 0 {
+		err = d.Usable()
+	} else {
+		err = d.FilterCodecsFunc(func(i int, c sdp.Codec) bool {
+			return keep(c) || keepEvent[i] && isEvent(c) ||
+				slices.ContainsFunc(plans[i].added, func(a sdp.Codec) bool { return a.PT == c.PT && a.Name == c.Name })
+		})
+	}
+	if err != nil && refused {
+		err = fmt.Errorf("%w: %w", ErrTranscodeUnsupported, err)
+	}
+	return d, plans, err
 }
 
 // codecIs reports whether c is the codec name ("PCMA", "opus/48000",

@@ -380,7 +380,7 @@ func TestNegotiateCodecs(t *testing.T) {
 		{"allowed over offer", CodecPolicy{Allowed: []string{"PCMU"}, Strip: []string{"all"}, Offer: []string{"PCMA", "PCMU"}}, "PCMU", nil},
 		{"rate must match", CodecPolicy{Strip: []string{"PCMA/16000"}}, "PCMU PCMA G729 telephone-event", nil},
 		{"transcode present", CodecPolicy{Mask: []string{"all"}, Transcode: []string{"G729"}}, "G729", nil},
-		{"transcode absent", CodecPolicy{Transcode: []string{"opus"}}, "", ErrTranscodeUnsupported},
+		{"transcode absent, no transcoding", CodecPolicy{Transcode: []string{"opus"}}, "PCMU PCMA G729 telephone-event", nil},
 		{"nothing left", CodecPolicy{Allowed: []string{"opus"}}, "", sdp.ErrNotAcceptable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

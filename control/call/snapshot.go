@@ -51,6 +51,19 @@ type StreamSnapshot struct {
 	Mux       bool       `json:"mux,omitempty"`
 	ClockRate uint32     `json:"clock_rate"`
 	Disabled  bool       `json:"disabled,omitempty"`
+	// Transcode is Stream.Transcode: the codec of leg a, then of leg b;
+	// absent for plain relay.
+	Transcode []CodecSnap `json:"transcode,omitempty"`
+}
+
+// CodecSnap is a dataplane.Codec.
+type CodecSnap struct {
+	Name  string `json:"name"`
+	PT    uint8  `json:"pt"`
+	Ptime uint8  `json:"ptime"`
+	Event uint8  `json:"event,omitempty"`
+	CN    uint8  `json:"cn,omitempty"`
+	VAD   bool   `json:"vad,omitempty"`
 }
 
 // EndSnap is an End.
@@ -64,6 +77,8 @@ type EndSnap struct {
 	// Mux is rtcp-mux on this leg only (StreamSnapshot.Mux: on both).
 	Mux   bool        `json:"mux,omitempty"`
 	Latch LatchPolicy `json:"latch,omitempty"`
+	// SSRC is End.SSRC: relayd's SSRC toward the leg when transcoding.
+	SSRC uint32 `json:"ssrc,omitempty"`
 }
 
 // KeySnap is an SDES key; the suite by its RFC 4568 name.
@@ -151,7 +166,12 @@ func (m *Media) snapshot() MediaSnapshot {
 		for i, e := range st.Ends {
 			ss.Ends[i] = EndSnap{
 				Relay: e.Relay, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: keySnap(e.Recv), Send: keySnap(e.Send),
-				Mux: !both && e.Mux, Latch: e.Latch,
+				Mux: !both && e.Mux, Latch: e.Latch, SSRC: e.SSRC,
+			}
+		}
+		if tc := st.Transcode; tc != nil {
+			for _, c := range tc {
+				ss.Transcode = append(ss.Transcode, CodecSnap{Name: c.Name, PT: c.PT, Ptime: c.Ptime, Event: c.Event, CN: c.CN, VAD: c.VAD})
 			}
 		}
 		ms.Streams = append(ms.Streams, ss)
@@ -274,12 +294,23 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 				return nil, fmt.Errorf("restore call %s: stream %d: latch %q", s.ID, ss.Index, e.Latch)
 			}
 			name, _ := t.reg.InterfaceOf(e.Relay)
-			st.Ends[i] = End{Relay: e.Relay, Interface: name, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send, Mux: ss.Mux || e.Mux, Latch: e.Latch}
+			st.Ends[i] = End{Relay: e.Relay, Interface: name, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: recv, Send: send, Mux: ss.Mux || e.Mux, Latch: e.Latch, SSRC: e.SSRC}
 			if e.Port != 0 {
 				// Taken already when a pinned flow uses it (the
 				// registry's adoption).
 				t.reg.ReservePort(name, e.Port)
 			}
+		}
+		switch len(ss.Transcode) {
+		case 0:
+		case 2:
+			var tc [2]dataplane.Codec
+			for i, c := range ss.Transcode {
+				tc[i] = dataplane.Codec{Name: c.Name, PT: c.PT, Ptime: c.Ptime, Event: c.Event, CN: c.CN, VAD: c.VAD}
+			}
+			st.Transcode = &tc
+		default:
+			return nil, fmt.Errorf("restore call %s: stream %d: transcode has %d codecs, want 2", s.ID, ss.Index, len(ss.Transcode))
 		}
 		m.streams = append(m.streams, st)
 	}

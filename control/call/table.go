@@ -15,6 +15,7 @@ import (
 
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/slowpath/codec/g729"
 )
 
 // Table holds the calls in progress. Their flows and ports are in the
@@ -27,6 +28,7 @@ type Table struct {
 
 	nextCall atomic.Uint64
 	maxCalls atomic.Int64 // 0: no limit
+	codecs   atomic.Bool  // the transcoding workers have their codecs (G.729)
 
 	mu    sync.Mutex // guards the following
 	calls map[string]*Call
@@ -49,7 +51,9 @@ func (t *Table) TryNew(source netip.AddrPort, from, to string) (*Call, error) {
 
 // NewTable returns a call table over the registry.
 func NewTable(reg *registry.Registry, log *zap.Logger) *Table {
-	return &Table{reg: reg, log: log, now: time.Now, calls: make(map[string]*Call)}
+	t := &Table{reg: reg, log: log, now: time.Now, calls: make(map[string]*Call)}
+	t.codecs.Store(g729.Available)
+	return t
 }
 
 // Registry returns the flow registry the table's calls use.
@@ -91,6 +95,18 @@ func (t *Table) LocalOf(a netip.Addr) Local {
 // CanSRTP reports whether calls can have SRTP terminated on a leg (a
 // userspace data plane runs).
 func (t *Table) CanSRTP() bool { return t.reg.HasPlane(dataplane.PathUserspace) }
+
+// CanTranscode reports whether calls can be transcoded between G.711 and
+// G.729: a userspace data plane runs and relayd was built with G.729
+// (g729.Available, unless SetCodecsAvailable said otherwise).
+func (t *Table) CanTranscode() bool {
+	return t.codecs.Load() && t.reg.HasPlane(dataplane.PathUserspace)
+}
+
+// SetCodecsAvailable overrides whether the transcoding workers have their
+// codecs (g729.Available by default): tests of the control plane, and a
+// daemon whose codecs failed to start.
+func (t *Table) SetCodecsAvailable(ok bool) { t.codecs.Store(ok) }
 
 // NewMedia returns empty media for a call.
 func (t *Table) NewMedia() *Media {

@@ -623,6 +623,7 @@ func parseSDP(body string) (*sdp.Description, error) {
 func (e *CallEngine) offerOptions(r *Request, d *sdp.Description) (call.OfferOptions, error) {
 	o := call.OfferOptions{
 		SRTPTermination: e.cfg.Calls.CanSRTP(),
+		Transcoding:     e.cfg.Calls.CanTranscode(),
 		Latch:           latchOf(r),
 		Render:          renderOf(r),
 		Install:         true,
@@ -750,6 +751,8 @@ func engineError(err error) error {
 		return ErrSessionLimit
 	case errors.Is(err, sdp.ErrMalformed):
 		return fmt.Errorf("%w: %w", ErrBadSDP, err)
+	case errors.Is(err, call.ErrTranscodeUnsupported):
+		return fmt.Errorf("%w: %w", ErrTranscode, err)
 	}
 	return err
 }

@@ -342,6 +342,7 @@ func TestEngineLimits(t *testing.T) {
 // TestEngineErrors: commands that cannot be done, worded as rtpengine.
 func TestCallEngineErrors(t *testing.T) {
 	r := newEngineRig(t, nil)
+	r.calls.SetCodecsAvailable(false) // built without G.729: no transcoding
 	for _, tc := range []struct {
 		name   string
 		kv     []any
@@ -352,7 +353,7 @@ func TestCallEngineErrors(t *testing.T) {
 		{"query unknown", []any{"call-id", "x", "command", "query"}, "error", "Unknown call-id"},
 		{"offer no sdp", []any{"call-id", "x", "from-tag", "a", "command", "offer"}, "error", "No SDP body in message"},
 		{"offer bad sdp", []any{"sdp", "garbage", "call-id", "x", "from-tag", "a", "command", "offer"}, "error", "Failed to parse SDP"},
-		{"transcode", []any{"sdp", sdpOf("198.18.0.10", "4000"), "codec", []byte("d9:transcodel4:G729ee"), "call-id", "x", "from-tag", "a", "command", "offer"}, "error", ""},
+		{"transcode", []any{"sdp", sdpOf("198.18.0.10", "4000"), "codec", []byte("d4:maskl3:alle9:transcodel4:G729ee"), "call-id", "x", "from-tag", "a", "command", "offer"}, "error", "transcoding is not available"},
 		{"DTLS", []any{"sdp", sdpOf("198.18.0.10", "4000"), "DTLS", "passive", "call-id", "x", "from-tag", "a", "command", "offer"}, "error", ""},
 	} {
 		got := r.do(t, tc.kv...)

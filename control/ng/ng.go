@@ -61,6 +61,10 @@ var (
 	ErrDialogue = errors.New("invalid dialogue association")
 	// ErrRewriteSDP: the reply SDP could not be made.
 	ErrRewriteSDP = errors.New("error rewriting sdp")
+	// ErrTranscode: the offer needs a codec only transcoding provides,
+	// and relayd cannot transcode (no userspace data plane, or built
+	// without G.729).
+	ErrTranscode = errors.New("transcoding is not available")
 )
 
 // Errors of the wire side: replies the server makes itself, with
@@ -109,6 +113,7 @@ var wording = []struct {
 	{ErrUnknownCommand, "Unrecognized command"},
 	{ErrUnsupported, "Unsupported command"},
 	{ErrLimit, "invalid limit, must be >= 0"},
+	{ErrTranscode, "transcoding is not available"},
 }
 
 // ReplyText returns the error-reason (or load-limit message) the server

@@ -1,7 +1,7 @@
 // Package route decides where a call goes: the [[route]] tables of the
 // config (a regular expression on the Request-URI user part, destinations
 // in order, random or weighted order, attempt timeout, the codes that fail
-// over, the SRTP policy and codecs toward the destination) and, when one
+// over, the SRTP policy, codecs and transcoding toward the destination) and, when one
 // is configured, an HTTP route server that authorizes the call and returns
 // its destinations (docs/routing.md).
 package route
@@ -27,6 +27,7 @@ import (
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/dataplane"
 )
 
 // Errors Lookup returns; the SIP front-end maps them to responses.
@@ -131,6 +132,10 @@ type Route struct {
 	FailoverOn     []int
 	SRTP           Policy
 	Codecs         []string
+	// Transcode are the codecs (canonical PCMU, PCMA, G729) offered to
+	// the callee besides the caller's, which relayd transcodes to
+	// (call.CodecPolicy.Transcode).
+	Transcode []string
 	// CallerInterface and CalleeInterface name the media interfaces of
 	// the caller's and the callee's legs; "" is the default.
 	CallerInterface, CalleeInterface string
@@ -224,6 +229,7 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 			FailoverOn:     slices.Clone(c.FailoverOn),
 			SRTP:           Policy(c.SRTP),
 			Codecs:         slices.Clone(c.Codecs),
+			Transcode:      slices.Clone(c.Transcode),
 
 			CallerInterface: c.CallerInterface,
 			CalleeInterface: c.CalleeInterface,
@@ -334,6 +340,7 @@ type ServerResponse struct {
 	AttemptTimeout string   `json:"attempt_timeout,omitempty"`
 	SRTP           string   `json:"srtp,omitempty"`
 	Codecs         []string `json:"codecs,omitempty"`
+	Transcode      []string `json:"transcode,omitempty"`
 }
 
 // ask posts the facts to the route server and merges its answer into d.
@@ -403,6 +410,17 @@ func (r *Router) ask(ctx context.Context, t *table, f Facts, d Decision) (Decisi
 	}
 	if sr.Codecs != nil {
 		d.Route.Codecs = sr.Codecs
+	}
+	if sr.Transcode != nil {
+		tc := make([]string, 0, len(sr.Transcode))
+		for _, n := range sr.Transcode {
+			name, ok := dataplane.TranscodeCodec(n)
+			if !ok {
+				return d, fmt.Errorf("%w: transcode %q is not PCMU, PCMA or G729", ErrServer, n)
+			}
+			tc = append(tc, name)
+		}
+		d.Route.Transcode = tc
 	}
 	return d, nil
 }

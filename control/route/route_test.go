@@ -133,6 +133,10 @@ func TestLookupServer(t *testing.T) {
 			w.Write([]byte("{"))
 		case "down":
 			w.WriteHeader(http.StatusBadGateway)
+		case "g729":
+			json.NewEncoder(w).Encode(ServerResponse{Destinations: []string{"sip:198.18.2.2"}, Transcode: []string{"g729"}})
+		case "opus":
+			json.NewEncoder(w).Encode(ServerResponse{Destinations: []string{"sip:198.18.2.2"}, Transcode: []string{"opus"}})
 		default:
 			json.NewEncoder(w).Encode(ServerResponse{Destinations: []string{"sip:198.18.3.2;transport=tcp", "sip:198.18.2.2"}, SRTP: "offer"})
 		}
@@ -163,7 +167,10 @@ func TestLookupServer(t *testing.T) {
 	if _, err := r.Lookup(context.Background(), Facts{User: "reject"}); !errors.As(err, &rej) || rej.Code != 403 {
 		t.Errorf("reject: %v", err)
 	}
-	for _, user := range []string{"slow", "garbage", "down"} {
+	if d, err := r.Lookup(context.Background(), Facts{User: "g729"}); err != nil || len(d.Route.Transcode) != 1 || d.Route.Transcode[0] != "G729" {
+		t.Errorf("transcode from the server: %q %v, want G729", d.Route.Transcode, err)
+	}
+	for _, user := range []string{"slow", "garbage", "down", "opus"} {
 		start := time.Now()
 		if _, err := r.Lookup(context.Background(), Facts{User: user}); !errors.Is(err, ErrServer) {
 			t.Errorf("%s: %v, want ErrServer", user, err)
@@ -171,6 +178,25 @@ func TestLookupServer(t *testing.T) {
 		if time.Since(start) > 400*time.Millisecond {
 			t.Errorf("%s: took %v with a 100ms timeout", user, time.Since(start))
 		}
+	}
+}
+
+// TestRouteTranscode: a route's transcode list reaches its decision.
+func TestRouteTranscode(t *testing.T) {
+	c := parseConfig(t, "[[route]]\nname = \"g729\"\nmatch = \".\"\ndestinations = [\"sip:198.18.2.2\"]\ncodecs = [\"PCMA\"]\ntranscode = [\"g729\"]\n")
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Lookup(context.Background(), Facts{User: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"G729"}, d.Route.Transcode); diff != "" {
+		t.Errorf("transcode (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"PCMA"}, d.Route.Codecs); diff != "" {
+		t.Errorf("codecs (-want +got):\n%s", diff)
 	}
 }
 

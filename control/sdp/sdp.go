@@ -46,6 +46,9 @@ type Codec struct {
 	PT        uint8
 	Name      string // encoding name as in a=rtpmap, or the static name
 	ClockRate uint32
+	// Fmtp is the format's a=fmtp parameters ("annexb=no", "0-16"); empty
+	// when it has none.
+	Fmtp string
 }
 
 // Stream is what relayd learns from one m= line.
@@ -60,6 +63,8 @@ type Stream struct {
 	RTCPMux   bool       // a=rtcp-mux present
 	Direction string     // sendrecv, sendonly, recvonly or inactive
 	Codecs    []Codec    // in m= order
+	// Ptime and MaxPtime are a=ptime and a=maxptime in ms; 0 when absent.
+	Ptime, MaxPtime int
 	// Crypto lists the a=crypto attributes with a supported suite and
 	// session parameters, in order. Others are skipped.
 	Crypto []*sdes.Crypto
@@ -191,6 +196,7 @@ func (d *Description) extract() error {
 			st.RTCPPort = 0
 		}
 		rtpmap := make(map[string]Codec)
+		fmtp := make(map[string]string)
 		for _, a := range md.Attributes {
 			switch a.Key {
 			case "rtcp-mux":
@@ -209,6 +215,20 @@ func (d *Description) extract() error {
 				if ok {
 					rtpmap[pt] = c
 				}
+			case "fmtp":
+				if pt, params, ok := strings.Cut(strings.TrimSpace(a.Value), " "); ok {
+					fmtp[pt] = strings.TrimSpace(params)
+				}
+			case "ptime", "maxptime":
+				// Fractions (a=ptime:20.0) are read as their whole part.
+				whole, _, _ := strings.Cut(strings.TrimSpace(a.Value), ".")
+				if n, err := strconv.ParseUint(whole, 10, 16); err == nil {
+					if a.Key == "ptime" {
+						st.Ptime = int(n)
+					} else {
+						st.MaxPtime = int(n)
+					}
+				}
 			case "crypto":
 				c, err := sdes.Parse(a.Value)
 				if err != nil || c.Supported() != nil {
@@ -219,6 +239,7 @@ func (d *Description) extract() error {
 		}
 		for _, f := range md.MediaName.Formats {
 			if c, ok := rtpmap[f]; ok {
+				c.Fmtp = fmtp[f]
 				st.Codecs = append(st.Codecs, c)
 				continue
 			}
@@ -230,6 +251,7 @@ func (d *Description) extract() error {
 				continue
 			}
 			c := staticCodec(uint8(n))
+			c.Fmtp = fmtp[f]
 			st.Codecs = append(st.Codecs, c)
 		}
 		d.Streams = append(d.Streams, st)
@@ -316,19 +338,19 @@ func parseRTPMap(v string) (string, Codec, bool) {
 func staticCodec(pt uint8) Codec {
 	switch pt {
 	case 0:
-		return Codec{0, "PCMU", 8000}
+		return Codec{PT: 0, Name: "PCMU", ClockRate: 8000}
 	case 3:
-		return Codec{3, "GSM", 8000}
+		return Codec{PT: 3, Name: "GSM", ClockRate: 8000}
 	case 4:
-		return Codec{4, "G723", 8000}
+		return Codec{PT: 4, Name: "G723", ClockRate: 8000}
 	case 8:
-		return Codec{8, "PCMA", 8000}
+		return Codec{PT: 8, Name: "PCMA", ClockRate: 8000}
 	case 9:
-		return Codec{9, "G722", 8000}
+		return Codec{PT: 9, Name: "G722", ClockRate: 8000}
 	case 13:
-		return Codec{13, "CN", 8000}
+		return Codec{PT: 13, Name: "CN", ClockRate: 8000}
 	case 18:
-		return Codec{18, "G729", 8000}
+		return Codec{PT: 18, Name: "G729", ClockRate: 8000}
 	}
 	return Codec{PT: pt, Name: strconv.Itoa(int(pt))}
 }
@@ -401,6 +423,77 @@ func (d *Description) FilterCodecsFunc(keepCodec func(stream int, c Codec) bool)
 		})
 	}
 	return d.Usable()
+}
+
+// AddCodecs appends codecs to enabled stream i, after the ones it has:
+// their payload types on the m= line, an a=rtpmap each (static types
+// too) and an a=fmtp for those with parameters, after the stream's last
+// a=rtpmap or a=fmtp. The payload types must be free in the stream.
+func (d *Description) AddCodecs(i int, cs []Codec) {
+	if i < 0 || i >= len(d.Streams) || len(cs) == 0 {
+		return
+	}
+	st, md := &d.Streams[i], d.sd.MediaDescriptions[i]
+	at := 0
+	for k, a := range md.Attributes {
+		if a.Key == "rtpmap" || a.Key == "fmtp" {
+			at = k + 1
+		}
+	}
+	add := make([]psdp.Attribute, 0, 2*len(cs))
+	for _, c := range cs {
+		st.Codecs = append(st.Codecs, c)
+		md.MediaName.Formats = append(md.MediaName.Formats, strconv.Itoa(int(c.PT)))
+		add = append(add, codecAttrs(c)...)
+	}
+	md.Attributes = slices.Insert(slices.Clone(md.Attributes), at, add...)
+}
+
+// SetCodecs replaces the codecs of stream i with cs (their a=rtpmap,
+// a=fmtp and a=rtcp-fb lines go, cs's a=rtpmap and a=fmtp come where
+// the first of them was) and its a=ptime and a=maxptime with a=ptime:ptime
+// (none when ptime is 0): the answer relayd sends the offerer of a
+// transcoded stream.
+func (d *Description) SetCodecs(i int, cs []Codec, ptime int) {
+	if i < 0 || i >= len(d.Streams) || len(cs) == 0 {
+		return
+	}
+	st, md := &d.Streams[i], d.sd.MediaDescriptions[i]
+	at := -1
+	attrs := make([]psdp.Attribute, 0, len(md.Attributes)+2*len(cs))
+	for _, a := range md.Attributes {
+		switch a.Key {
+		case "rtpmap", "fmtp", "rtcp-fb", "ptime", "maxptime":
+			if at < 0 {
+				at = len(attrs)
+			}
+			continue
+		}
+		attrs = append(attrs, a)
+	}
+	if at < 0 {
+		at = 0
+	}
+	add := make([]psdp.Attribute, 0, 2*len(cs)+1)
+	st.Codecs = slices.Clone(cs)
+	md.MediaName.Formats = md.MediaName.Formats[:0:0]
+	for _, c := range cs {
+		md.MediaName.Formats = append(md.MediaName.Formats, strconv.Itoa(int(c.PT)))
+		add = append(add, codecAttrs(c)...)
+	}
+	st.Ptime, st.MaxPtime = ptime, 0
+	if ptime > 0 {
+		add = append(add, psdp.NewAttribute("ptime", strconv.Itoa(ptime)))
+	}
+	md.Attributes = slices.Insert(attrs, at, add...)
+}
+
+func codecAttrs(c Codec) []psdp.Attribute {
+	out := []psdp.Attribute{psdp.NewAttribute("rtpmap", fmt.Sprintf("%d %s/%d", c.PT, c.Name, c.ClockRate))}
+	if c.Fmtp != "" {
+		out = append(out, psdp.NewAttribute("fmtp", fmt.Sprintf("%d %s", c.PT, c.Fmtp)))
+	}
+	return out
 }
 
 // disable sets stream i's port to 0, as a rejected or refused stream.

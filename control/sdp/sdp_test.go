@@ -368,3 +368,44 @@ func TestFilterCodecsFunc(t *testing.T) {
 		t.Errorf("nothing kept: %v, want ErrNotAcceptable", err)
 	}
 }
+
+func TestCodecParametersAndEdits(t *testing.T) {
+	body := strings.Join([]string{"v=0", "o=- 1 1 IN IP4 198.18.0.2", "s=-", "c=IN IP4 198.18.0.2", "t=0 0",
+		"m=audio 4000 RTP/AVP 0 101", "a=rtpmap:101 telephone-event/8000", "a=fmtp:101 0-16", "a=ptime:20.0",
+		"a=maxptime:40", "a=sendrecv"}, "\r\n") + "\r\n"
+	d, err := Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := d.Streams[0]
+	want := []Codec{{PT: 0, Name: "PCMU", ClockRate: 8000}, {PT: 101, Name: "telephone-event", ClockRate: 8000, Fmtp: "0-16"}}
+	if diff := cmp.Diff(want, st.Codecs); diff != "" || st.Ptime != 20 || st.MaxPtime != 40 {
+		t.Errorf("codecs (-want +got):\n%s ptime %d maxptime %d", diff, st.Ptime, st.MaxPtime)
+	}
+	d.AddCodecs(0, []Codec{{PT: 18, Name: "G729", ClockRate: 8000, Fmtp: "annexb=no"}})
+	out, err := d.Rewrite(Plan{Addr: netip.MustParseAddr("198.18.1.1"), Streams: []StreamPlan{{Port: 30000}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"m=audio 30000 RTP/AVP 0 101 18\r\n", "a=fmtp:101 0-16\r\na=rtpmap:18 G729/8000\r\na=fmtp:18 annexb=no\r\n"} {
+		if !strings.Contains(string(out), l) {
+			t.Errorf("after AddCodecs: no %q in\n%s", l, out)
+		}
+	}
+	d.SetCodecs(0, []Codec{{PT: 8, Name: "PCMA", ClockRate: 8000}}, 30)
+	out, err = d.Rewrite(Plan{Addr: netip.MustParseAddr("198.18.1.1"), Streams: []StreamPlan{{Port: 30000}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(out); !strings.Contains(s, "m=audio 30000 RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\na=ptime:30\r\na=sendrecv\r\n") ||
+		strings.Contains(s, "101") || strings.Contains(s, "maxptime") {
+		t.Errorf("after SetCodecs:\n%s", s)
+	}
+	back, err := Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Streams[0]; len(got.Codecs) != 1 || got.Codecs[0].Name != "PCMA" || got.Ptime != 30 {
+		t.Errorf("parsed back: %+v", got)
+	}
+}

@@ -224,6 +224,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 			if res.retry {
 				hdrs = append(hdrs, s.retryAfter())
 			}
+			hdrs = append(hdrs, res.headers...)
 			bc.fail(res.disposition, res.code, res.reason, hdrs...)
 			return
 		case res.canceled:
@@ -326,7 +327,8 @@ type attemptResult struct {
 	disposition call.Disposition
 	code        int
 	reason      string
-	retry       bool // add Retry-After
+	retry       bool         // add Retry-After
+	headers     []sip.Header // more headers of the final response
 }
 
 // attempt tries one destination.
@@ -453,6 +455,11 @@ func refusal(err error) attemptResult {
 	switch {
 	case errors.Is(err, call.ErrNoPorts):
 		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusServiceUnavailable, reason: "Media Ports Exhausted", retry: true}
+	case errors.Is(err, call.ErrTranscodeUnsupported):
+		// RFC 3261 20.43: 399, a miscellaneous warning, for a person
+		// reading the trace.
+		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusNotAcceptableHere, reason: "Not Acceptable Here",
+			headers: []sip.Header{sip.NewHeader("Warning", `399 relayd "transcoding is not available"`)}}
 	case errors.Is(err, sdp.ErrNotAcceptable), errors.Is(err, call.ErrSRTPUnsupported):
 		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusNotAcceptableHere, reason: "Not Acceptable Here"}
 	case errors.Is(err, sdp.ErrMalformed):

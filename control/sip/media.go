@@ -16,8 +16,10 @@ import (
 
 // relayOffer takes an offer from one leg and hands it to the call's
 // negotiation (call.Session) with the route's policy: toward the callee
-// its SRTP policy and codecs; toward the caller (late offer, re-offers
-// from the callee) keys pass as they come. It returns the SDP to offer
+// its SRTP policy, codecs and the codecs it transcodes to; toward the
+// caller (late offer, re-offers from the callee) keys pass as they come
+// and only the codec the caller uses now is added when the stream is
+// transcoded. It returns the SDP to offer
 // the other leg. With install set, the flows toward the offerer go in at
 // once (early media from the answerer); otherwise they wait for the
 // answer.
@@ -27,11 +29,13 @@ func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) 
 	bc.mu.Unlock()
 	opts := call.OfferOptions{
 		SRTPTermination: bc.s.cfg.Calls.CanSRTP(),
+		Transcoding:     bc.s.cfg.Calls.CanTranscode(),
 		Codecs:          call.CodecPolicy{Allowed: dec.Route.Codecs},
 		Install:         install,
 	}
 	if from == call.A {
 		opts.SRTP = dec.Route.SRTP
+		opts.Codecs.Transcode = dec.Route.Transcode
 	}
 	return bc.neg.Offer(from, d, opts)
 }
@@ -140,7 +144,7 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 	if err != nil {
 		restore()
 		r := refusal(err)
-		respond(tx, req, r.code, r.reason)
+		respond(tx, req, r.code, r.reason, r.headers...)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reofferTimeout)

@@ -66,6 +66,8 @@ type routeRecord struct {
 	Name   string       `json:"name"`
 	SRTP   route.Policy `json:"srtp"`
 	Codecs []string     `json:"codecs,omitempty"`
+	// Transcode is the route's transcode list.
+	Transcode []string `json:"transcode,omitempty"`
 }
 
 // persist writes the call's record. It is a no-op without a store or
@@ -110,7 +112,7 @@ func (bc *b2bCall) record() (record, bool) {
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
-		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs},
+		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs, Transcode: dec.Route.Transcode},
 		Saved: time.Now(),
 	}
 	bc.mu.Unlock()
@@ -298,7 +300,7 @@ func (s *Server) restoreCall(rec *record) error {
 		ackBody:    make(chan []byte, 1),
 		reAck:      make(chan struct{}, 1),
 		b:          b,
-		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs}},
+		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode}},
 		answered:   true,
 		negotiated: true,
 		restored:   true,

@@ -200,6 +200,7 @@ type opts struct {
 	log          *zap.Logger // the B2BUA's; default a test logger at info
 	store        Store
 	ifaces       []config.MediaInterface // named media interfaces beside the default (loopback)
+	noCodecs     bool                    // relayd was built without G.729: no transcoding
 }
 
 // start makes the call table and the B2BUA (as a new relayd process
@@ -221,6 +222,7 @@ func (h *harness) start() {
 		t.Fatal(err)
 	}
 	h.calls = call.NewTable(reg, zaptest.NewLogger(t))
+	h.calls.SetCodecsAvailable(!h.o.noCodecs) // whatever this build has
 	h.srv, err = New(Config{
 		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
 		Router:        h.router,
