@@ -7,6 +7,16 @@ package g729
 #include <stdint.h>
 #include <bcg729/encoder.h>
 #include <bcg729/decoder.h>
+
+// The binding's yardstick: n frames through bcg729 in one C loop, no Go
+// in between (BenchmarkEncodeC, BenchmarkDecodeC).
+static void relayd_encode_loop(bcg729EncoderChannelContextStruct *ctx, const int16_t *pcm, uint8_t *out, long n) {
+	uint8_t len;
+	for (long i = 0; i < n; i++) bcg729Encoder(ctx, pcm, out, &len);
+}
+static void relayd_decode_loop(bcg729DecoderChannelContextStruct *ctx, const uint8_t *frame, int16_t *out, long n) {
+	for (long i = 0; i < n; i++) bcg729Decoder(ctx, frame, 10, 0, 0, 0, out);
+}
 */
 import "C"
 
@@ -158,4 +168,16 @@ func (d *Decoder) Close() {
 		C.closeBcg729DecoderChannel(d.ctx)
 		d.ctx = nil
 	}
+}
+
+// encodeLoopC encodes the 80-sample frame pcm n times in one C loop; dst
+// holds at least 10 bytes. For the benchmarks that measure the binding.
+func encodeLoopC(e *Encoder, pcm []int16, dst []byte, n int) {
+	C.relayd_encode_loop(e.ctx, (*C.int16_t)(unsafe.Pointer(&pcm[0])), (*C.uint8_t)(unsafe.Pointer(&dst[0])), C.long(n))
+}
+
+// decodeLoopC decodes the 10-byte frame n times in one C loop into dst (at
+// least 80 samples).
+func decodeLoopC(d *Decoder, frame []byte, dst []int16, n int) {
+	C.relayd_decode_loop(d.ctx, (*C.uint8_t)(unsafe.Pointer(&frame[0])), (*C.int16_t)(unsafe.Pointer(&dst[0])), C.long(n))
 }

@@ -261,6 +261,33 @@ func BenchmarkEncode(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/frame")
 }
 
+// BenchmarkEncodeC is BenchmarkEncode's yardstick: the same frame encoded
+// b.N times in one C loop, so that the difference is the binding's cost.
+func BenchmarkEncodeC(b *testing.B) {
+	needBcg729(b)
+	e, _ := NewEncoder(false)
+	defer e.Close()
+	pcm := tone(FrameSamples, 700, 5000)
+	dst := make([]byte, FrameBytes)
+	b.ResetTimer()
+	encodeLoopC(e, pcm, dst, b.N)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/frame")
+}
+
+// BenchmarkDecodeC is BenchmarkDecode's yardstick, in one C loop.
+func BenchmarkDecodeC(b *testing.B) {
+	needBcg729(b)
+	e, _ := NewEncoder(false)
+	defer e.Close()
+	d, _ := NewDecoder()
+	defer d.Close()
+	frame, _, _ := e.Encode(make([]byte, 0, FrameBytes), tone(FrameSamples, 700, 5000))
+	dst := make([]int16, FrameSamples)
+	b.ResetTimer()
+	decodeLoopC(d, frame, dst, b.N)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/frame")
+}
+
 func BenchmarkDecode(b *testing.B) {
 	needBcg729(b)
 	e, _ := NewEncoder(false)
