@@ -487,3 +487,89 @@ func TestRelayTranscodeSRTP(t *testing.T) {
 		t.Errorf("caller's RTCP: %+v %v, want a sender report from %#x", h, err, toCallerSSRC)
 	}
 }
+
+// TestRelayTranscodeEvents: RFC 4733 telephone-events cross a transcoding
+// flow with their payload type mapped (101 to 96), their payload intact,
+// their timestamp translated as the audio's is, and sequence numbers
+// taken from the output stream.
+func TestRelayTranscodeEvents(t *testing.T) {
+	if !g729.Available {
+		testenv.Skip(t, "relayd built without bcg729 (cgo and libbcg729-dev)")
+	}
+	l := lab.NewT(t)
+	r := startRelayIn(t, l, Options{})
+	a, b := netip.AddrPortFrom(l.RelayMedia4, 33200), netip.AddrPortFrom(l.RelayMedia4, 33202)
+	callerEP := netip.AddrPortFrom(l.CallerAddr4, 4400)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5400)
+	fl, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(),
+		Transcode: &admin.Transcode{From: "PCMU", To: "G729", EventFrom: 101, EventTo: 96, SSRC: 0x7c7c0001}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caller := openLeg(t, l.Caller, callerEP, a)
+	callee := openLeg(t, l.Callee, calleeEP, b)
+	pcm := audio.Speech(11, 40*160)
+	send := func(p []byte) {
+		t.Helper()
+		if _, err := caller.conn.WriteToUDPAddrPort(p, a); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// 20 packets of audio, digit 5 for 60 ms (3 updates and 3 end
+	// packets, all with the event's start timestamp), 20 more of audio.
+	seq := uint16(500)
+	for i := range 20 {
+		send(rtpPacket(0, 0x99, seq, uint32(i*160), g711.AppendUlaw(nil, pcm[i*160:(i+1)*160])))
+		seq++
+	}
+	const evTS = 20 * 160
+	var events [][]byte
+	for i, dur := range []uint16{160, 320, 480, 480, 480, 480} {
+		ev := []byte{5, 10, byte(dur >> 8), byte(dur)}
+		if i >= 3 {
+			ev[1] |= 0x80 // end
+		}
+		p := rtpPacket(101, 0x99, seq, evTS, ev)
+		if i == 0 {
+			p[1] |= 0x80 // marker: the event's first packet
+		}
+		events = append(events, ev)
+		send(p)
+		seq++
+	}
+	for i := 23; i < 40; i++ {
+		send(rtpPacket(0, 0x99, seq, uint32(i*160), g711.AppendUlaw(nil, pcm[i*160:(i+1)*160])))
+		seq++
+	}
+	got := recvRTP(t, callee, 43, 2*time.Second)
+	var audioPkts, evPkts []received
+	for _, p := range got {
+		switch p.pt {
+		case 18:
+			audioPkts = append(audioPkts, p)
+		case 96:
+			evPkts = append(evPkts, p)
+		default:
+			t.Errorf("packet with payload type %d, want 18 or 96", p.pt)
+		}
+	}
+	if len(audioPkts) != 37 || len(evPkts) != 6 {
+		t.Fatalf("callee got %d G.729 and %d event packets, want 37 and 6", len(audioPkts), len(evPkts))
+	}
+	for i, p := range got[1:] {
+		if p.seq != got[i].seq+1 || p.ssrc != 0x7c7c0001 {
+			t.Errorf("packet %d: seq %d after %d, ssrc %#x; want one output sequence under 0x7c7c0001", i+1, p.seq, got[i].seq, p.ssrc)
+		}
+	}
+	// The audio's mapping: out = in + offset, the same for the events.
+	offset := audioPkts[0].ts - 0
+	for i, p := range evPkts {
+		if p.ts != evTS+offset || !bytes.Equal(p.payload, events[i]) {
+			t.Errorf("event %d: ts %d payload %x, want ts %d (the audio's mapping) and %x", i, p.ts, p.payload, evTS+offset, events[i])
+		}
+	}
+	if st := flowByID(t, r, fl.ID).TranscodeStats; st == nil || st.Events != 6 {
+		t.Errorf("transcode stats %+v, want 6 events", st)
+	}
+}
