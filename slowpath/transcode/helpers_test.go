@@ -14,21 +14,21 @@ import (
 )
 
 const (
-	ms       = int64(time.Millisecond)
-	t0       = int64(1_700_000_000) * int64(time.Second)
-	baseSeq  = 1000 // the output's first sequence number in tests
-	baseTs   = 5000 // and its first timestamp
-	inSSRC   = 0x11223344
-	outSSRC  = 0xcafe0001
-	ptPCMU   = 0
-	ptPCMA   = 8
-	ptG729   = 18
-	ptEvent  = 101
-	ptCN     = 13
-	ptEvOut  = 96
-	ptCNOut  = 19
-	inSeq0   = 40000 // input sequence numbers start here
-	inTs0    = 123456
+	ms      = int64(time.Millisecond)
+	t0      = int64(1_700_000_000) * int64(time.Second)
+	baseSeq = 1000 // the output's first sequence number in tests
+	baseTs  = 5000 // and its first timestamp
+	inSSRC  = 0x11223344
+	outSSRC = 0xcafe0001
+	ptPCMU  = 0
+	ptPCMA  = 8
+	ptG729  = 18
+	ptEvent = 101
+	ptCN    = 13
+	ptEvOut = 96
+	ptCNOut = 19
+	inSeq0  = 40000 // input sequence numbers start here
+	inTs0   = 123456
 )
 
 func needBcg729(t testing.TB) {
@@ -38,8 +38,12 @@ func needBcg729(t testing.TB) {
 	}
 }
 
-func pcmu(ptime uint8) dataplane.Codec { return dataplane.Codec{Name: "PCMU", PT: ptPCMU, Ptime: ptime} }
-func pcma(ptime uint8) dataplane.Codec { return dataplane.Codec{Name: "PCMA", PT: ptPCMA, Ptime: ptime} }
+func pcmu(ptime uint8) dataplane.Codec {
+	return dataplane.Codec{Name: "PCMU", PT: ptPCMU, Ptime: ptime}
+}
+func pcma(ptime uint8) dataplane.Codec {
+	return dataplane.Codec{Name: "PCMA", PT: ptPCMA, Ptime: ptime}
+}
 func g729c(ptime uint8, vad bool) dataplane.Codec {
 	return dataplane.Codec{Name: "G729", PT: ptG729, Ptime: ptime, VAD: vad}
 }

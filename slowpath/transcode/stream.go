@@ -692,8 +692,12 @@ func (s *Stream) timers(now int64) {
 		return
 	}
 	if late := (now - s.due(s.pos)) / frameNs; late > MaxConceal {
+		// Too late (the worker did not call Pull in time): jump and
+		// synthesise only the last MaxConceal frames, on a clock
+		// re-anchored so that no long catch-up follows.
 		s.flush()
 		s.pos += uint32(late-MaxConceal) * FrameSamples
+		s.anchorTs, s.anchorNs = s.pos, now-int64(NoiseGrace)-MaxConceal*frameNs
 		s.markNext = true
 	}
 	for s.due(s.pos) <= now {

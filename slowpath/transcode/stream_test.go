@@ -186,8 +186,8 @@ func audio20(n int) []inPkt {
 func TestReorder(t *testing.T) {
 	type want struct {
 		concealed, late, dups uint64
-		maxHold             int64
-		heldOut             int // packets out before the hold gives up (-1: not checked)
+		maxHold               int64
+		heldOut               int // packets out before the hold gives up (-1: not checked)
 	}
 	a := audio20(12)
 	swap := func(i, j int, s []inPkt) []inPkt {
@@ -380,13 +380,15 @@ func TestEvents(t *testing.T) {
 // TestBadInput: what Push refuses leaves the stream as it was.
 func TestBadInput(t *testing.T) {
 	needBcg729(t)
-	good := func(i int) []byte { return mkPkt(ptG729, uint16(inSeq0+i), uint32(inTs0+160*i), inSSRC, false, make([]byte, 20)) }
+	good := func(i int) []byte {
+		return mkPkt(ptG729, uint16(inSeq0+i), uint32(inTs0+160*i), inSSRC, false, make([]byte, 20))
+	}
 	bad := []struct {
 		p    []byte
 		want error
 	}{
 		{[]byte{0x80, 18, 0}, nil},
-		{append([]byte{0x40}, good(1)[1:]...), nil}, // version 1
+		{append([]byte{0x40}, good(1)[1:]...), nil},            // version 1
 		{append(append([]byte{0xa0}, good(1)[1:]...), 0), nil}, // padding of 0 octets
 		{mkPkt(77, inSeq0+1, inTs0+160, inSSRC, false, make([]byte, 20)), ErrPayloadType},
 		{mkPkt(ptPCMU, inSeq0+1, inTs0+160, inSSRC, false, make([]byte, 160)), ErrPayloadType},
