@@ -34,6 +34,10 @@ const (
 	// or comfort noise the worker did not ask for in time); the rest of
 	// a longer gap is a jump in the output timestamps.
 	MaxConceal = 12
+	// NoiseGrace is how long after its input would have arrived a frame
+	// of comfort noise is synthesised: an input packet up to this late
+	// still takes its own slot (no rebase of the timeline).
+	NoiseGrace = 20 * time.Millisecond
 )
 
 const (
@@ -671,10 +675,11 @@ func (s *Stream) generating() bool {
 	return s.silence && s.genOut && s.anchored
 }
 
-// due is when the frame at out timestamp ts would have arrived, had the
-// input sent it: the end of the frame, on the clock of the last release.
+// due is when the frame at out timestamp ts is synthesised: NoiseGrace
+// after it would have arrived had the input sent it (the end of the
+// frame, on the clock of the last release).
 func (s *Stream) due(ts uint32) int64 {
-	return s.anchorNs + int64(int32(ts+FrameSamples-s.anchorTs))*sampleNs
+	return s.anchorNs + int64(int32(ts+FrameSamples-s.anchorTs))*sampleNs + int64(NoiseGrace)
 }
 
 // timers gives up on held packets whose hold expired and synthesises the
@@ -687,8 +692,12 @@ func (s *Stream) timers(now int64) {
 		return
 	}
 	if late := (now - s.due(s.pos)) / frameNs; late > MaxConceal {
+		// Too late (the worker did not call Pull in time): jump and
+		// synthesise only the last MaxConceal frames, on a clock
+		// re-anchored so that no long catch-up follows.
 		s.flush()
 		s.pos += uint32(late-MaxConceal) * FrameSamples
+		s.anchorTs, s.anchorNs = s.pos, now-int64(NoiseGrace)-MaxConceal*frameNs
 		s.markNext = true
 	}
 	for s.due(s.pos) <= now {
