@@ -172,6 +172,11 @@ type LegStats struct {
 	Path     string  `json:"path,omitempty"` // xdp | userspace
 	SRTP     string  `json:"srtp,omitempty"` // suite when relayd decrypts or encrypts this leg
 	Mux      bool    `json:"rtcp_mux"`
+	// Transcoding, when relayd converts what this leg sends: the codec
+	// pair ("PCMU>G729": this leg's codec, then the other's) and the
+	// frames it synthesised for lost or late packets from this leg.
+	Transcode string `json:"transcode,omitempty"`
+	Concealed uint64 `json:"concealed,omitempty"`
 }
 
 // FlowInfo is a call's flow for the admin API.
@@ -185,6 +190,9 @@ type FlowInfo struct {
 	Bytes    uint64  `json:"bytes"`
 	Lost     int64   `json:"lost"`
 	JitterMS float64 `json:"jitter_ms"`
+	// Transcode is the codec pair of a transcoding flow ("PCMU>G729").
+	Transcode string `json:"transcode,omitempty"`
+	Concealed uint64 `json:"concealed,omitempty"`
 }
 
 // Info is a snapshot of a call, as the admin API shows it and CDRs record
@@ -261,12 +269,18 @@ func (c *Call) Info() Info {
 	streams := c.Media.Streams()
 	info.Flows = make([]FlowInfo, 0, len(flows))
 	for _, f := range flows {
-		info.Flows = append(info.Flows, FlowInfo{
+		fi := FlowInfo{
 			ID: f.Flow.ID, Leg: f.Side.String(), Match: f.Flow.Match.String(), SendTo: f.Flow.SendTo.String(),
 			Path: string(f.Path), Packets: f.Stats.Packets, Bytes: f.Stats.Bytes, Lost: f.Stats.Lost,
 			JitterMS: f.Stats.JitterMillis(f.Flow.ClockRate),
-		})
+		}
 		ls := &info.Media[f.Side]
+		if t := f.Flow.Transcode; t != nil {
+			fi.Transcode, fi.Concealed = t.In.Name+">"+t.Out.Name, f.Stats.Concealed
+			ls.Transcode = fi.Transcode
+			ls.Concealed += f.Stats.Concealed
+		}
+		info.Flows = append(info.Flows, fi)
 		ls.Packets += f.Stats.Packets
 		ls.Bytes += f.Stats.Bytes
 		ls.Dropped += f.Stats.Dropped

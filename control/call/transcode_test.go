@@ -69,18 +69,18 @@ func TestTranscodeOffer(t *testing.T) {
 		noCodec bool // CanTranscode false
 	}{
 		{name: "adds G729 after the offer's codecs", offer: callerG711, opts: toG729,
-			want: "0/PCMU 8/PCMA 101/telephone-event 13/CN 18/G729", lines: []string{"a=rtpmap:18 G729/8000", "a=fmtp:18 annexb=no", "m=audio 30002 RTP/AVP 0 8 101 13 18"}},
+			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event 13/CN", lines: []string{"a=rtpmap:18 G729/8000", "a=fmtp:18 annexb=no", "m=audio 30002 RTP/AVP 0 8 18 101 13"}},
 		{name: "annexb by policy", offer: callerG711,
 			opts: OfferOptions{Transcoding: true, Codecs: CodecPolicy{Transcode: []string{"g729"}, G729AnnexB: true}},
-			want: "0/PCMU 8/PCMA 101/telephone-event 13/CN 18/G729", lines: []string{"a=fmtp:18 annexb=yes"}},
+			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event 13/CN", lines: []string{"a=fmtp:18 annexb=yes"}},
 		{name: "present: nothing added", offer: (peerSDP{addr: "198.18.0.2", port: 4000}).body(t), opts: toG729,
 			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event"},
 		{name: "forced with telephone-event", offer: callerG711,
 			opts: OfferOptions{Transcoding: true, Codecs: CodecPolicy{Allowed: []string{"G729"}, Transcode: []string{"G729"}}},
-			want: "101/telephone-event 18/G729"},
+			want: "18/G729 101/telephone-event"},
 		{name: "G729 offer gets PCMU and PCMA", offer: calleeG729,
 			opts: OfferOptions{Transcoding: true, Codecs: CodecPolicy{Transcode: []string{"PCMU", "PCMA"}}},
-			want: "18/G729 100/telephone-event 0/PCMU 8/PCMA"},
+			want: "18/G729 0/PCMU 8/PCMA 100/telephone-event"},
 		{name: "static type taken", offer: sdpBody("198.18.0.2", 4000, "0 18", "a=rtpmap:18 opus/48000/2"), opts: toG729,
 			want: "0/PCMU 18/opus 96/G729", lines: []string{"a=rtpmap:96 G729/8000", "a=fmtp:96 annexb=no"}},
 		{name: "nothing to make it from", offer: sdpBody("198.18.0.2", 4000, "9"), opts: toG729, want: "9/G722"},
@@ -265,7 +265,7 @@ func TestTranscodeReoffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := codecs(mustParse(t, body)), "18/G729 100/telephone-event 0/PCMU"; got != want {
+	if got, want := codecs(mustParse(t, body)), "18/G729 0/PCMU 100/telephone-event"; got != want {
 		t.Fatalf("re-offer toward A: %q, want %q", got, want)
 	}
 	ans, err := n.s.Answer(A, mustParse(t, sdpBody("198.18.0.2", 4000, "0 100", "a=rtpmap:0 PCMU/8000", "a=rtpmap:100 telephone-event/8000")), AnswerOptions{})

@@ -15,7 +15,7 @@ func TestEngineTranscode(t *testing.T) {
 		"call-id", "tc-1", "from-tag", "alice", "command", "offer")
 	wantOK(t, off)
 	out := off.GetString("sdp")
-	if !strings.Contains(out, " RTP/AVP 0 8 101 18\r\n") || !strings.Contains(out, "a=rtpmap:18 G729/8000\r\n") ||
+	if !strings.Contains(out, " RTP/AVP 0 8 18 101\r\n") || !strings.Contains(out, "a=rtpmap:18 G729/8000\r\n") ||
 		!strings.Contains(out, "a=fmtp:18 annexb=no\r\n") {
 		t.Fatalf("offer toward the answerer lacks G.729 after the caller's codecs:\n%s", out)
 	}

@@ -441,11 +441,31 @@ func (d *Description) AddCodecs(i int, cs []Codec) {
 		}
 	}
 	add := make([]psdp.Attribute, 0, 2*len(cs))
+	// Audio codecs go before the offer's telephone-event and comfort
+	// noise, so that an answerer that takes the first codec takes one.
+	pos, fpos := len(st.Codecs), len(md.MediaName.Formats)
+	for k, c := range st.Codecs {
+		if strings.EqualFold(c.Name, "telephone-event") || strings.EqualFold(c.Name, "CN") {
+			pos = k
+			if f := slices.Index(md.MediaName.Formats, strconv.Itoa(int(c.PT))); f >= 0 {
+				fpos = f
+			}
+			break
+		}
+	}
+	var pts []string
 	for _, c := range cs {
-		st.Codecs = append(st.Codecs, c)
-		md.MediaName.Formats = append(md.MediaName.Formats, strconv.Itoa(int(c.PT)))
+		if strings.EqualFold(c.Name, "telephone-event") || strings.EqualFold(c.Name, "CN") {
+			st.Codecs = append(st.Codecs, c)
+			md.MediaName.Formats = append(md.MediaName.Formats, strconv.Itoa(int(c.PT)))
+		} else {
+			st.Codecs = slices.Insert(st.Codecs, pos, c)
+			pos++
+			pts = append(pts, strconv.Itoa(int(c.PT)))
+		}
 		add = append(add, codecAttrs(c)...)
 	}
+	md.MediaName.Formats = slices.Insert(md.MediaName.Formats, fpos, pts...)
 	md.Attributes = slices.Insert(slices.Clone(md.Attributes), at, add...)
 }
 

@@ -387,7 +387,7 @@ func TestCodecParametersAndEdits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []string{"m=audio 30000 RTP/AVP 0 101 18\r\n", "a=fmtp:101 0-16\r\na=rtpmap:18 G729/8000\r\na=fmtp:18 annexb=no\r\n"} {
+	for _, l := range []string{"m=audio 30000 RTP/AVP 0 18 101\r\n", "a=fmtp:101 0-16\r\na=rtpmap:18 G729/8000\r\na=fmtp:18 annexb=no\r\n"} {
 		if !strings.Contains(string(out), l) {
 			t.Errorf("after AddCodecs: no %q in\n%s", l, out)
 		}

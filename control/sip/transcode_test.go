@@ -57,7 +57,7 @@ func TestTranscodeToG729Callee(t *testing.T) {
 	}
 	d.Ack(ctx)
 	toCallee := ce.lastInvite().Body()
-	if m := mLine(toCallee); !strings.HasSuffix(m, " RTP/AVP 0 8 101 18") ||
+	if m := mLine(toCallee); !strings.HasSuffix(m, " RTP/AVP 0 8 18 101") ||
 		!strings.Contains(string(toCallee), "a=rtpmap:18 G729/8000\r\na=fmtp:18 annexb=no\r\n") {
 		t.Errorf("offer to the callee (%s) lacks G.729 after the caller's codecs:\n%s", m, toCallee)
 	}
