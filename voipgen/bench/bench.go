@@ -97,22 +97,22 @@ flags:
 
 // Config configures voipgen bench.
 type Config struct {
-	calls       []int
-	modes       []string // xdp | userspace | srtp | transcode
+	calls []int
+	modes []string // xdp | userspace | srtp | transcode
 	// transcodeCalls are the transcode sweep's steps.
 	transcodeCalls []int
-	rtpengine   bool
-	static      bool  // relayd sweep media as static flows, not SIP calls
-	sipCalls    []int // SIP phase call counts; empty: none
-	sipDuration time.Duration
-	step        time.Duration
-	repeat      int // steps (direct, relay, relay, direct) per call count
-	quietWait   time.Duration
-	price       float64
-	Out         string
-	relayd      string
-	JSON        bool
-	Progress    io.Writer
+	rtpengine      bool
+	static         bool  // relayd sweep media as static flows, not SIP calls
+	sipCalls       []int // SIP phase call counts; empty: none
+	sipDuration    time.Duration
+	step           time.Duration
+	repeat         int // steps (direct, relay, relay, direct) per call count
+	quietWait      time.Duration
+	price          float64
+	Out            string
+	relayd         string
+	JSON           bool
+	Progress       io.Writer
 }
 
 // How the sweep's media is set up, per row.
@@ -310,8 +310,8 @@ type Report struct {
 	Ratios    []benchRatio   `json:"ratios"`
 	// Transcode is the transcode mode's comparison (nil without it).
 	Transcode *benchTranscodeReport `json:"transcode,omitempty"`
-	Notes     []string       `json:"notes,omitempty"`
-	Plots     []string       `json:"plots,omitempty"`
+	Notes     []string              `json:"notes,omitempty"`
+	Plots     []string              `json:"plots,omitempty"`
 	// Runs are every measured run of the sweep (fwdbench's records).
 	Runs []fwdStep `json:"runs,omitempty"`
 }

@@ -1212,7 +1212,7 @@ type fwdSink struct {
 	// counted by fwdExpect's rules, not by SSRC.
 	expect atomic.Pointer[fwdExpect]
 	wg     sync.WaitGroup
-	tid     int
+	tid    int
 	// fd2 and tid2: the caller's socket (the sender's), drained by a
 	// second thread when reverse streams come back to it (watch).
 	fd2  int
