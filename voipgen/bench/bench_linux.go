@@ -117,6 +117,10 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls (offer/answer), the same streams")
 	}
 	rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
+	if xc {
+		rep.Notes = append(rep.Notes, "transcode: a relay may send more than it was sent (negative loss): packets it makes itself, "+
+			"such as comfort noise or concealment over the pause between two runs; every packet received was checked transcoded")
+	}
 	var bcgEnc, bcgDec []float64
 	defer func() {
 		summarizeBench(rep, relays, ghz, cpus, cfg.price)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -143,7 +144,8 @@ func setupTranscodeCall(ctx context.Context, c *ngclient.Client, id int, caller,
 
 // checkTranscodeSDP returns the RTP address of a rewritten SDP's one
 // audio stream after checking that it is the relay's, that its first
-// codec is payload type first and that it does not carry not.
+// audio codec (not telephone-event or comfort noise) is payload type first
+// and that it does not carry not.
 func checkTranscodeSDP(body string, relay netip.Addr, first, not uint8) (netip.AddrPort, error) {
 	d, err := sdp.Parse([]byte(body))
 	if err != nil {
@@ -157,8 +159,15 @@ func checkTranscodeSDP(body string, relay netip.Addr, first, not uint8) (netip.A
 	if ap.Addr() != relay {
 		return ap, fmt.Errorf("media address %s, want the relay's %s: %q", ap, relay, body)
 	}
-	if len(st.Codecs) == 0 || st.Codecs[0].PT != first {
-		return ap, fmt.Errorf("first codec not payload type %d: %q", first, body)
+	// The first audio codec (telephone-event may come before it).
+	var audio []uint8
+	for _, c := range st.Codecs {
+		if !strings.EqualFold(c.Name, "telephone-event") && !strings.EqualFold(c.Name, "CN") {
+			audio = append(audio, c.PT)
+		}
+	}
+	if len(audio) == 0 || audio[0] != first {
+		return ap, fmt.Errorf("first audio codec not payload type %d: %q", first, body)
 	}
 	for _, c := range st.Codecs {
 		if c.PT == not {
