@@ -111,12 +111,16 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if irqKnown && irq {
 		rep.Notes = append(rep.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the idle figures")
 	}
-	if cfg.static {
+	switch {
+	case !plain:
+	case cfg.static:
 		rep.Notes = append(rep.Notes, "sweep media: static flows, both flows of a call caller -> relay -> callee (the relay does the same work per packet in either direction)")
-	} else {
+	default:
 		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls (offer/answer), the same streams")
 	}
-	rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
+	if len(cfg.sipCalls) > 0 {
+		rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
+	}
 	if xc {
 		rep.Notes = append(rep.Notes, "transcode: a relay may send more than it was sent (negative loss): packets it makes itself, "+
 			"such as comfort noise or concealment over the pause between two runs; every packet received was checked transcoded")
