@@ -72,8 +72,22 @@ count measured here.
 
 Modes (--modes): xdp, userspace (workers = one per CPU), srtp (userspace,
 SRTP with AES_CM_128_HMAC_SHA1_80 on the caller leg, plain RTP on the
-callee leg); --with-rtpengine adds rtpengine (userspace, --table=-1, one
-thread per CPU).
+callee leg), transcode (below); --with-rtpengine adds rtpengine (userspace,
+--table=-1, one thread per CPU) for the plain modes, and
+rtpengine-transcode for transcode.
+
+transcode: G.711 <-> G.729 calls, over ng for both relays (relayd with
+userspace workers and its ng listener, and rtpengine), its own sweep
+(--transcode-calls). Each call's offer comes from the caller with PCMU and
+telephone-event, asking the relay to offer G.729 to the callee and to hide
+PCMU from it (codec: mask PCMU, transcode G729); the callee answers G.729
+only (annexb=no). The caller sends PCMU 20 ms (a speech-like signal), the
+callee real G.729 20 ms (the same signal encoded by bcg729 once at start,
+looped). Every packet through the relay must arrive transcoded (PT 18 of
+20 bytes to the callee, PT 0 of 160 bytes to the caller): a run with one
+that is not fails the bench. bcg729's own cost is timed in-process in the
+same run (a call: 100 G.729 frames encoded and 100 decoded per second);
+each relay's overhead is its CPU per call (tasks) minus that cost.
 
 Writes bench.json, cpu.png/.svg (CPU % vs concurrent calls per relay) and
 nsperpkt.png/.svg (CPU ns per relayed packet) to --out.
@@ -83,20 +97,22 @@ flags:
 
 // Config configures voipgen bench.
 type Config struct {
-	calls       []int
-	modes       []string // xdp | userspace | srtp
-	rtpengine   bool
-	static      bool  // relayd sweep media as static flows, not SIP calls
-	sipCalls    []int // SIP phase call counts; empty: none
-	sipDuration time.Duration
-	step        time.Duration
-	repeat      int // steps (direct, relay, relay, direct) per call count
-	quietWait   time.Duration
-	price       float64
-	Out         string
-	relayd      string
-	JSON        bool
-	Progress    io.Writer
+	calls []int
+	modes []string // xdp | userspace | srtp | transcode
+	// transcodeCalls are the transcode sweep's steps.
+	transcodeCalls []int
+	rtpengine      bool
+	static         bool  // relayd sweep media as static flows, not SIP calls
+	sipCalls       []int // SIP phase call counts; empty: none
+	sipDuration    time.Duration
+	step           time.Duration
+	repeat         int // steps (direct, relay, relay, direct) per call count
+	quietWait      time.Duration
+	price          float64
+	Out            string
+	relayd         string
+	JSON           bool
+	Progress       io.Writer
 }
 
 // How the sweep's media is set up, per row.
@@ -104,6 +120,8 @@ const (
 	benchMediaStatic = "static flows (admin API)"
 	benchMediaSIP    = "SIP calls via relayd's B2BUA, both ways"
 	benchMediaNG     = "ng calls (offer/answer), a stream each way"
+	// benchMediaNGTranscode: the transcode mode's calls, for both relays.
+	benchMediaNGTranscode = "ng calls (offer/answer), PCMU caller leg, G.729 callee leg, transcoded"
 )
 
 const (
@@ -117,7 +135,8 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
 	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
-	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp")
+	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, transcode")
+	tcalls := fs.String("transcode-calls", defaultTranscodeCalls, "concurrent calls per step of the transcode sweep, comma-separated")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
 	static := fs.Bool("static-flows", false, "set the sweep's media up as static flows through relayd's admin API, not as SIP calls")
 	sipCalls := fs.String("sip-calls", "200", "SIP calls with media per relayd mode, comma-separated counts, each a phase (0: none)")
@@ -143,6 +162,11 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	}
 	slices.Sort(c.calls)
 	c.calls = slices.Compact(c.calls)
+	if c.transcodeCalls, err = parseCounts("--transcode-calls", *tcalls, 1, benchMaxCalls); err != nil {
+		return c, err
+	}
+	slices.Sort(c.transcodeCalls)
+	c.transcodeCalls = slices.Compact(c.transcodeCalls)
 	if strings.TrimSpace(*sipCalls) != "0" {
 		if c.sipCalls, err = parseCounts("--sip-calls", *sipCalls, 1, 5000); err != nil {
 			return c, err
@@ -151,12 +175,12 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(strings.ToLower(m))
 		switch m {
-		case "xdp", "userspace", "srtp":
+		case "xdp", "userspace", "srtp", transcodeRelayd:
 			if !slices.Contains(c.modes, m) {
 				c.modes = append(c.modes, m)
 			}
 		default:
-			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp)", m)
+			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, transcode)", m)
 		}
 	}
 	switch {
@@ -213,6 +237,11 @@ type benchRow struct {
 	// Rerun: the step's runs disagreed and it was run again (this row is
 	// the second attempt).
 	Rerun bool `json:"rerun,omitempty"`
+	// Transcode rows: the relay runs' packets that arrived transcoded,
+	// G.729 (PT 18, 20 bytes) at the callee and PCMU (PT 0, 160 bytes) at
+	// the caller. Every packet received was (or the bench failed).
+	TranscodedToCallee uint64 `json:"transcoded_to_callee,omitempty"`
+	TranscodedToCaller uint64 `json:"transcoded_to_caller,omitempty"`
 }
 
 func (r benchRow) lossless() bool { return r.Sent > 0 && r.Lost <= 0 }
@@ -279,8 +308,10 @@ type Report struct {
 	Rows      []benchRow     `json:"rows"`
 	Summaries []benchSummary `json:"summaries"`
 	Ratios    []benchRatio   `json:"ratios"`
-	Notes     []string       `json:"notes,omitempty"`
-	Plots     []string       `json:"plots,omitempty"`
+	// Transcode is the transcode mode's comparison (nil without it).
+	Transcode *benchTranscodeReport `json:"transcode,omitempty"`
+	Notes     []string              `json:"notes,omitempty"`
+	Plots     []string              `json:"plots,omitempty"`
 	// Runs are every measured run of the sweep (fwdbench's records).
 	Runs []fwdStep `json:"runs,omitempty"`
 }
@@ -347,7 +378,8 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		rep.Summaries = append(rep.Summaries, s)
 		byRelay[name] = s
 	}
-	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"}} {
+	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"},
+		{transcodeRelayd, transcodeRtpengine}} {
 		a, okA := byRelay[p[0]]
 		b, okB := byRelay[p[1]]
 		if !okA || !okB || a.TaskNsPerPkt <= 0 || b.TaskNsPerPkt <= 0 {
@@ -398,6 +430,8 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 		if r.ProgNsPerRun != nil {
 			prog = append(prog, *r.ProgNsPerRun)
 		}
+		row.TranscodedToCallee += r.TranscodedToCallee
+		row.TranscodedToCaller += r.TranscodedToCaller
 	}
 	row.Relayed, row.RelayedUserspace = relayed, userspace
 	row.SentPPS = mean(pps)
@@ -444,7 +478,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
-	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way")
+	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way;")
+	fmt.Fprintln(w, "       ng-xc = ng calls (both relays) with a PCMU caller leg and a G.729 callee leg, every packet checked transcoded")
 	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"
@@ -463,7 +498,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		if r.Relay == "xdp" && r.RelayedUserspace > 0 {
 			notes = append(notes, fmt.Sprintf("%d by userspace", r.RelayedUserspace))
 		}
-		media := map[string]string{benchMediaNG: "ng", benchMediaSIP: "sip"}[r.Media]
+		media := map[string]string{benchMediaNG: "ng", benchMediaSIP: "sip", benchMediaNGTranscode: "ng-xc"}[r.Media]
 		if media == "" {
 			media = "static"
 		}
@@ -500,6 +535,7 @@ func (rep *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, idle)
 		}
 	}
+	writeTranscodeText(w, rep.Transcode)
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -53,16 +53,36 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		ghz = cpuGHz(f)
 		f.Close()
 	}
-	maxCalls := slices.Max(cfg.calls)
-	rates := make([]int, len(cfg.calls))
-	for i, c := range cfg.calls {
+	xc := slices.Contains(cfg.modes, transcodeRelayd)
+	plain := slices.ContainsFunc(cfg.modes, func(m string) bool { return m != transcodeRelayd })
+	var steps []int // every step's call count, of every sweep that runs
+	if plain {
+		steps = append(steps, cfg.calls...)
+	}
+	if xc {
+		steps = append(steps, cfg.transcodeCalls...)
+	}
+	maxCalls := slices.Max(steps)
+	rates := make([]int, len(steps))
+	for i, c := range steps {
 		rates[i] = benchPPSPerCall * c
 	}
 	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait}
 	b := &fwdBench{cfg: fc, log: cfg.Progress, quietLeft: cfg.quietWait}
-	relays := slices.Clone(cfg.modes)
-	if cfg.rtpengine {
+	var relays []string
+	for _, m := range cfg.modes {
+		if m != transcodeRelayd {
+			relays = append(relays, m)
+		}
+	}
+	if cfg.rtpengine && plain {
 		relays = append(relays, "rtpengine")
+	}
+	if xc {
+		relays = append(relays, transcodeRelayd)
+		if cfg.rtpengine {
+			relays = append(relays, transcodeRtpengine)
+		}
 	}
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
@@ -76,7 +96,11 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			"userspace": fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), flows mode userspace", cpus),
 			"srtp":      "as userspace, caller leg SRTP: flows decrypt AES_CM_128_HMAC_SHA1_80 (a key per flow), plain RTP to the callee; the sender encrypts, in the direct runs too",
 			"rtpengine": "Debian's rtpengine, userspace (--table=-1), one thread per CPU, ng offer/answer per flow, deleted at the end",
+			transcodeRelayd: fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), ng listener; per call an ng offer (PCMU + telephone-event, "+
+				"codec: mask PCMU, transcode G729) and answer (G.729 only, annexb=no)", cpus),
+			transcodeRtpengine: "Debian's rtpengine as for rtpengine (bcg729 for G.729), the same ng offer and answer as relayd's transcode calls",
 		},
+		"transcode_calls": cfg.transcodeCalls,
 		"cpu_methods": map[string]string{
 			"tasks":   "schedstat run time of voipgen (sender, sink, runtime), the relay process (relayd or rtpengine) and ksoftirqd/N, per packet sent, relay runs minus the mean of the two direct runs",
 			"idle":    "whole machine: CPUs x elapsed - idle - iowait - steal from /proc/stat (10 ms ticks), per packet sent, relay runs minus direct runs",
@@ -87,16 +111,45 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if irqKnown && irq {
 		rep.Notes = append(rep.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the idle figures")
 	}
-	if cfg.static {
+	switch {
+	case !plain:
+	case cfg.static:
 		rep.Notes = append(rep.Notes, "sweep media: static flows, both flows of a call caller -> relay -> callee (the relay does the same work per packet in either direction)")
-	} else {
+	default:
 		rep.Notes = append(rep.Notes, "sweep media: relayd's calls are SIP calls through its B2BUA, a stream each way; rtpengine's are ng calls (offer/answer), the same streams")
 	}
-	rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
+	if len(cfg.sipCalls) > 0 {
+		rep.Notes = append(rep.Notes, "jitter and max gap come from the SIP phase (voipgen's per-call media and analysis)")
+	}
+	if xc {
+		rep.Notes = append(rep.Notes, "transcode: a relay may send more than it was sent (negative loss): packets it makes itself, "+
+			"such as comfort noise or concealment over the pause between two runs; every packet received was checked transcoded")
+	}
+	var bcgEnc, bcgDec []float64
 	defer func() {
 		summarizeBench(rep, relays, ghz, cpus, cfg.price)
+		if rep.Transcode != nil {
+			rep.Transcode.Bcg729 = bcg729Cost(bcgEnc, bcgDec)
+			summarizeTranscode(rep, ghz)
+		}
 		err = errors.Join(err, b.close())
 	}()
+	if xc {
+		if b.xcMat, err = newTranscodeMaterial(); err != nil {
+			return rep, fmt.Errorf("transcode: %w", err)
+		}
+		rep.Transcode = &benchTranscodeReport{}
+		// bcg729 is timed before the relays and after them: the figure
+		// is the median of both sets, from this run.
+		if err := measureBcg729(b.xcMat, &bcgEnc, &bcgDec); err != nil {
+			return rep, err
+		}
+		defer func() {
+			if err == nil {
+				err = measureBcg729(b.xcMat, &bcgEnc, &bcgDec)
+			}
+		}()
+	}
 	fmt.Fprintf(cfg.Progress, "bench: building the lab (%d flows for %d calls), relays %v\n", 2*maxCalls, maxCalls, relays)
 	if err := b.setup(2 * maxCalls); err != nil {
 		return rep, err
@@ -106,9 +159,18 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return rep, err
 		}
 		fmt.Fprintf(cfg.Progress, "bench: [%d/%d] %s\n", i+1, len(relays), name)
-		if name == "rtpengine" {
-			if err := b.benchRtpengine(ctx, cfg, rep); err != nil {
-				return rep, fmt.Errorf("rtpengine: %w", err)
+		var own func(context.Context, Config, *Report) error
+		switch name {
+		case "rtpengine":
+			own = b.benchRtpengine
+		case transcodeRelayd:
+			own = b.benchRelaydTranscode
+		case transcodeRtpengine:
+			own = b.benchRtpengineTranscode
+		}
+		if own != nil {
+			if err := own(ctx, cfg, rep); err != nil {
+				return rep, fmt.Errorf("%s: %w", name, err)
 			}
 			continue
 		}
@@ -147,6 +209,10 @@ func benchMode(name string) fwdMode {
 		return fwdMode{Name: "srtp", Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80}
 	case "rtpengine":
 		return fwdMode{Name: "rtpengine", Kind: "rtpengine"}
+	case transcodeRtpengine:
+		return fwdMode{Name: transcodeRtpengine, Kind: "rtpengine"}
+	case transcodeRelayd:
+		return fwdMode{Name: transcodeRelayd, Kind: "user", Workers: w}
 	}
 	return fwdMode{Name: "userspace", Kind: "user", Workers: w}
 }
@@ -159,7 +225,7 @@ func (b *fwdBench) benchRelayd(ctx context.Context, cfg Config, rep *Report, nam
 		return err
 	}
 	defer func() { err = errors.Join(err, b.stopRelay()) }()
-	return b.benchSweep(ctx, cfg, rep, m, benchMediaStatic, func(f int) (fwdPath, fwdPath, error) {
+	return b.benchSweep(ctx, cfg, cfg.calls, rep, m, benchMediaStatic, func(f int) (fwdPath, fwdPath, error) {
 		if _, err := b.install(m, f); err != nil {
 			return fwdPath{}, fwdPath{}, err
 		}
@@ -172,12 +238,12 @@ func (b *fwdBench) benchRelayd(ctx context.Context, cfg Config, rep *Report, nam
 // loss or the second in a row where the sender could not offer the load
 // (its rows say "sender short"); prepare readies
 // the relay for f flows and returns the direct and relay paths.
-func (b *fwdBench) benchSweep(ctx context.Context, cfg Config, rep *Report, m fwdMode, media string,
+func (b *fwdBench) benchSweep(ctx context.Context, cfg Config, steps []int, rep *Report, m fwdMode, media string,
 	prepare func(f int) (direct, relay fwdPath, err error)) error {
 	short := false // the last step's sender fell short of the rate
-	for i, c := range cfg.calls {
+	for i, c := range steps {
 		f := 2 * c
-		fmt.Fprintf(cfg.Progress, "  %s step %d/%d: %d calls (%d flows, %d pps offered)\n", m.Name, i+1, len(cfg.calls), c, f, benchPPSPerCall*c)
+		fmt.Fprintf(cfg.Progress, "  %s step %d/%d: %d calls (%d flows, %d pps offered)\n", m.Name, i+1, len(steps), c, f, benchPPSPerCall*c)
 		direct, relay, err := prepare(f)
 		if err != nil {
 			return err
@@ -262,7 +328,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg Config, rep *Report) 
 		fmt.Fprintf(cfg.Progress, "  rtpengine: %d calls deleted in %v (%d failed)\n", len(calls), time.Since(start).Round(time.Millisecond), failed.Load())
 	}()
 	m := benchMode("rtpengine")
-	return b.benchSweep(ctx, cfg, rep, m, benchMediaNG, func(f int) (fwdPath, fwdPath, error) {
+	return b.benchSweep(ctx, cfg, cfg.calls, rep, m, benchMediaNG, func(f int) (fwdPath, fwdPath, error) {
 		start, n := time.Now(), len(calls)
 		more := make([]*rtpengine.Call, f/2-n)
 		errs := make([]error, len(more))
@@ -641,7 +707,7 @@ func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg Config, rep *Report, 
 		return err
 	}
 	defer calls.close()
-	return b.benchSweep(ctx, cfg, rep, m, benchMediaSIP, func(f int) (fwdPath, fwdPath, error) {
+	return b.benchSweep(ctx, cfg, cfg.calls, rep, m, benchMediaSIP, func(f int) (fwdPath, fwdPath, error) {
 		n := f / 2
 		if err := calls.grow(ctx, n); err != nil {
 			return fwdPath{}, fwdPath{}, err

@@ -28,7 +28,7 @@ func benchPlots(rep *Report, dir string) ([]string, error) {
 	}
 	var files []string
 	for _, f := range []fig{
-		{"cpu", "Relay CPU vs concurrent calls (G.711 20 ms, schedstat minus direct baseline)", "CPU % of the machine",
+		{"cpu", "Relay CPU vs concurrent calls (G.711 20 ms; transcode: G.711 <-> G.729; schedstat minus direct baseline)", "CPU % of the machine",
 			func(r benchRow) float64 { return r.TaskCPUPct }},
 		{"nsperpkt", "Relay CPU per relayed packet (schedstat minus direct baseline)", "ns per packet",
 			func(r benchRow) float64 { return r.TaskNsPerPkt }},
@@ -55,6 +55,21 @@ func benchPlots(rep *Report, dir string) ([]string, error) {
 			}
 			if len(xy) > 0 {
 				lines = append(lines, relay, xy)
+			}
+		}
+		// The transcode line's floor: bcg729 alone at the transcode
+		// steps' call counts (the same run's in-process timing).
+		if f.name == "cpu" && rep.Transcode != nil && rep.Transcode.Bcg729.NsPerCallSecond > 0 {
+			cpus, _ := rep.Config["cpus"].(int)
+			var xy plotter.XYs
+			for _, r := range rep.Rows {
+				if r.Relay == transcodeRelayd && r.Comparable && r.lossless() && cpus > 0 {
+					y := 100 * float64(r.Calls) * rep.Transcode.Bcg729.NsPerCallSecond / 1e9 / float64(cpus)
+					xy = append(xy, plotter.XY{X: float64(r.Calls), Y: y})
+				}
+			}
+			if len(xy) > 0 {
+				lines = append(lines, "bcg729 alone (in-process)", xy)
 			}
 		}
 		if len(lines) > 0 {

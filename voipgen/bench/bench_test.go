@@ -31,7 +31,11 @@ func TestParseBench(t *testing.T) {
 	if len(c.calls) != 2 || c.calls[0] != 20 || c.calls[1] != 1000 || strings.Join(c.modes, ",") != "userspace,xdp" || !c.rtpengine || c.price != 5000 {
 		t.Errorf("%+v", c)
 	}
-	for _, bad := range [][]string{{"--calls", "6000"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"},
+	c, err = Parse([]string{"--modes", "transcode", "--with-rtpengine", "--transcode-calls", "50,10,50"}, io.Discard)
+	if err != nil || strings.Join(c.modes, ",") != "transcode" || len(c.transcodeCalls) != 2 || c.transcodeCalls[0] != 10 || c.transcodeCalls[1] != 50 {
+		t.Errorf("transcode: %+v %v", c, err)
+	}
+	for _, bad := range [][]string{{"--calls", "6000"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"}, {"--transcode-calls", "0"},
 		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--sip-calls", "6000"}, {"--out", ""}, {"extra"}} {
 		if _, err := Parse(bad, io.Discard); err == nil {
 			t.Errorf("parseBench(%q) succeeded", bad)

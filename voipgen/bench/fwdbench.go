@@ -310,6 +310,11 @@ type fwdStep struct {
 	// workers forwarded: in xdp mode, what XDP punted or has not taken
 	// back yet (latching flows), -1 without relayd.
 	RelayedUserspace int64 `json:"relayed_userspace"`
+	// TranscodedToCallee and TranscodedToCaller count, in a transcode
+	// run through a relay, the packets that arrived in the format the
+	// other leg asked for: G.729 to the callee, G.711 µ-law to the caller.
+	TranscodedToCallee uint64 `json:"transcoded_to_callee,omitempty"`
+	TranscodedToCaller uint64 `json:"transcoded_to_caller,omitempty"`
 	// RelayDrops are relayd's drops by reason, if any.
 	RelayDrops map[string]uint64 `json:"relay_drops,omitempty"`
 	ElapsedS   float64           `json:"elapsed_s"`

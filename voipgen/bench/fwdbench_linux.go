@@ -89,6 +89,11 @@ type fwdBench struct {
 	// relayExtra and relayPorts, when set, go into the next relayd's
 	// configuration (after [media]'s keys; media.ports).
 	relayExtra, relayPorts string
+	// relayTop, when set, is TOML added to the next relayd's
+	// configuration after its sections (such as [ng]).
+	relayTop string
+	// xcMat is the transcode mode's audio (nil without the mode).
+	xcMat *transcodeMaterial
 
 	// The current mode's relayd, nil for kernel forwarding.
 	relay     *labrelay.Relay
@@ -213,6 +218,63 @@ type fwdPath struct {
 	// from the callee's socket (the sink's), streams after msgs'.
 	rev fwdMsgs
 	enc []*srtpflow.Encrypter // SRTP: encrypts msgs' streams
+	// xc, on a transcoding relay's path, makes its runs transcode runs:
+	// the sender keeps each stream's SSRC from run to run (a relay
+	// transcodes under SSRCs of its own, so the sink cannot tell runs or
+	// streams apart by SSRC: it counts by the relay port a packet came
+	// from and checks every packet's format; see fwdExpect).
+	xc *fwdTranscode
+}
+
+// fwdTranscode is what the sink needs to count a transcoding relay's
+// output: ports[p] is the stream whose packets come from the relay's port
+// p, -1 for none.
+type fwdTranscode struct {
+	ports []int32
+}
+
+// fwdTranscodeTag is the SSRC tag (bits 16-23) of every transcode run
+// through a relay: b.tag never hands it out.
+const fwdTranscodeTag = 0xfe
+
+// What a transcoding relay must deliver: G.729 20 ms to the callee (the
+// sink's socket), G.711 µ-law 20 ms to the caller (the sender's).
+var fwdTranscodeWant = [2]struct {
+	pt   uint8
+	size int
+}{{g729PT, g729RTPLen}, {pcmuPT, fwdRTPLen}}
+
+// fwdExpect is one transcode run's accounting in the sink: every packet
+// counts for run tag; its stream comes from the port it was sent from, and
+// its format must be fwdTranscodeWant's for the socket it arrived on.
+// The sink's threads update it while it is installed (fwdSink.expect).
+type fwdExpect struct {
+	tag   uint8
+	ports []int32
+	ok    [2]atomic.Uint64 // per socket (0 the callee's, 1 the caller's): packets in the right format
+	bad   [2]atomic.Uint64 // in another format
+	// lastBad is the last wrong packet's payload type<<16 | length.
+	lastBad [2]atomic.Uint32
+	unknown atomic.Uint64 // from a port of no stream
+}
+
+// check returns an error when any packet of the run was not transcoded.
+func (x *fwdExpect) check() error {
+	var errs []error
+	for side, who := range []string{"callee", "caller"} {
+		if n := x.bad[side].Load(); n > 0 {
+			v := x.lastBad[side].Load()
+			errs = append(errs, fmt.Errorf("%d of %d packets to the %s not PT %d of %d bytes (the last: PT %d, %d bytes)",
+				n, n+x.ok[side].Load(), who, fwdTranscodeWant[side].pt, fwdTranscodeWant[side].size, v>>16, v&0xffff))
+		}
+	}
+	if n := x.unknown.Load(); n > 0 {
+		errs = append(errs, fmt.Errorf("%d packets from a port that is no call's", n))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("the relay did not transcode: %w", err)
+	}
+	return nil
 }
 
 // paths returns the direct path and mode m's path for f flows.
@@ -450,6 +512,9 @@ func progText(p *float64) string {
 // between runs keeps the counts of consecutive runs apart.
 func (b *fwdBench) tag(m fwdMode, direct bool) uint8 {
 	b.run++
+	if b.run == fwdTranscodeTag {
+		b.run++
+	}
 	if m.Kind != "srtp" {
 		return b.run
 	}
@@ -466,6 +531,10 @@ func (b *fwdBench) tag(m fwdMode, direct bool) uint8 {
 func (b *fwdBench) warm(ctx context.Context, p fwdPath, m fwdMode, direct bool) error {
 	tag := b.tag(m, direct)
 	before := b.sink.runs[tag].Load()
+	if p.xc != nil && !direct {
+		b.sink.expect.Store(&fwdExpect{tag: tag, ports: p.xc.ports})
+		defer b.sink.expect.Store(nil)
+	}
 	res := b.snd.run(ctx, p, fwdWarm/2, fwdWarm, tag)
 	b.sink.drain(tag, before+res.packets)
 	return ctx.Err()
@@ -510,6 +579,11 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 			return st, fmt.Errorf("program stats: %w", err)
 		}
 	}
+	var x *fwdExpect
+	if p.xc != nil && name != "direct" {
+		x = &fwdExpect{tag: tag, ports: p.xc.ports}
+		b.sink.expect.Store(x)
+	}
 	targets := b.targets()
 	// Collect this process's garbage now (the metrics just read, the
 	// last run's), not in the measured run.
@@ -523,6 +597,13 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	s1, err := b.sampler.Snapshot(targets)
 	if err != nil {
 		return st, err
+	}
+	if x != nil {
+		b.sink.expect.Store(nil)
+		st.TranscodedToCallee, st.TranscodedToCaller = x.ok[0].Load(), x.ok[1].Load()
+		if err := x.check(); err != nil {
+			return st, fmt.Errorf("%s, %d flows: %w", name, f, err)
+		}
 	}
 	u := measure.Diff(s0, s1)
 
@@ -677,7 +758,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 		return err
 	}
 	// warn: relayd logs every idle flow at info level.
-	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts}
+	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop}
 	if m.Kind != "xdp" {
 		o.Mode, o.Workers = "userspace", m.Workers
 	}
@@ -872,6 +953,45 @@ type fwdStream struct {
 	ts   uint32
 	buf  [fwdRTPLen]byte
 	sbuf [fwdRTPLen + fwdSRTPRoom]byte
+	// n is the RTP packet's length, fwdRTPLen when 0. With loop, each
+	// packet's payload is the next n-12 bytes of loop (from pos), which
+	// holds a whole number of payloads: real audio, not fixed bytes.
+	n    int
+	loop []byte
+	pos  int
+}
+
+func (st *fwdStream) len() int {
+	if st.n == 0 {
+		return fwdRTPLen
+	}
+	return st.n
+}
+
+// defaultPayload writes stream i's fixed payload: any G.711 bytes.
+func (st *fwdStream) defaultPayload(i int) {
+	st.buf[0], st.buf[1] = 0x80, 0 // version 2, PT 0 (PCMU)
+	st.n, st.loop, st.pos = 0, nil, 0
+	for j := 12; j < fwdRTPLen; j++ {
+		st.buf[j] = byte(0xd5 ^ (i + j*13))
+	}
+}
+
+// setLoop makes stream i send payload type pt with payloads of size
+// bytes taken in turn from loop, starting at payload start. The sender
+// must be idle.
+func (s *fwdSender) setLoop(i int, pt uint8, size int, loop []byte, start int) {
+	st := &s.streams[i]
+	st.buf[1], st.n, st.loop = pt, 12+size, loop
+	st.pos = start % (len(loop) / size) * size
+}
+
+// resetStreams gives every stream its fixed PCMU payload back. The sender
+// must be idle.
+func (s *fwdSender) resetStreams() {
+	for i := range s.streams {
+		s.streams[i].defaultPayload(i)
+	}
 }
 
 type fwdSendJob struct {
@@ -925,10 +1045,7 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 	for i := range s.streams {
 		st := &s.streams[i]
 		st.seq, st.ts = uint16(i*7), uint32(i)*1000
-		st.buf[0] = 0x80 // version 2, PT 0 (PCMU)
-		for j := 12; j < fwdRTPLen; j++ {
-			st.buf[j] = byte(0xd5 ^ (i + j*13)) // any G.711 bytes
-		}
+		st.defaultPayload(i)
 	}
 	tid := make(chan int)
 	go s.loop(tid)
@@ -963,7 +1080,7 @@ func (s *fwdSender) build(off, n, srtpLen int, src, dst func(i int) netip.AddrPo
 			m.iovs[i].SetLen(srtpLen)
 		} else {
 			m.iovs[i].Base = &st.buf[0]
-			m.iovs[i].SetLen(fwdRTPLen)
+			m.iovs[i].SetLen(st.len())
 		}
 		ap := dst(i)
 		m.names[i].Family = unix.AF_INET
@@ -1007,6 +1124,9 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	nf := msgs.len()
 	n := nf + rev.len()
 	ssrcHigh := uint32(j.tag) << 16
+	if j.path.xc != nil {
+		ssrcHigh = fwdTranscodeTag << 16
+	}
 	slots := max(1, min(n, int(j.period/fwdSlot)))
 	cycles := max(1, int(j.dur/j.period))
 	start := gen.MonoNow() + int64(time.Millisecond)
@@ -1022,6 +1142,12 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 				binary.BigEndian.PutUint16(st.buf[2:], st.seq)
 				binary.BigEndian.PutUint32(st.buf[4:], st.ts)
 				binary.BigEndian.PutUint32(st.buf[8:], ssrcHigh|uint32(i))
+				if st.loop != nil {
+					st.pos += copy(st.buf[12:st.len()], st.loop[st.pos:])
+					if st.pos >= len(st.loop) {
+						st.pos = 0
+					}
+				}
 				if enc != nil && i < nf {
 					if _, err := enc[i].EncryptRTP(st.sbuf[:0], st.buf[:]); err != nil {
 						res.encErrors++
@@ -1082,8 +1208,11 @@ type fwdSink struct {
 	runs    [256]atomic.Uint64
 	total   atomic.Uint64
 	stop    atomic.Bool
-	wg      sync.WaitGroup
-	tid     int
+	// expect, when set, is the transcode run in progress: its packets are
+	// counted by fwdExpect's rules, not by SSRC.
+	expect atomic.Pointer[fwdExpect]
+	wg     sync.WaitGroup
+	tid    int
 	// fd2 and tid2: the caller's socket (the sender's), drained by a
 	// second thread when reverse streams come back to it (watch).
 	fd2  int
@@ -1135,11 +1264,17 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 	bufs := make([][2048]byte, fwdSinkBatch)
 	iovs := make([]unix.Iovec, fwdSinkBatch)
 	hdrs := make([]mmsghdr, fwdSinkBatch)
+	names := make([]unix.RawSockaddrInet4, fwdSinkBatch)
 	for i := range hdrs {
 		iovs[i].Base = &bufs[i][0]
 		iovs[i].SetLen(len(bufs[i]))
 		hdrs[i].hdr.Iov = &iovs[i]
 		hdrs[i].hdr.SetIovlen(1)
+		hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&names[i]))
+	}
+	side := 1 // fwdExpect's index of this socket
+	if fd == k.fd {
+		side = 0
 	}
 	next := gen.MonoNow()
 	for !k.stop.Load() {
@@ -1149,12 +1284,20 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 		}
 		gen.SleepUntil(next)
 		for {
+			for i := range hdrs {
+				hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
+			}
+			x := k.expect.Load()
 			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 				fwdSinkBatch, unix.MSG_DONTWAIT, 0, 0)
 			if errno != 0 {
 				break // EAGAIN: drained (or EINTR: next tick)
 			}
 			n := int(r)
+			if x != nil {
+				k.countTranscoded(x, side, bufs[:n], hdrs[:n], names[:n])
+				n = 0
+			}
 			for i := range n {
 				if hdrs[i].n >= 12 {
 					b := &bufs[i]
@@ -1165,12 +1308,41 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 					k.runs[ssrc>>16&0xff].Add(1)
 				}
 			}
-			k.total.Add(uint64(n))
-			if n < fwdSinkBatch {
+			k.total.Add(uint64(r))
+			if int(r) < fwdSinkBatch {
 				break
 			}
 		}
 	}
+}
+
+// countTranscoded counts a batch received on socket side during a
+// transcode run x.
+func (k *fwdSink) countTranscoded(x *fwdExpect, side int, bufs [][2048]byte, hdrs []mmsghdr, names []unix.RawSockaddrInet4) {
+	want := fwdTranscodeWant[side]
+	var ok, bad uint64
+	for i := range hdrs {
+		port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&names[i].Port))[:])
+		if s := x.ports[port]; s >= 0 && int(s) < len(k.perSSRC) {
+			k.perSSRC[s].Add(1)
+		} else {
+			x.unknown.Add(1)
+		}
+		n := int(hdrs[i].n)
+		pt := uint8(0xff)
+		if n >= 12 {
+			pt = bufs[i][1] & 0x7f
+		}
+		if pt == want.pt && n == want.size {
+			ok++
+		} else {
+			bad++
+			x.lastBad[side].Store(uint32(pt)<<16 | uint32(n&0xffff))
+		}
+	}
+	x.ok[side].Add(ok)
+	x.bad[side].Add(bad)
+	k.runs[x.tag].Add(uint64(len(hdrs)))
 }
 
 // counts returns the packets counted for the first n streams.
