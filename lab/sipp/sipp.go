@@ -24,7 +24,9 @@
 //	uac_hold.xml      a call with audio put on hold and resumed by re-INVITEs
 //	uas_hold.xml      its callee: checks a=sendonly, then a=sendrecv
 //	uac_pcmu_pcap.xml a call offering PCMU and telephone-event only that plays a pcap (-key pcap)
+//	uac_g729_pcap.xml a call offering G.729 (annexb=no) and telephone-event only that plays a pcap
 //	uas_g729.xml      a callee answering G.729 (annexb=no) and telephone-event that plays a pcap
+//	uas_pcmu.xml      a callee answering PCMU and telephone-event that plays a pcap
 //
 // WAV makes the audio file the callers' rtp_stream plays; lab/audio's
 // WritePcap the captures play_pcap_audio plays (which needs root: SIPp
