@@ -23,6 +23,9 @@ func FuzzPostFlow(f *testing.F) {
 	f.Add(`{"match":"198.18.1.1:30000","expect_source":"[fe80::1%eth0]:1","action":"drop"}`)
 	f.Add(`{"match":"198.18.1.1:30000","encrypt":{"suite":"AEAD_AES_128_GCM","key":"AAAA"}}`)
 	f.Add(`{"match":null,"decrypt":null}`)
+	f.Add(`{"match":"198.18.1.1:30010","send_from":"198.18.1.1:30012","send_to":"198.18.2.2:5000","transcode":{"from":"PCMU","to":"G729","ptime_to":30,"event_from":101,"event_to":96,"vad_to":true,"rtcp_from":"198.18.1.1:30013","rtcp_to":"198.18.2.2:5001"}}`)
+	f.Add(`{"match":"198.18.1.1:30010","send_from":"198.18.1.1:30012","send_to":"198.18.2.2:5000","transcode":{"from":"g729","to":"pcma","pt_from":200,"ptime_from":25}}`)
+	f.Add(`{"match":"198.18.1.1:30010","action":"drop","transcode":{"from":"PCMU","to":"PCMU","cn_to":13,"event_to":13}}`)
 	// Log nowhere: *F methods may not be used inside the fuzz target.
 	fx := newFixtureLog(f, zap.NewNop())
 	h := fx.srv.Config.Handler
