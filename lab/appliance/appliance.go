@@ -28,8 +28,18 @@ import (
 	"time"
 )
 
-// CacheDir holds the cached root trees, one directory per key.
-const CacheDir = "/var/cache/relayd-vm"
+// DefaultCacheDir holds the cached root trees, one directory per key,
+// unless RELAYD_VM_CACHE names another directory (an empty one measures a
+// build from scratch, as on a fresh CI machine).
+const DefaultCacheDir = "/var/cache/relayd-vm"
+
+// CacheDir returns RELAYD_VM_CACHE, or DefaultCacheDir when it is unset.
+func CacheDir() string {
+	if d := os.Getenv("RELAYD_VM_CACHE"); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
 
 // BasePackages are what the guest needs besides the packages' own
 // dependencies: systemd as init, Debian's kernel (with initramfs-tools for
@@ -83,7 +93,7 @@ func EnsureImage(ctx context.Context, packages []string, logf func(string, ...an
 	if err != nil {
 		return Image{}, false, err
 	}
-	dir := filepath.Join(CacheDir, key)
+	dir := filepath.Join(CacheDir(), key)
 	root := filepath.Join(dir, "root")
 	if img, err := findBoot(root); err == nil {
 		return img, false, nil

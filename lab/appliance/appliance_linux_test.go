@@ -136,6 +136,9 @@ func TestAppliance(t *testing.T) {
 	for _, f := range readLines(t, filepath.Join(share, "figures")) {
 		t.Logf("figure %s", f)
 	}
+	if b := readLines(t, filepath.Join(share, "boot-blame")); len(b) > 0 {
+		t.Logf("slowest units of the guest's boot:\n%s", strings.Join(b, "\n"))
+	}
 	caps := readLines(t, filepath.Join(share, "caps"))
 	for _, c := range caps {
 		t.Logf("without %s", c)
