@@ -5,7 +5,6 @@
 #   results   one line per check: "NAME ok" or "NAME FAIL"
 #   figures   key=value measurements
 #   caps      one line per capability of the unit: what fails without it
-#   boot-blame the slowest units of the boot (systemd-analyze blame)
 #   guest.log everything the checks printed
 #   status    0 when every check passed, written last
 #
@@ -59,7 +58,6 @@ boot() {
 	mu=$(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target)
 	figure guest_to_systemd_ms $(( us / 1000 ))
 	figure guest_systemd_to_multi_user_ms $(( (mu - us) / 1000 ))
-	systemd-analyze blame --no-pager 2>/dev/null | head -n 15 > "$share/boot-blame"
 	test "$(systemctl is-system-running 2>/dev/null)" != offline
 }
 
