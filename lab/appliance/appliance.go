@@ -203,13 +203,8 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		// no5lvl: qemu's "max" CPU offers 5-level paging under TCG,
 		// which every TLB miss then walks in software (the boot took
 		// a quarter longer with it); the hardware Debian 12 runs on has
-		// 4 levels. tsc=reliable: the guest kernel finds the emulated
-		// vCPUs' TSCs unsynchronized at boot and falls back to the HPET,
-		// which makes every clock read a system call and an emulated
-		// MMIO read (time.Now 5 times slower, and Go programs read the
-		// clock all the time); TCG derives every vCPU's TSC from the
-		// host's one monotonic clock.
-		"-append", "console=ttyS0 root=/dev/vda rw panic=-1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 no5lvl tsc=reliable",
+		// 4 levels.
+		"-append", "console=ttyS0 root=/dev/vda rw panic=-1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 no5lvl",
 		// The disk is a scratch copy made for this boot: the guest's
 		// flushes need not reach the host's disk.
 		"-drive", "file=" + o.Disk + ",format=raw,if=virtio,cache=unsafe",

@@ -23,8 +23,6 @@ caps=$share/caps
 exec >> "$share/guest.log" 2>&1
 failed=0
 config=/etc/relayd/relayd.toml
-nl='
-'
 
 figure() { echo "$1=$2" >> "$figures"; }
 ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -346,20 +344,15 @@ calls_across() {
 	wait $c4; wait $c6; wait $a4; wait $a6
 	ok=0
 	for f in /tmp/call4.json /tmp/call6.json /tmp/answer4.json /tmp/answer6.json; do
-		# One jq for the summary and its four fields (a process costs
-		# a good part of a second under TCG): line 1 the summary, line 2
-		# succeeded, with media both ways, lost, max gap.
-		out=$(jq -r '.summary | tojson, "\(.succeeded) \(.calls_with_media_both_ways) \(.lost) \(.max_gap_ms.max)"' "$f")
-		echo "$f: ${out%%"$nl"*}"
-		got= both= lost= gap=
-		read -r got both lost gap <<EOT
-${out#*"$nl"}
-EOT
+		echo "$f: $(jq -c .summary "$f")"
 		want=2
 		case $f in *6.json) want=1 ;; esac
-		base=${f##*/}
-		figure "${act}_${base%.json}_lost" "$lost"
-		figure "${act}_${base%.json}_max_gap_ms" "$gap"
+		got=$(jq .summary.succeeded "$f")
+		both=$(jq .summary.calls_with_media_both_ways "$f")
+		lost=$(jq .summary.lost "$f")
+		gap=$(jq .summary.max_gap_ms.max "$f")
+		figure "${act}_$(basename "$f" .json)_lost" "$lost"
+		figure "${act}_$(basename "$f" .json)_max_gap_ms" "$gap"
 		[ "$got" = "$want" ] && [ "$both" = "$want" ] || { echo "$f: $got of $want calls succeeded, $both with media both ways" >&2; ok=1; }
 		[ "$lost" = 0 ] || { echo "$f: $lost RTP packets lost across $act" >&2; ok=1; }
 	done
