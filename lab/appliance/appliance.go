@@ -28,8 +28,18 @@ import (
 	"time"
 )
 
-// CacheDir holds the cached root trees, one directory per key.
-const CacheDir = "/var/cache/relayd-vm"
+// DefaultCacheDir holds the cached root trees, one directory per key,
+// unless RELAYD_VM_CACHE names another directory (an empty one measures a
+// build from scratch, as on a fresh CI machine).
+const DefaultCacheDir = "/var/cache/relayd-vm"
+
+// CacheDir returns RELAYD_VM_CACHE, or DefaultCacheDir when it is unset.
+func CacheDir() string {
+	if d := os.Getenv("RELAYD_VM_CACHE"); d != "" {
+		return d
+	}
+	return DefaultCacheDir
+}
 
 // BasePackages are what the guest needs besides the packages' own
 // dependencies: systemd as init, Debian's kernel (with initramfs-tools for
@@ -47,8 +57,9 @@ type Image struct {
 	Initrd string // Root/boot/initrd.img-*
 }
 
-// scriptDir is where mkimage.sh and the guest's files are.
-func scriptDir() (string, error) { return filepath.Abs("testdata") }
+// Scripts is where mkimage.sh and the guest's files are, relative to this
+// package's directory (where its test runs).
+const Scripts = "testdata"
 
 // cacheKey names the tree for a package list and the scripts that build
 // it: a change to either builds a new tree.
@@ -57,7 +68,7 @@ func cacheKey(packages []string, scripts string) (string, error) {
 	for _, p := range packages {
 		fmt.Fprintf(h, "package %s\n", p)
 	}
-	for _, f := range []string{"mkimage.sh", "relayd-vmtest.service"} {
+	for _, f := range []string{"mkimage.sh", "initramfs-hook", "relayd-vmtest.service"} {
 		b, err := os.ReadFile(filepath.Join(scripts, f))
 		if err != nil {
 			return "", err
@@ -69,10 +80,11 @@ func cacheKey(packages []string, scripts string) (string, error) {
 }
 
 // EnsureImage returns the cached tree for packages (BasePackages are
-// added), building it with mmdebstrap when it is missing. built says
-// whether it was built now.
-func EnsureImage(ctx context.Context, packages []string, logf func(string, ...any)) (img Image, built bool, err error) {
-	scripts, err := scriptDir()
+// added), building it with mmdebstrap and the scripts in the directory
+// scripts (Scripts from this package's directory) when it is missing.
+// built says whether it was built now.
+func EnsureImage(ctx context.Context, scripts string, packages []string, logf func(string, ...any)) (img Image, built bool, err error) {
+	scripts, err = filepath.Abs(scripts)
 	if err != nil {
 		return Image{}, false, err
 	}
@@ -83,7 +95,7 @@ func EnsureImage(ctx context.Context, packages []string, logf func(string, ...an
 	if err != nil {
 		return Image{}, false, err
 	}
-	dir := filepath.Join(CacheDir, key)
+	dir := filepath.Join(CacheDir(), key)
 	root := filepath.Join(dir, "root")
 	if img, err := findBoot(root); err == nil {
 		return img, false, nil
@@ -188,8 +200,14 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
 		// A soft lockup or an RCU stall panics the guest, and panic=-1
 		// with -no-reboot ends qemu: a wedged guest fails fast.
-		"-append", "console=ttyS0 root=/dev/vda rw panic=-1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1",
-		"-drive", "file=" + o.Disk + ",format=raw,if=virtio",
+		// no5lvl: qemu's "max" CPU offers 5-level paging under TCG,
+		// which every TLB miss then walks in software (the boot took
+		// a quarter longer with it); the hardware Debian 12 runs on has
+		// 4 levels.
+		"-append", "console=ttyS0 root=/dev/vda rw panic=-1 softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 no5lvl",
+		// The disk is a scratch copy made for this boot: the guest's
+		// flushes need not reach the host's disk.
+		"-drive", "file=" + o.Disk + ",format=raw,if=virtio,cache=unsafe",
 		"-virtfs", "local,path=" + o.Share + ",mount_tag=share,security_model=none,id=share",
 	}
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
@@ -202,6 +220,40 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		return fmt.Errorf("qemu-system-x86_64: %w\n%s", err, out)
 	}
 	return nil
+}
+
+// Packages are the .debs the appliance test installs, by package name.
+var Packages = []string{"relayd", "relayd-tools"}
+
+// FindDebs returns the .deb of each of Packages in dir, in that order.
+func FindDebs(dir string) ([]string, error) {
+	var debs []string
+	for _, pkg := range Packages {
+		m, _ := filepath.Glob(filepath.Join(dir, pkg+"_*_amd64.deb"))
+		if len(m) != 1 {
+			return nil, fmt.Errorf("want one %s_*_amd64.deb in %s, have %v", pkg, dir, m)
+		}
+		debs = append(debs, m[0])
+	}
+	return debs, nil
+}
+
+// DebsDepends returns what the .debs of Packages in dir depend on: the
+// packages the guest image needs besides BasePackages.
+func DebsDepends(dir string) ([]string, error) {
+	debs, err := FindDebs(dir)
+	if err != nil {
+		return nil, err
+	}
+	var deps []string
+	for _, deb := range debs {
+		d, err := Depends(deb)
+		if err != nil {
+			return nil, err
+		}
+		deps = append(deps, d...)
+	}
+	return deps, nil
 }
 
 // Depends returns the package names in a .deb's Depends (the first of

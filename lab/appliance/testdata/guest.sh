@@ -30,12 +30,14 @@ check() {
 	name=$1
 	shift
 	echo "== $name ($(cut -d' ' -f1 /proc/uptime)s)"
+	check_t0=$(ms)
 	if "$@"; then
 		echo "$name ok" >> "$results"
 	else
 		echo "$name FAIL" >> "$results"
 		failed=1
 	fi
+	figure "check_${name}_ms" $(( $(ms) - check_t0 ))
 }
 # must CMD...: run a command, say which one failed.
 must() { "$@" || { echo "failed: $*" >&2; return 1; }; }
@@ -49,6 +51,13 @@ cursor() { journalctl -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'
 boot() {
 	figure guest_boot_to_ready_s "$(cut -d' ' -f1 /proc/uptime)"
 	figure guest_kernel "$(uname -r)"
+	# Where the boot went: the kernel until it ran the initrd's /init, the
+	# initrd until systemd started, systemd until multi-user.target.
+	figure guest_kernel_to_init_s "$(dmesg | sed -n 's/^\[ *\([0-9.]*\)\] Run \/init as init process.*/\1/p')"
+	us=$(systemctl show -p UserspaceTimestampMonotonic --value)
+	mu=$(systemctl show -p ActiveEnterTimestampMonotonic --value multi-user.target)
+	figure guest_to_systemd_ms $(( us / 1000 ))
+	figure guest_systemd_to_multi_user_ms $(( (mu - us) / 1000 ))
 	test "$(systemctl is-system-running 2>/dev/null)" != offline
 }
 
