@@ -69,26 +69,11 @@ lint:
 
 # All tests, root-only ones included (they skip only where the capability
 # is missing, and say why). Fuzz corpora in testdata/ run as regression tests.
-# The lab tests measure timing (glitches, pacing, setup times) and would
-# measure each other on a 2-core machine: they run one package at a time
-# (-p 1). The packages that measure nothing (QUIET_PKGS: parsers, call
-# model, codecs, admin API) are built and run two at a time while the
-# appliance test boots its guest and installs the packages, which checks
-# nothing that depends on time; its log is printed when it ends.
-QUIET_PKGS := ./cmd/... ./config ./control ./control/admin/... ./control/call ./control/cdr \
-	./control/ng/bencode ./control/registry ./control/route ./control/sdp ./control/state \
-	./dataplane/... ./internal/bpffs ./internal/flowkey ./internal/hostprep ./internal/pktio ./internal/testenv ./lab/rtpengine/ngclient ./lab/sipp ./rtp/... ./sdes \
-	./slowpath/codec/... ./slowpath/srtpflow ./slowpath/transcode ./voipgen/analyze \
-	./voipgen/payload ./voipgen/cmd/...
+# One package at a time (-p 1): the lab tests measure timing (glitches,
+# pacing, setup times) and would measure each other on a 2-core machine.
 test: need
 	$(GO) vet ./... ./voipgen/...
-	@set -e; log=$$(mktemp); \
-	$(GO) test -p 1 -count=1 -timeout 30m ./lab/appliance/... > $$log 2>&1 & app=$$!; \
-	quiet=0; $(GO) test -p 2 -count=1 -timeout 10m $(QUIET_PKGS) || quiet=$$?; \
-	appl=0; wait $$app || appl=$$?; cat $$log; rm -f $$log; \
-	rest=$$($(GO) list ./... ./voipgen/... | grep -v -x -F "$$($(GO) list $(QUIET_PKGS) ./lab/appliance/...)"); \
-	others=0; $(GO) test -p 1 -count=1 -timeout 30m $$rest || others=$$?; \
-	[ $$quiet = 0 ] && [ $$appl = 0 ] && [ $$others = 0 ]
+	$(GO) test -p 1 -count=1 -timeout 30m ./... ./voipgen/...
 
 # Short fuzzing session on every fuzz target of both modules (package:target;
 # `grep -rn "func Fuzz" --include=*_test.go .` lists them).

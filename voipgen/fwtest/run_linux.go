@@ -488,7 +488,10 @@ func (r *runner) capture(p *fwpair.Pair, c FailoverCase, rep int) func() {
 		name string
 	}{{p.LAN, "lan"}, {p.WAN, "wan"}} {
 		file := filepath.Join(r.cfg.Capture, fmt.Sprintf("%s-rep%d-%s.pcap", slug(c.String()), rep, h.name))
-		cmd := h.ns.Command("tcpdump", "-i", fwpair.HostIfName, "-n", "-s", "64", "-w", file, "--time-stamp-precision=nano", "udp")
+		// A 32 MB buffer: with the default 2 MB, tcpdump, descheduled on
+		// a busy machine, was seen to drop packets around a failover,
+		// and the capture then showed a gap the media never had.
+		cmd := h.ns.Command("tcpdump", "-i", fwpair.HostIfName, "-n", "-s", "64", "-B", "32768", "-w", file, "--time-stamp-precision=nano", "udp")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := cmd.Start(); err != nil {
 			r.say("capture %s: %v", file, err)
