@@ -32,8 +32,6 @@ const (
 
 var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "rtcp_terminated"}
 
-var errReplay = srtpflow.ErrReplay
-
 const (
 	ipv4HeaderLen = 20
 	ipv6HeaderLen = 40
@@ -104,6 +102,36 @@ func (f *flowState) stats() dataplane.Stats {
 		st.RTCPSent = f.rtcpSent
 	}
 	return st
+}
+
+// sourceOK reports whether a packet from src passes the flow's source
+// check. A latching flow's source is checked by latch() in the worker.
+func (f *flowState) sourceOK(src netip.AddrPort) bool {
+	fl := &f.flow
+	return fl.Latch || !fl.ExpectSource.IsValid() ||
+		src.Addr() == fl.ExpectSource.Addr() && (fl.ExpectSource.Port() == 0 || src.Port() == fl.ExpectSource.Port())
+}
+
+// decrypt authenticates and decrypts the SRTP or SRTCP packet body in
+// place when the flow decrypts; it returns the plain packet and vSend, or
+// the verdict that drops it.
+func (f *flowState) decrypt(body []byte, class rtp.Class) ([]byte, verdict) {
+	if f.dec == nil || (class != rtp.ClassRTP && class != rtp.ClassRTCP) {
+		return body, vSend
+	}
+	var err error
+	if class == rtp.ClassRTCP {
+		body, err = f.dec.DecryptRTCP(body, body)
+	} else {
+		body, err = f.dec.DecryptRTP(body, body)
+	}
+	switch {
+	case err == srtpflow.ErrReplay:
+		return nil, vDropReplay
+	case err != nil:
+		return nil, vDropCrypto
+	}
+	return body, vSend
 }
 
 // count records a packet that was accepted: counters, arrival, and RTP
@@ -179,9 +207,7 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropFlow
 	}
-	// A latching flow's source was checked by latch() in the worker.
-	if !fl.Latch && fl.ExpectSource.IsValid() &&
-		(src.Addr() != fl.ExpectSource.Addr() || (fl.ExpectSource.Port() != 0 && src.Port() != fl.ExpectSource.Port())) {
+	if !f.sourceOK(src) {
 		f.dropped++
 		return 0, netip.AddrPort{}, vDropSource
 	}
@@ -208,20 +234,10 @@ func (f *flowState) process(out, payload []byte, src netip.AddrPort, now int64) 
 
 	// Authenticate before anything is counted: a forged packet must not
 	// touch the statistics.
-	if f.dec != nil && (class == rtp.ClassRTP || class == rtp.ClassRTCP) {
-		var err error
-		if class == rtp.ClassRTCP {
-			body, err = f.dec.DecryptRTCP(body, body)
-		} else {
-			body, err = f.dec.DecryptRTP(body, body)
-		}
-		if err != nil {
-			f.dropped++
-			if err == srtpflow.ErrReplay {
-				return 0, netip.AddrPort{}, vDropReplay
-			}
-			return 0, netip.AddrPort{}, vDropCrypto
-		}
+	body, v := f.decrypt(body, class)
+	if v != vSend {
+		f.dropped++
+		return 0, netip.AddrPort{}, v
 	}
 
 	f.count(body, class, src, len(payload), now)

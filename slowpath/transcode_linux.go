@@ -17,9 +17,7 @@ const cname = "relayd"
 // RTCP and feeds RTP to the flow's engine, then sends what the engine has
 // ready. It allocates nothing.
 func (w *worker) transcodeOne(f *flowState, payload []byte, src netip.AddrPort, now int64, counts *[vMax]uint64) {
-	fl := &f.flow
-	if !fl.Latch && fl.ExpectSource.IsValid() &&
-		(src.Addr() != fl.ExpectSource.Addr() || (fl.ExpectSource.Port() != 0 && src.Port() != fl.ExpectSource.Port())) {
+	if !f.sourceOK(src) {
 		f.dropped++
 		counts[vDropSource]++
 		return
@@ -32,25 +30,14 @@ func (w *worker) transcodeOne(f *flowState, payload []byte, src netip.AddrPort, 
 	body := w.scratch[:len(payload)]
 	copy(body, payload)
 	class := rtp.Demux(payload)
-	if f.dec != nil && (class == rtp.ClassRTP || class == rtp.ClassRTCP) {
-		var err error
-		if class == rtp.ClassRTCP {
-			body, err = f.dec.DecryptRTCP(body, body)
-		} else {
-			body, err = f.dec.DecryptRTP(body, body)
-		}
-		if err != nil {
-			f.dropped++
-			if err == errReplay {
-				counts[vDropReplay]++
-			} else {
-				counts[vDropCrypto]++
-			}
-			return
-		}
+	body, v := f.decrypt(body, class)
+	if v != vSend {
+		f.dropped++
+		counts[v]++
+		return
 	}
 	f.count(body, class, src, len(payload), now)
-	if fl.SinkRTCP || class == rtp.ClassRTCP {
+	if f.flow.SinkRTCP || class == rtp.ClassRTCP {
 		// Across a transcoder each leg's reports describe another
 		// stream: relayd reports for itself (sendReport).
 		f.consumed++
