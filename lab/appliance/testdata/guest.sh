@@ -439,8 +439,16 @@ drain() {
 		{ echo "a call during the drain got $(jq .calls[0].status /tmp/drefused.json), want 503" >&2; ok=1; }
 	jq -e '.calls[0].success and .calls[0].bye_from == "remote" and .calls[0].duration_s < 30' /tmp/dcall.json >/dev/null ||
 		{ echo "the call in progress was not ended by relayd at the drain timeout: $(jq -c .calls[0] /tmp/dcall.json)" >&2; ok=1; }
-	d=$(tail -n +"$((cdrs + 1))" /var/log/relayd/cdr.jsonl | jq -s '[.[] | select(.disposition == "drained")] | length')
-	[ "$d" = 1 ] || { echo "$d CDRs with disposition drained, want 1" >&2; ok=1; }
+	# relayd writes CDRs in batches (cdr.fsync_interval): poll for it, up
+	# to 10 s, rather than read once right after the call ended.
+	i=0
+	while :; do
+		d=$(tail -n +"$((cdrs + 1))" /var/log/relayd/cdr.jsonl | jq -s '[.[] | select(.disposition == "drained")] | length')
+		[ "$d" = 1 ] || [ $i -ge 100 ] && break
+		i=$((i + 1))
+		sleep 0.1
+	done
+	[ "$d" = 1 ] || { echo "$d CDRs with disposition drained, want 1" >&2; tail -n +"$((cdrs + 1))" /var/log/relayd/cdr.jsonl | jq -c '{disposition, reason}' >&2; ok=1; }
 	return $ok
 }
 
