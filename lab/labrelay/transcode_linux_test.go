@@ -142,28 +142,13 @@ func TestRelayTranscodeStatic(t *testing.T) {
 	// order, not pace, is what the engine follows).
 	const packets = 150
 	pcm := audio.Speech(11, packets*160)
-	enc, err := g729.NewEncoder(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	var wantG729 []byte
-	for i := range packets {
-		frame := pcm[i*160 : (i+1)*160]
-		ulaw := g711.AppendUlaw(nil, frame)
-		if _, err := caller.conn.WriteToUDPAddrPort(rtpPacket(0, 0x1234, uint16(1000+i), uint32(i*160), ulaw), a); err != nil {
+	ulaw := g711.AppendUlaw(nil, pcm)
+	// Offline: what relayd must produce from it.
+	wantG729 := codecWire(t, "G729", codecPCM(t, "PCMU", ulaw))
+	for i, p := range audio.Chunk(ulaw, 160) {
+		if _, err := caller.conn.WriteToUDPAddrPort(rtpPacket(0, 0x1234, uint16(1000+i), uint32(i*160), p), a); err != nil {
 			t.Fatal(err)
 		}
-		// Offline: what relayd must produce from it.
-		lin := make([]int16, 160)
-		for j, c := range ulaw {
-			lin[j] = g711.DecodeUlaw(c)
-		}
-		g, _, err := enc.Encode(make([]byte, 0, 20), lin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantG729 = append(wantG729, g...)
 		time.Sleep(5 * time.Millisecond)
 	}
 	got := recvRTP(t, callee, packets, 2*time.Second)
@@ -200,30 +185,12 @@ func TestRelayTranscodeStatic(t *testing.T) {
 	}
 
 	// Back: the callee sends G.729 (encoded offline), the caller gets PCMU.
-	enc2, err := g729.NewEncoder(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc2.Close()
-	dec, err := g729.NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
-	var wantULaw []byte
-	for i := range packets {
-		g, _, err := enc2.Encode(make([]byte, 0, 20), pcm[i*160:(i+1)*160])
-		if err != nil {
-			t.Fatal(err)
-		}
+	g729Stream := codecWire(t, "G729", pcm)
+	wantULaw := codecWire(t, "PCMU", codecPCM(t, "G729", g729Stream))
+	for i, g := range audio.Chunk(g729Stream, 20) {
 		if _, err := callee.conn.WriteToUDPAddrPort(rtpPacket(18, 0x5678, uint16(7000+i), uint32(90000+i*160), g), b); err != nil {
 			t.Fatal(err)
 		}
-		lin, err := dec.Decode(make([]int16, 0, 160), g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantULaw = g711.AppendUlaw(wantULaw, lin)
 		time.Sleep(5 * time.Millisecond)
 	}
 	back := recvRTP(t, caller, packets, 2*time.Second)
@@ -384,14 +351,9 @@ func TestRelayTranscodeSRTP(t *testing.T) {
 
 	const packets = 100
 	pcm := toneMix(packets * 160)
-	enc, err := g729.NewEncoder(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	var wantG729 []byte
-	for i := range packets {
-		ulaw := g711.AppendUlaw(nil, pcm[i*160:(i+1)*160])
+	ulawStream := g711.AppendUlaw(nil, pcm)
+	wantG729 := codecWire(t, "G729", codecPCM(t, "PCMU", ulawStream))
+	for i, ulaw := range audio.Chunk(ulawStream, 160) {
 		pkt, err := senc.EncryptRTP(make([]byte, 0, 256), rtpPacket(0, 0x1234, uint16(i), uint32(i*160), ulaw))
 		if err != nil {
 			t.Fatal(err)
@@ -399,15 +361,6 @@ func TestRelayTranscodeSRTP(t *testing.T) {
 		if _, err := caller.conn.WriteToUDPAddrPort(pkt, a); err != nil {
 			t.Fatal(err)
 		}
-		lin := make([]int16, 160)
-		for j, c := range ulaw {
-			lin[j] = g711.DecodeUlaw(c)
-		}
-		g, _, err := enc.Encode(make([]byte, 0, 20), lin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantG729 = append(wantG729, g...)
 		time.Sleep(5 * time.Millisecond)
 	}
 	got := recvRTP(t, callee, packets, 2*time.Second)
@@ -420,30 +373,12 @@ func TestRelayTranscodeSRTP(t *testing.T) {
 		t.Errorf("callee: %d G.729 packets, %d bytes; want %d packets bit-exact with bcg729 offline", len(got), len(gotG729), packets)
 	}
 
-	enc2, err := g729.NewEncoder(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc2.Close()
-	dec, err := g729.NewDecoder()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dec.Close()
-	var wantULaw []byte
-	for i := range packets {
-		g, _, err := enc2.Encode(make([]byte, 0, 20), pcm[i*160:(i+1)*160])
-		if err != nil {
-			t.Fatal(err)
-		}
+	g729Stream := codecWire(t, "G729", pcm)
+	wantULaw := codecWire(t, "PCMU", codecPCM(t, "G729", g729Stream))
+	for i, g := range audio.Chunk(g729Stream, 20) {
 		if _, err := callee.conn.WriteToUDPAddrPort(rtpPacket(18, 0x5678, uint16(i), uint32(i*160), g), b); err != nil {
 			t.Fatal(err)
 		}
-		lin, err := dec.Decode(make([]int16, 0, 160), g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantULaw = g711.AppendUlaw(wantULaw, lin)
 		time.Sleep(5 * time.Millisecond)
 	}
 	var gotULaw []byte
