@@ -194,6 +194,23 @@ type Transcode struct {
 	// there. Under rtcp-mux they are SendFrom and SendTo. RTCPTo invalid:
 	// no reports.
 	RTCPFrom, RTCPTo netip.AddrPort
+	// Resume, when Valid, is where the stream sent to SendTo starts: the
+	// position an earlier engine of the same flow reached (Stats.OutSeq,
+	// OutTimestamp), moved on by the time since, so that after a restart
+	// the leg's receiver sees its stream continue. It is not part of the
+	// conversion: Equal ignores it.
+	Resume Resume
+}
+
+// Resume is where a transcoding flow's output stream starts.
+type Resume struct {
+	Valid bool
+	// Seq is the extended sequence number of the first packet
+	// (cycles<<16 | number): with SRTP on the output, the cycles are the
+	// rollover counter of its encryption.
+	Seq uint32
+	// Timestamp is the RTP timestamp of the first frame.
+	Timestamp uint32
 }
 
 // Codec is one side of a transcoding flow.
@@ -251,7 +268,9 @@ func (t *Transcode) Equal(o *Transcode) bool {
 	if t == nil || o == nil {
 		return t == o
 	}
-	return *t == *o
+	a, b := *t, *o
+	a.Resume, b.Resume = Resume{}, Resume{}
+	return a == b
 }
 
 // Validate reports whether f is complete and consistent.
@@ -331,6 +350,12 @@ type Stats struct {
 	Events       uint64 // telephone-event packets passed through
 	RTCPSent     uint64 // RTCP reports relayd sent about the leg
 	MaxHoldNanos uint64 // the longest a packet was held for reordering
+	// Where the output stream is (see Transcode.Resume): the extended
+	// sequence number of its next packet, and its RTP timestamp at
+	// OutAt (Unix ns, when the stats were read).
+	OutSeq       uint32
+	OutTimestamp uint32
+	OutAt        int64
 }
 
 // JitterMillis converts Jitter to milliseconds with the flow's clock rate.

@@ -100,6 +100,8 @@ func (f *flowState) stats() dataplane.Stats {
 		st.FramesIn, st.FramesOut, st.Concealed = ts.FramesIn, ts.FramesOut, ts.Concealed
 		st.SentPackets, st.Events, st.MaxHoldNanos = ts.SentPackets, ts.Events, uint64(ts.MaxHold)
 		st.RTCPSent = f.rtcpSent
+		st.OutAt = time.Now().UnixNano()
+		st.OutSeq, st.OutTimestamp = f.tc.Position(st.OutAt)
 	}
 	return st
 }

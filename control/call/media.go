@@ -145,6 +145,7 @@ type Media struct {
 	// of Restore for flows it installs again.
 	restoreIDs map[netip.AddrPort]uint64
 	restoreROC map[netip.AddrPort][2]uint32 // SSRC and ROC of restored SRTP flows
+	restoreOut map[netip.AddrPort]FlowSnapshot // output positions of restored transcoding flows
 	revision   uint64                       // counts changes to the flows and learned sources
 }
 
@@ -405,6 +406,17 @@ func (m *Media) Sync() error {
 			for _, k := range []*dataplane.SRTP{w.flow.Decrypt, w.flow.Encrypt} {
 				if k != nil {
 					k.SSRC, k.ROC = r[0], r[1]
+				}
+			}
+		}
+		if tc := w.flow.Transcode; tc != nil {
+			if r, ok := m.restoreOut[match]; ok {
+				// The output is relayd's own stream, not the input's:
+				// its encryption's index is the output's (cycles of
+				// the resumed sequence number).
+				tc.Resume = resumeAt(r, tc.Out.Ptime, m.t.now())
+				if k := w.flow.Encrypt; k != nil {
+					k.SSRC, k.ROC = tc.SSRC, tc.Resume.Seq>>16
 				}
 			}
 		}

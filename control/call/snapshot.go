@@ -103,6 +103,12 @@ type FlowSnapshot struct {
 	// after a restart, continue the packet index (ROC 0: nothing to do).
 	SSRC uint32 `json:"ssrc,omitempty"`
 	ROC  uint32 `json:"roc,omitempty"`
+	// Where a transcoding flow's output stream was (dataplane.Stats
+	// OutSeq, OutTimestamp, OutAt): installed again, it continues from
+	// there, moved on by the time since.
+	OutSeq uint32 `json:"out_seq,omitempty"`
+	OutTS  uint32 `json:"out_ts,omitempty"`
+	OutAt  int64  `json:"out_at,omitempty"` // Unix ns; 0: not transcoding
 }
 
 // LearnedSource is a source a latching flow learned.
@@ -206,6 +212,9 @@ func (m *Media) snapshot() MediaSnapshot {
 			if err == nil && r.flow.HasSRTP() {
 				fsn.SSRC, fsn.ROC = rolloverCounter(r.flow, st)
 			}
+			if err == nil && r.flow.Transcode != nil && st.OutAt != 0 {
+				fsn.OutSeq, fsn.OutTS, fsn.OutAt = st.OutSeq, st.OutTimestamp, st.OutAt
+			}
 			ms.Flows = append(ms.Flows, fsn)
 		case shadows != nil:
 			ms.Flows = append(ms.Flows, fsn)
@@ -252,6 +261,29 @@ func rolloverCounter(f dataplane.Flow, st dataplane.Stats) (ssrc, roc uint32) {
 		}
 	}
 	return st.SSRC, roc
+}
+
+// resumeMargin is how many packets a restored transcoding flow skips
+// beyond those its stream could have sent since its position was read:
+// the stream is paced at its ptime, but a burst after concealment or a
+// reading taken just before a few packets left must never make numbers
+// repeat (a repeated index under SRTP reuses keystream, and the
+// receiver's replay check drops the packets).
+const resumeMargin = 50
+
+// resumeAt is where the output stream of a transcoding flow continues at
+// now, from its last known position: the RTP timestamp moved on by the
+// time since at 8 kHz (what the receiver's clock expects), the sequence
+// number by the most packets the stream could have sent in that time at
+// its ptime, plus resumeMargin. The receiver sees a gap, as for loss.
+func resumeAt(f FlowSnapshot, ptime uint8, now time.Time) dataplane.Resume {
+	elapsed := max(now.UnixNano()-f.OutAt, 0)
+	per := int64(max(ptime, 10)) * int64(time.Millisecond)
+	return dataplane.Resume{
+		Valid:     true,
+		Seq:       f.OutSeq + uint32(elapsed/per) + resumeMargin,
+		Timestamp: f.OutTS + uint32(elapsed/(int64(time.Second)/8000)),
+	}
 }
 
 func flowCount(fs FlowStat) FlowCount {
@@ -338,6 +370,12 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 			}
 			m.restoreROC[f.Match] = [2]uint32{f.SSRC, f.ROC}
 		}
+		if f.OutAt != 0 {
+			if m.restoreOut == nil {
+				m.restoreOut = make(map[netip.AddrPort]FlowSnapshot)
+			}
+			m.restoreOut[f.Match] = f
+		}
 	}
 	state := s.State
 	if state == "" || state == StateEnded {
@@ -382,7 +420,7 @@ func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 	m.mu.Unlock()
 	err = m.Sync()
 	m.mu.Lock()
-	m.restoreIDs, m.restoreROC = nil, nil
+	m.restoreIDs, m.restoreROC, m.restoreOut = nil, nil, nil
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -171,5 +172,26 @@ func TestNewAfterRestoreGetsFreshID(t *testing.T) {
 	}
 	if _, err := tb2.Restore(Snapshot{ID: id}); err == nil {
 		t.Error("a call restored twice")
+	}
+}
+
+// TestResumeAt: a restored transcoding flow's output continues from its
+// last position, moved on by the time since: timestamps at 8 kHz, the
+// sequence by the packets its ptime allows plus the margin, the cycles
+// carried.
+func TestResumeAt(t *testing.T) {
+	at := time.Unix(1000, 0)
+	f := FlowSnapshot{OutSeq: 2<<16 | 0xfff0, OutTS: 0xffffff00, OutAt: at.UnixNano()}
+	r := resumeAt(f, 20, at.Add(3*time.Second))
+	const wantTS = 24000 - 0x100 // wrapped
+	if !r.Valid || r.Seq != f.OutSeq+150+resumeMargin || r.Timestamp != wantTS {
+		t.Errorf("after 3 s at 20 ms: %+v; want seq %#x, ts %#x", r, f.OutSeq+150+resumeMargin, wantTS)
+	}
+	if r.Seq>>16 != 3 {
+		t.Errorf("cycles %d, want 3 (the rollover carried)", r.Seq>>16)
+	}
+	// A clock that went back does not move the stream back.
+	if r := resumeAt(f, 30, at.Add(-time.Second)); r.Seq != f.OutSeq+resumeMargin || r.Timestamp != f.OutTS {
+		t.Errorf("clock went back: %+v, want the position plus the margin", r)
 	}
 }

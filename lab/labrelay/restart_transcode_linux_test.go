@@ -26,6 +26,12 @@ type tcStream struct {
 	maxGap         time.Duration
 	ssrcs          map[uint32]int // output SSRCs relayd used, with their packet counts
 	badPT          int
+	// Continuity of relayd's output between consecutive packets: how
+	// often the sequence number went back or repeated, its largest
+	// jump, and the largest difference between the timestamp's step
+	// and the time between arrivals (8 kHz samples).
+	seqBack, maxSeqJump int
+	maxSkew             int64
 }
 
 // runTC sends payloads (cycling) every 20 ms from tx to dst and counts
@@ -40,6 +46,8 @@ func runTC(tx *net.UDPConn, dst netip.AddrPort, pt uint8, payloads [][]byte, rx 
 		defer wg.Done()
 		buf := make([]byte, 2048)
 		var last time.Time
+		var lastSeq uint16
+		var lastTS uint32
 		for {
 			rx.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 			n, _, err := rx.ReadFromUDPAddrPort(buf)
@@ -56,10 +64,17 @@ func runTC(tx *net.UDPConn, dst netip.AddrPort, pt uint8, payloads [][]byte, rx 
 				continue
 			}
 			now := time.Now()
-			if !last.IsZero() && now.Sub(last) > st.maxGap {
-				st.maxGap = now.Sub(last)
+			if !last.IsZero() {
+				st.maxGap = max(st.maxGap, now.Sub(last))
+				if d := int(int16(h.SequenceNumber - lastSeq)); d <= 0 {
+					st.seqBack++
+				} else {
+					st.maxSeqJump = max(st.maxSeqJump, d)
+				}
+				skew := int64(int32(h.Timestamp-lastTS)) - int64(now.Sub(last)/(time.Second/8000))
+				st.maxSkew = max(st.maxSkew, skew, -skew)
 			}
-			last = now
+			last, lastSeq, lastTS = now, h.SequenceNumber, h.Timestamp
 			st.received++
 			st.ssrcs[h.SSRC]++
 			if h.PayloadType != wantPT {
@@ -100,8 +115,9 @@ func runTC(tx *net.UDPConn, dst netip.AddrPort, pt uint8, payloads [][]byte, rx 
 // caller and a G.729 callee (the route's transcode) goes on while relayd
 // is stopped with SIGTERM and started again, then killed and started
 // again: media flows both ways after each restart, still transcoded, and
-// relayd sends each leg under the same SSRC as before (kept in the call's
-// state).
+// relayd sends each leg the same stream as before (kept in the call's
+// state): the same SSRC, sequence numbers going on forward, timestamps
+// following the clock across the outage.
 func TestSIPTranscodedCallSurvivesRestart(t *testing.T) {
 	needSIPp(t)
 	if !g729.Available {
@@ -205,6 +221,16 @@ path = %q
 		}
 		if len(s.st.ssrcs) != 1 {
 			t.Errorf("%s: relayd sent under %d SSRCs across the restarts, want its one", s.name, len(s.st.ssrcs))
+		}
+		// The same stream continues: numbers only go forward, by less
+		// than RFC 3550's MAX_DROPOUT (3000), and the timestamps follow
+		// the clock across the outage (within 200 ms: scheduling on a
+		// busy machine, and the time between relayd's restore and the
+		// first packet it transcodes).
+		t.Logf("%s: largest sequence jump %d, largest timestamp skew %d samples", s.name, s.st.maxSeqJump, s.st.maxSkew)
+		if s.st.seqBack != 0 || s.st.maxSeqJump >= 3000 || s.st.maxSkew > 1600 {
+			t.Errorf("%s: sequence went back %d times, largest jump %d, timestamp skew %d samples; want 0, under 3000, at most 1600",
+				s.name, s.st.seqBack, s.st.maxSeqJump, s.st.maxSkew)
 		}
 	}
 	if st := <-uasDone; st == nil || st["SuccessfulCall(C)"] != "1" {

@@ -174,7 +174,7 @@ type Stream struct {
 	slot   int
 	qhead  int
 	qn     int
-	seq    uint16
+	seq    uint32 // extended: cycles<<16 | the next packet's number
 	initTs uint32
 
 	st Stats
@@ -222,8 +222,11 @@ func New(t dataplane.Transcode, ssrc uint32) (*Stream, error) {
 	s.pcm = make([]int16, 0, (MaxFrames+1)*FrameSamples)
 	s.qbuf = make([]byte, queueLen*slotSize)
 	s.slot = slotSize
-	s.seq = uint16(rand.Uint32())
-	s.initTs = rand.Uint32()
+	if r := t.Resume; r.Valid {
+		s.seq, s.initTs = r.Seq, r.Timestamp
+	} else {
+		s.seq, s.initTs = rand.Uint32()&0xffff, rand.Uint32()
+	}
 	s.noise.state = rand.Uint32()
 	return s, nil
 }
@@ -241,6 +244,18 @@ func (s *Stream) Close() {
 
 // Stats returns the stream's counters.
 func (s *Stream) Stats() Stats { return s.st }
+
+// Position is where the output stream is at now: the extended sequence
+// number of the next packet (cycles<<16 | number) and the RTP timestamp
+// that corresponds to now. A stream made again after a restart continues
+// from it (dataplane.Resume), so that its receiver sees the same stream
+// with a gap, never numbers or times going back.
+func (s *Stream) Position(now int64) (seq, ts uint32) {
+	if !s.started {
+		return s.seq, s.initTs
+	}
+	return s.seq, s.rtpTime(now)
+}
 
 // check validates the payload of a packet of payload type pt.
 func (s *Stream) check(pt uint8, p []byte) error {
@@ -726,7 +741,7 @@ func (s *Stream) Pull(dst []byte, now int64) int {
 	if o.marker {
 		dst[1] |= 0x80
 	}
-	binary.BigEndian.PutUint16(dst[2:], s.seq)
+	binary.BigEndian.PutUint16(dst[2:], uint16(s.seq))
 	binary.BigEndian.PutUint32(dst[4:], o.ts)
 	binary.BigEndian.PutUint32(dst[8:], s.ssrc)
 	n := copy(dst[rtp.HeaderSize:], s.qbuf[s.qhead*s.slot:s.qhead*s.slot+o.n])

@@ -458,3 +458,37 @@ func TestNewRefuses(t *testing.T) {
 		t.Errorf("push after close: %v", err)
 	}
 }
+
+// TestResume: a stream made again from another's position continues it:
+// the first packet takes the resumed extended sequence number (its low
+// 16 bits, the cycles carried on) and timestamp, and Position reports the
+// new stream's place, cycles included.
+func TestResume(t *testing.T) {
+	r := newRun(t, newStream(t, pcmu(20), pcma(20)))
+	r.script(audio20(5))
+	seq, ts := r.s.Position(r.now + 10*ms)
+	if last := r.out[len(r.out)-1]; seq != uint32(last.SequenceNumber)+1 || ts != last.Timestamp+FrameSamples*3 {
+		t.Fatalf("position %d/%d after the packet %d/%d sent 10 ms before; want the next number and its timestamp + 30 ms",
+			seq, ts, last.SequenceNumber, last.Timestamp)
+	}
+
+	resume := dataplane.Resume{Valid: true, Seq: 3<<16 | 0xfffe, Timestamp: 123456}
+	s, err := New(dataplane.Transcode{In: pcmu(20), Out: pcma(20), Resume: resume}, outSSRC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if seq, ts := s.Position(t0); seq != resume.Seq || ts != resume.Timestamp {
+		t.Errorf("position before any input %d/%d, want the resumed %d/%d", seq, ts, resume.Seq, resume.Timestamp)
+	}
+	r2 := newRun(t, s)
+	r2.script(audio20(4))
+	for i, p := range r2.out {
+		if want := uint16(resume.Seq) + uint16(i); p.SequenceNumber != want || p.Timestamp != resume.Timestamp+uint32(i)*2*FrameSamples {
+			t.Errorf("packet %d: %d/%d, want %d/%d", i, p.SequenceNumber, p.Timestamp, want, resume.Timestamp+uint32(i)*2*FrameSamples)
+		}
+	}
+	if seq, _ := s.Position(r2.now); seq != resume.Seq+uint32(len(r2.out)) || seq>>16 != 4 {
+		t.Errorf("position %#x after %d packets from %#x; want the cycles carried (4)", seq, len(r2.out), resume.Seq)
+	}
+}
