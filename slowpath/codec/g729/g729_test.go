@@ -2,6 +2,7 @@ package g729
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -301,4 +302,40 @@ func BenchmarkDecode(b *testing.B) {
 		_, _ = d.Decode(dst[:0], frame)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/frame")
+}
+
+// BenchmarkEncodeStreams encodes as a relay with many calls does: one
+// encoder per stream, each on its own signal, one frame of each in turn.
+// With one stream it is BenchmarkEncode on a moving signal; with 200 the
+// encoders' state no longer stays in the CPU's caches between two frames
+// of a stream, and the cost per frame is what transcoding that many calls
+// pays for bcg729 alone.
+func BenchmarkEncodeStreams(b *testing.B) {
+	needBcg729(b)
+	for _, n := range []int{1, 200} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			encs := make([]*Encoder, n)
+			pcm := make([][]int16, n)
+			for i := range encs {
+				encs[i], _ = NewEncoder(false)
+				defer encs[i].Close()
+				// A second of two tones and noise of the stream's own.
+				pcm[i] = tone(8000, 300+float64(i%50)*13, 4000)
+				r := uint32(i + 1)
+				for j, v := range tone(8000, 1100+float64(i%37)*29, 2000) {
+					r = r*1664525 + 1013904223
+					pcm[i][j] += v + int16(r>>24) - 128
+				}
+			}
+			dst := make([]byte, 0, FrameBytes)
+			b.ReportAllocs()
+			frames := 0
+			for b.Loop() {
+				s, f := frames%n, frames/n%(8000/FrameSamples)
+				_, _, _ = encs[s].Encode(dst[:0], pcm[s][f*FrameSamples:(f+1)*FrameSamples])
+				frames++
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "us/frame")
+		})
+	}
 }
