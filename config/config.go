@@ -22,6 +22,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relayd/relayd/internal/secret"
+
 	"github.com/pelletier/go-toml/v2"
 )
 
@@ -56,6 +58,11 @@ type Admin struct {
 	// Listen is where the admin HTTP API listens: "host:port" for TCP or
 	// "unix:/path/to.sock" for a unix socket. Default 127.0.0.1:9900.
 	Listen string `toml:"listen"`
+	// TokenFile, when set, is a file (mode 0600 or stricter, root's)
+	// whose first line is the bearer token every request but /healthz
+	// must carry. Required when Listen is a TCP address other than
+	// loopback. Read at start and again at every reload.
+	TokenFile string `toml:"token_file"`
 }
 
 // Dataplane is the [dataplane] section.
@@ -250,6 +257,16 @@ func (c *Config) validate(lines map[string]int) error {
 
 	if err := checkListen(c.Admin.Listen); err != nil {
 		bad("admin.listen", "%v", err)
+	} else if c.Admin.TokenFile == "" && !LoopbackListen(c.Admin.Listen) {
+		bad("admin.listen", "%q is reachable from other hosts and the admin API would take requests from anyone: "+
+			"set admin.token_file (a bearer token every request must carry), or listen on loopback or a unix socket", c.Admin.Listen)
+	}
+	if f := c.Admin.TokenFile; f != "" {
+		if !filepath.IsAbs(f) {
+			bad("admin.token_file", "%q: the path must be absolute", f)
+		} else if _, err := secret.ReadToken(f); err != nil {
+			bad("admin.token_file", "%v", err)
+		}
 	}
 
 	d := &c.Dataplane
@@ -330,6 +347,24 @@ func (c *Config) validate(lines map[string]int) error {
 	c.validateState(bad)
 	c.validateNG(bad)
 	return errors.Join(errs...)
+}
+
+// LoopbackListen reports whether an admin listen address is reachable
+// from this host only: a unix socket, or TCP on a loopback address
+// ("localhost" included). An empty or wildcard host listens everywhere.
+func LoopbackListen(s string) bool {
+	if strings.HasPrefix(s, "unix:") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
 }
 
 func checkListen(s string) error {

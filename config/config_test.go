@@ -106,6 +106,11 @@ func TestParseErrors(t *testing.T) {
 		{"listen", minimal + "[admin]\nlisten = \"9900\"\n", "admin.listen", 7, "neither host:port"},
 		{"listen port", minimal + "[admin]\nlisten = \"127.0.0.1:http\"\n", "admin.listen", 7, "not within 1-65535"},
 		{"listen unix relative", minimal + "[admin]\nlisten = \"unix:admin.sock\"\n", "admin.listen", 7, "must be absolute"},
+		{"listen everywhere without a token", minimal + "[admin]\nlisten = \":9900\"\n", "admin.listen", 7, "set admin.token_file"},
+		{"listen on a lab address without a token", minimal + "[admin]\nlisten = \"198.18.1.1:9900\"\n", "admin.listen", 7, "reachable from other hosts"},
+		{"listen on a name without a token", minimal + "[admin]\nlisten = \"relay.example:9900\"\n", "admin.listen", 7, "set admin.token_file"},
+		{"token file relative", minimal + "[admin]\ntoken_file = \"admin.token\"\n", "admin.token_file", 7, "must be absolute"},
+		{"token file missing", minimal + "[admin]\ntoken_file = \"/nonexistent/admin.token\"\n", "admin.token_file", 7, "no such file"},
 		{"mode", "[dataplane]\nmode = \"dpdk\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.mode", 2, "not one of xdp"},
 		{"xdp needs interfaces", "[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 0, "mode xdp needs"},
 		{"xdp mode", "[dataplane]\ninterfaces=[\"a\"]\nxdp_mode = \"offload\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.xdp_mode", 3, "native, generic"},
@@ -150,6 +155,33 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error %q does not name the line", err)
 			}
 		})
+	}
+}
+
+// TestAdminToken: a TCP listen address other than loopback needs a token
+// file, one only its owner can read; loopback and unix sockets need none.
+func TestAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	good, open := filepath.Join(dir, "good"), filepath.Join(dir, "open")
+	for path, mode := range map[string]os.FileMode{good: 0o600, open: 0o644} {
+		if err := os.WriteFile(path, []byte("0123456789abcdef0123\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(path, mode)
+	}
+	for _, listen := range []string{"127.0.0.1:9900", "[::1]:9900", "localhost:9900", "unix:/run/relayd/admin.sock"} {
+		if _, err := Parse([]byte(minimal + "[admin]\nlisten = \"" + listen + "\"\n")); err != nil {
+			t.Errorf("%s without a token: %v", listen, err)
+		}
+	}
+	c, err := Parse([]byte(minimal + "[admin]\nlisten = \"198.18.1.1:9900\"\ntoken_file = \"" + good + "\"\n"))
+	if err != nil || c.Admin.TokenFile != good {
+		t.Errorf("a lab address with a token file: %+v, %v", c, err)
+	}
+	_, err = Parse([]byte(minimal + "[admin]\nlisten = \"198.18.1.1:9900\"\ntoken_file = \"" + open + "\"\n"))
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Key != "admin.token_file" || !strings.Contains(ce.Msg, "mode 0644") {
+		t.Errorf("a world-readable token file: %v; want admin.token_file refused for its mode", err)
 	}
 }
 

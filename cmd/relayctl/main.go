@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -32,11 +33,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/relayd/relayd/internal/secret"
+
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/control/call"
 )
 
-const usage = `usage: relayctl [-api http://127.0.0.1:9900 | -api unix:/run/relayd/admin.sock] [--json] COMMAND
+const usage = `usage: relayctl [-api http://127.0.0.1:9900 | -api unix:/run/relayd/admin.sock] [-token-file FILE] [--json] COMMAND
 commands:
   flows                      list flows
   flow get ID                show one flow
@@ -73,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 10*time.Second, "request timeout")
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	tokenFile := fs.String("token-file", envOr("RELAYCTL_TOKEN_FILE", ""), "file with the admin API's bearer token (default "+defaultTokenFile+" when it exists)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -90,6 +94,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, err := newClient(*api, *timeout)
 	if err != nil {
+		fmt.Fprintf(stderr, "relayctl: %v\n", err)
+		return 2
+	}
+	if c.token, err = readToken(*tokenFile); err != nil {
 		fmt.Fprintf(stderr, "relayctl: %v\n", err)
 		return 2
 	}
@@ -355,8 +363,34 @@ func dash(s string) string {
 
 // client calls the admin API over TCP or a unix socket.
 type client struct {
-	base string
-	hc   *http.Client
+	base  string
+	hc    *http.Client
+	token string // bearer token; "" sends none
+}
+
+// defaultTokenFile is where the packaged relayd.toml's admin.token_file
+// points when an operator turns the token on (a variable for tests).
+var defaultTokenFile = "/etc/relayd/admin.token"
+
+// readToken reads the bearer token from path; with no path, from
+// defaultTokenFile if it exists and this user may read it (relayd asks
+// for a token only when configured to, so none is fine).
+func readToken(path string) (string, error) {
+	if path == "" {
+		t, err := secret.ReadToken(defaultTokenFile)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", defaultTokenFile, err)
+		}
+		return t, nil
+	}
+	t, err := secret.ReadToken(path)
+	if err != nil {
+		return "", fmt.Errorf("-token-file: %w", err)
+	}
+	return t, nil
 }
 
 func newClient(api string, timeout time.Duration) (*client, error) {
@@ -379,6 +413,9 @@ func (c *client) raw(method, path string) ([]byte, error) {
 	req, err := http.NewRequest(method, c.base+path, nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -412,6 +449,9 @@ func (c *client) do(method, path string, in, out any) error {
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -435,6 +475,9 @@ func (c *client) do(method, path string, in, out any) error {
 func apiError(code int, body []byte) error {
 	var e admin.ErrorBody
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		if code == http.StatusUnauthorized {
+			return fmt.Errorf("%s; relayctl reads it from -token-file, $RELAYCTL_TOKEN_FILE or %s", e.Error, defaultTokenFile)
+		}
 		return errors.New(e.Error)
 	}
 	return fmt.Errorf("%d %s", code, http.StatusText(code))

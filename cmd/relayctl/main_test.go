@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -151,5 +152,53 @@ func TestUnixSocket(t *testing.T) {
 	t.Cleanup(func() { us.Close() })
 	if code, out, errs := ctl(t, "unix:"+sock, "health"); code != 0 || !strings.HasPrefix(out, "ok") {
 		t.Errorf("health over unix socket: exit %d, %q %q", code, out, errs)
+	}
+}
+
+// TestToken: against an API that asks for a token, relayctl sends the one
+// in -token-file or $RELAYCTL_TOKEN_FILE; without it the refusal says
+// where relayctl looks; a token file others may read is refused.
+func TestToken(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	log := zaptest.NewLogger(t)
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{
+		Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
+	}}}, log, xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "relayctl-test-token-0123456789"
+	srv := httptest.NewServer(admin.New(admin.Config{Version: "v-test", Token: token}, control.NewManager(reg, log), log).Handler())
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := ctl(t, srv.URL, "-token-file", file, "flows"); code != 0 {
+		t.Errorf("with -token-file: exit %d\n%s%s", code, out, errs)
+	}
+	t.Setenv("RELAYCTL_TOKEN_FILE", file)
+	if code, out, errs := ctl(t, srv.URL, "flows"); code != 0 {
+		t.Errorf("with $RELAYCTL_TOKEN_FILE: exit %d\n%s%s", code, out, errs)
+	}
+	t.Setenv("RELAYCTL_TOKEN_FILE", "")
+	defer func(f string) { defaultTokenFile = f }(defaultTokenFile)
+	defaultTokenFile = filepath.Join(dir, "absent")
+	if code, _, errs := ctl(t, srv.URL, "flows"); code != 1 || !strings.Contains(errs, "bearer token") || !strings.Contains(errs, "-token-file") {
+		t.Errorf("without a token: exit %d %q; want 1 and where relayctl reads the token", code, errs)
+	}
+	os.Chmod(file, 0o644)
+	if code, _, errs := ctl(t, srv.URL, "-token-file", file, "flows"); code != 2 || !strings.Contains(errs, "mode 0644") {
+		t.Errorf("a world-readable token file: exit %d %q; want 2 and the mode", code, errs)
+	}
+	// The default file is read when it exists, and refused as any other.
+	defaultTokenFile = file
+	if code, _, errs := ctl(t, srv.URL, "flows"); code != 2 || !strings.Contains(errs, "mode 0644") {
+		t.Errorf("a world-readable default token file: exit %d %q; want 2", code, errs)
+	}
+	os.Chmod(file, 0o600)
+	if code, out, errs := ctl(t, srv.URL, "flows"); code != 0 {
+		t.Errorf("the default token file: exit %d\n%s%s", code, out, errs)
 	}
 }

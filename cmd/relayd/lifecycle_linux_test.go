@@ -353,3 +353,72 @@ func TestWatchdogStopsWhenWedged(t *testing.T) {
 	}
 	waitMsg(t, msgs, "WATCHDOG=1", 2*time.Second)
 }
+
+// TestAdminToken: with admin.token_file set, relayd's API refuses
+// requests without the token and takes them with it; rewriting the file
+// and reloading (SIGHUP) rotates it; and -check refuses an admin address
+// other hosts can reach when no token is configured.
+func TestAdminToken(t *testing.T) {
+	testenv.NeedRoot(t) // the userspace data plane's BPF and raw sockets
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte("first-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "admin.sock")
+	cfg := strings.Replace(mustRead(t, sipConfig(t, sock, freeUDPPort(t), "")), "[admin]\n", fmt.Sprintf("[admin]\ntoken_file = %q\n", tokenFile), 1)
+	d := startDaemon(t, writeFile(t, cfg))
+	d.sock = sock
+	waitFor(t, func() bool { return strings.Contains(d.log.String(), "relayd ready") })
+	status := func(token string) int {
+		t.Helper()
+		c := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "unix", sock)
+		}}, Timeout: 5 * time.Second}
+		req, _ := http.NewRequest("GET", "http://relayd/v1/flows", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(""); got != http.StatusUnauthorized {
+		t.Errorf("no token: %d, want 401", got)
+	}
+	if got := status("first-token-0123456789"); got != http.StatusOK {
+		t.Errorf("the token: %d, want 200", got)
+	}
+	if err := os.WriteFile(tokenFile, []byte("second-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(d.log.String(), "admin API token read again") })
+	if a, b := status("first-token-0123456789"), status("second-token-0123456789"); a != http.StatusUnauthorized || b != http.StatusOK {
+		t.Errorf("after rotation: old token %d, new %d; want 401, 200", a, b)
+	}
+	// A token file others can read fails the reload and keeps the token.
+	os.Chmod(tokenFile, 0o644)
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(t, func() bool { return strings.Contains(d.log.String(), "reload: config not applied") })
+	if got := status("second-token-0123456789"); got != http.StatusOK {
+		t.Errorf("after a refused reload: %d, want the token kept (200)", got)
+	}
+	if code := d.stop(); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+
+	open := writeFile(t, strings.Replace(strings.Replace(mustRead(t, d.config), fmt.Sprintf("token_file = %q\n", tokenFile), "", 1),
+		"listen = \"unix:"+sock+"\"", `listen = "0.0.0.0:9900"`, 1))
+	var out, errs bytes.Buffer
+	if code := run(context.Background(), []string{"-check", "-config", open}, &out, &errs); code == 0 ||
+		!strings.Contains(errs.String(), "admin.listen") || !strings.Contains(errs.String(), "set admin.token_file") {
+		t.Errorf("-check of an open admin address without a token: exit %d, %q", code, errs.String())
+	}
+}

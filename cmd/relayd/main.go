@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/relayd/relayd/internal/secret"
+
 	"github.com/coreos/go-systemd/v22/daemon"
 	"go.uber.org/zap"
 
@@ -216,11 +218,20 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		defer cancel()
 		return errors.Join(err, b2b.stop(shCtx))
 	}
+	var token string
+	if f := cfg.Admin.TokenFile; f != "" {
+		if token, err = secret.ReadToken(f); err != nil {
+			l.Close()
+			shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+			defer cancel()
+			return errors.Join(fmt.Errorf("admin.token_file: %w", err), b2b.stop(shCtx))
+		}
+	}
 	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: calls, Collectors: append(b2b.metrics, ngf.Metrics()...),
-		Control: b2b.control(), CDRStats: b2b.cdrStats()}, mgr, log.Named("admin"))
+		Control: b2b.control(), CDRStats: b2b.cdrStats(), Token: token}, mgr, log.Named("admin"))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
-	reload.router = b2b.router
+	reload.router, reload.admin = b2b.router, srv
 
 	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify READY", zap.Error(err))

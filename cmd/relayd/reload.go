@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/internal/secret"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -22,14 +25,15 @@ type reloader struct {
 	log    *zap.Logger
 	level  zap.AtomicLevel
 	router *route.Router // nil without the B2BUA
+	admin  *admin.Server // nil before the admin API starts
 
 	cur *config.Config // what is applied; reload's goroutine only
 }
 
 // reloadable reports whether a reload applies key: log.level, the
-// [[route]] tables and the [route_server] section.
+// [[route]] tables, the [route_server] section and admin.token_file.
 func reloadable(key string) bool {
-	return key == "log.level" || key == "route" || strings.HasPrefix(key, "route_server.")
+	return key == "log.level" || key == "route" || strings.HasPrefix(key, "route_server.") || key == "admin.token_file"
 }
 
 // reload re-reads the config file and applies it. A config that does not
@@ -39,6 +43,12 @@ func (r *reloader) reload() error {
 	if err != nil {
 		return err // names the file, line and key
 	}
+	// The token file is read again whatever changed: rotating the token
+	// is writing the file and reloading.
+	if err := r.reloadToken(next.Admin.TokenFile); err != nil {
+		return err
+	}
+	r.cur.Admin.TokenFile = next.Admin.TokenFile
 	changed := changedKeys(r.cur, next)
 	if len(changed) == 0 {
 		r.log.Info("config reloaded: nothing changed", zap.String("config", r.path))
@@ -52,7 +62,7 @@ func (r *reloader) reload() error {
 			restart = append(restart, k)
 		}
 	}
-	if slices.ContainsFunc(applied, func(k string) bool { return k != "log.level" }) {
+	if slices.ContainsFunc(applied, func(k string) bool { return k == "route" || strings.HasPrefix(k, "route_server.") }) {
 		if r.router == nil {
 			restart = append(restart, "route (the SIP B2BUA is off)")
 		} else if err := r.router.Reload(next.Routes, next.RouteServer); err != nil {
@@ -72,6 +82,25 @@ func (r *reloader) reload() error {
 	if len(restart) > 0 {
 		r.log.Warn("config changes that need a restart (systemctl restart relayd) were not applied",
 			zap.String("config", r.path), zap.Strings("keys", restart))
+	}
+	return nil
+}
+
+// reloadToken applies the admin token in path ("" asks for none).
+func (r *reloader) reloadToken(path string) error {
+	if r.admin == nil {
+		return nil
+	}
+	var token string
+	if path != "" {
+		var err error
+		if token, err = secret.ReadToken(path); err != nil {
+			return fmt.Errorf("admin.token_file: %w", err)
+		}
+	}
+	r.admin.SetToken(token)
+	if path != "" {
+		r.log.Info("admin API token read again", zap.String("token_file", path))
 	}
 	return nil
 }

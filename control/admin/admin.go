@@ -5,6 +5,8 @@ package admin
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +21,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +56,10 @@ type Config struct {
 	Control CallControl
 	// CDRStats, when set, exports the CDR writer's counters.
 	CDRStats func() cdr.Stats
+	// Token, when set, is the bearer token every request must carry
+	// (Authorization: Bearer TOKEN) but GET /healthz, which without it
+	// says only whether relayd is up. SetToken changes it.
+	Token string
 }
 
 // CallControl acts on calls: the SIP B2BUA implements it.
@@ -76,11 +83,15 @@ type Server struct {
 	log     *zap.Logger
 	handler http.Handler
 	srv     *http.Server
+
+	token        atomic.Pointer[[sha256.Size]byte] // nil: no token asked for
+	unauthorized atomic.Uint64
 }
 
 // New returns a server for mgr.
 func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 	s := &Server{cfg: cfg, mgr: mgr, log: log}
+	s.SetToken(cfg.Token)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -88,6 +99,10 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&collector{mgr: mgr, observers: cfg.Observers, calls: cfg.Calls, cdr: cfg.CDRStats, log: log},
 		buildInfo(cfg.Version),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "relayd_admin_unauthorized_requests_total",
+			Help: "Admin API requests refused for a missing or wrong bearer token.",
+		}, func() float64 { return float64(s.unauthorized.Load()) }),
 	)
 	for _, c := range cfg.Collectors {
 		reg.MustRegister(c)
@@ -124,8 +139,53 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
 	})
-	s.handler = s.recoverer(mux)
+	s.handler = s.recoverer(s.authorize(mux))
 	return s
+}
+
+// SetToken sets the bearer token requests must carry; "" asks for none.
+// Requests in flight finish under the token they were checked against.
+func (s *Server) SetToken(token string) {
+	if token == "" {
+		s.token.Store(nil)
+		return
+	}
+	h := sha256.Sum256([]byte(token))
+	s.token.Store(&h)
+}
+
+// authorized reports whether r carries the token, or none is asked for.
+// The hashes of both are compared in constant time: neither the token's
+// bytes nor its length show in how long a refusal takes.
+func (s *Server) authorized(r *http.Request) bool {
+	want := s.token.Load()
+	if want == nil {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	h := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
+}
+
+// authorize refuses requests without the token with 401 (RFC 6750), but
+// GET /healthz: a liveness probe needs no token, and gets no detail.
+func (s *Server) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authorized(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+			writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+			return
+		}
+		s.unauthorized.Add(1)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="relayd"`)
+		writeError(w, http.StatusUnauthorized, "this API needs a bearer token: Authorization: Bearer TOKEN (admin.token_file)")
+	})
 }
 
 // Handler returns the API's handler, for tests and embedding.

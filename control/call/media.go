@@ -144,9 +144,9 @@ type Media struct {
 	// restoreIDs are the flow IDs of a restored call, used by the Sync
 	// of Restore for flows it installs again.
 	restoreIDs map[netip.AddrPort]uint64
-	restoreROC map[netip.AddrPort][2]uint32 // SSRC and ROC of restored SRTP flows
+	restoreROC map[netip.AddrPort][2]uint32    // SSRC and ROC of restored SRTP flows
 	restoreOut map[netip.AddrPort]FlowSnapshot // output positions of restored transcoding flows
-	revision   uint64                       // counts changes to the flows and learned sources
+	revision   uint64                          // counts changes to the flows and learned sources
 }
 
 // Revision counts the changes to the media's flows and learned sources: a
