@@ -25,6 +25,7 @@
 //	uas_hold.xml      its callee: checks a=sendonly, then a=sendrecv
 //	uac_pcmu_pcap.xml a call offering PCMU and telephone-event only that plays a pcap (-key pcap)
 //	uac_g729_pcap.xml a call offering G.729 (annexb=no) and telephone-event only that plays a pcap
+//	uac_pcmu_sdes.xml a call offering PCMU over SRTP (-key crypto) whose media another program sends
 //	uas_g729.xml      a callee answering G.729 (annexb=no) and telephone-event that plays a pcap
 //	uas_pcmu.xml      a callee answering PCMU and telephone-event that plays a pcap
 //

@@ -186,7 +186,8 @@ func TestSIPpLoads(t *testing.T) {
 	if err := audio.WritePcap(pcap, pkts); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"-key", "audio", wav + ",1,0", "-key", "sdp_port", "7000", "-key", "pcap", pcap}
+	keys := []string{"-key", "audio", wav + ",1,0", "-key", "sdp_port", "7000", "-key", "pcap", pcap,
+		"-key", "crypto", "1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz"}
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
 			b, err := Scenario(name, testVars)
