@@ -512,6 +512,22 @@ func (m *Media) Flows() []FlowStat {
 	return out
 }
 
+// Transcoding returns how many installed flows transcode: one per stream
+// and leg whose packets relayd converts to the other leg's codec (the
+// RTCP flows of a transcoded stream are sinks and do not count). It reads
+// no statistics, so it costs no data plane lookup.
+func (m *Media) Transcoding() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.flows {
+		if r.flow.Transcode != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // lastActivity returns the latest packet (or install) time over the
 // call's flows, and whether it has any flow.
 func (m *Media) lastActivity(seen map[netip.AddrPort]time.Time) (time.Time, bool) {

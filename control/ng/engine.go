@@ -366,6 +366,7 @@ func (e *CallEngine) Statistics(ctx context.Context, r *Request) (*Reply, error)
 		OfferTimeoutSessions:      s.offerTimeouts,
 		RegularTerminatedSessions: s.regular,
 		TotalCallsDuration:        s.totalDuration,
+		TranscodedMedia:           int64(transcodedMedia(e.cfg.Calls)),
 	}
 	if s.answeredCalls > 0 {
 		st.AverageCallDuration = s.totalDuration / time.Duration(s.answeredCalls)
@@ -387,6 +388,18 @@ func (e *CallEngine) Statistics(ctx context.Context, r *Request) (*Reply, error)
 		}
 	}
 	return &Reply{Statistics: st}, nil
+}
+
+// transcodedMedia counts, as rtpengine's "transcodedmedia", the media
+// (one stream of one party) whose packets relayd transcodes, over every
+// call of the table: ng calls and the B2BUA's, as rtpengine counts its
+// foreign calls too. A call transcoded both ways counts 2 per stream.
+func transcodedMedia(t *call.Table) int {
+	n := 0
+	for _, c := range t.List() {
+		n += c.Media.Transcoding()
+	}
+	return n
 }
 
 // Run ends, until ctx is done, the calls whose media stopped for the
@@ -787,6 +800,18 @@ func (e *CallEngine) callStats(nc *ngCall) *CallStats {
 		for _, st := range streams {
 			end := st.Ends[s]
 			ms := MediaStats{Index: st.Index + 1, Type: "audio", Protocol: nc.protos[s][st.Index]}
+			// The RTP flow of the party's packets: rtpengine flags a
+			// media "transcoding" when what it receives from it is
+			// transcoded, and names as its codec the one it received
+			// most of (here the one decoded, once a frame was; the
+			// codecs relayd transcodes all have an 8 kHz clock).
+			var tc *dataplane.Transcode
+			if f, ok := byMatch[netip.AddrPortFrom(end.Relay, end.Port)]; ok && end.Port != 0 && !st.Disabled {
+				tc = f.Flow.Transcode
+				if tc != nil && f.Stats.FramesIn > 0 {
+					ms.Codec = tc.In.Name + "/8000"
+				}
+			}
 			if st.Disabled {
 				ms.Flags = []string{}
 			} else {
@@ -799,6 +824,9 @@ func (e *CallEngine) callStats(nc *ngCall) *CallStats {
 				}
 				if end.Latch == call.LatchAsymmetric {
 					ms.Flags = append(ms.Flags, "asymmetric")
+				}
+				if tc != nil {
+					ms.Flags = append(ms.Flags, "transcoding") // last, as rtpengine lists it
 				}
 			}
 			for k, peer := range []netip.AddrPort{end.RTP, end.RTCP} {

@@ -197,8 +197,10 @@ type MediaStats struct {
 	Index    int    // from 1
 	Type     string // "audio"
 	Protocol string // "RTP/AVP"; omitted when empty
-	Codec    string // "PCMU/8000"; omitted when empty
-	Streams  []StreamStats
+	// Codec is the codec received most ("PCMU/8000"): for relayd, the
+	// one a transcoding flow decodes from the party; omitted when empty.
+	Codec   string
+	Streams []StreamStats
 	// Flags, such as "initialized", "send", "recv", "rtcp-mux", "SDES",
 	// "ICE", "ICE controlling", "asymmetric", "transcoding".
 	Flags []string

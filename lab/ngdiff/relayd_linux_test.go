@@ -15,7 +15,7 @@ import (
 // rtpengine 10.5.
 var relaydIgnore = []string{
 	"intervalstatistics", // rtpengine's per-interval statistics; relayd keeps totals only
-	"transcoders",        // relayd does not transcode
+	"transcoders",        // rtpengine's counters per codec chain; relayd keeps none
 }
 
 // relaydKnown are differences from rtpengine 10.5 that relayd has today,
