@@ -69,11 +69,14 @@ lint:
 
 # All tests, root-only ones included (they skip only where the capability
 # is missing, and say why). Fuzz corpora in testdata/ run as regression tests.
+# internal/testreport runs go test, lists every skipped test with its reason
+# and the slowest tests, and with CI set fails the run on a skip that is not
+# in .ci/skips.
 # One package at a time (-p 1): the lab tests measure timing (glitches,
 # pacing, setup times) and would measure each other on a 2-core machine.
 test: need
 	$(GO) vet ./... ./voipgen/...
-	$(GO) test -p 1 -count=1 -timeout 30m ./... ./voipgen/...
+	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m ./... ./voipgen/...
 
 # Short fuzzing session on every fuzz target of both modules (package:target;
 # `grep -rn "func Fuzz" --include=*_test.go .` lists them).
