@@ -101,16 +101,23 @@ type Media struct {
 	// Interfaces are named media interfaces ([[media.interface]]), for a
 	// relay with more than one media network. See MediaInterface.
 	Interfaces []MediaInterface `toml:"interface"`
+	// DenyDestinations are addresses or networks ("198.51.100.7",
+	// "203.0.113.0/24", "2001:db8::/32") relayd never sends media to,
+	// on top of what it always refuses: its own addresses, loopback,
+	// multicast, broadcast, unspecified and link-local addresses (see
+	// control/destpolicy). An offer or flow toward one is refused.
+	DenyDestinations []string `toml:"deny_destinations"`
 
-	Addr            netip.Addr    `toml:"-"` // parsed Address; invalid when unset
-	Addr6           netip.Addr    `toml:"-"` // parsed Address6; invalid when unset
-	AdvertiseAddr   netip.Addr    `toml:"-"` // parsed Advertise; invalid when unset
-	AdvertiseAddr6  netip.Addr    `toml:"-"` // parsed Advertise6; invalid when unset
-	PortMin         uint16        `toml:"-"` // first port of Ports (even)
-	PortMax         uint16        `toml:"-"` // last port of Ports (odd)
-	TimeoutDuration time.Duration `toml:"-"` // parsed Timeout
-	LatchDuration   time.Duration `toml:"-"` // parsed LatchWindow
-	RTCPDuration    time.Duration `toml:"-"` // parsed RTCPInterval
+	Addr            netip.Addr     `toml:"-"` // parsed Address; invalid when unset
+	Addr6           netip.Addr     `toml:"-"` // parsed Address6; invalid when unset
+	AdvertiseAddr   netip.Addr     `toml:"-"` // parsed Advertise; invalid when unset
+	AdvertiseAddr6  netip.Addr     `toml:"-"` // parsed Advertise6; invalid when unset
+	PortMin         uint16         `toml:"-"` // first port of Ports (even)
+	PortMax         uint16         `toml:"-"` // last port of Ports (odd)
+	TimeoutDuration time.Duration  `toml:"-"` // parsed Timeout
+	LatchDuration   time.Duration  `toml:"-"` // parsed LatchWindow
+	RTCPDuration    time.Duration  `toml:"-"` // parsed RTCPInterval
+	DenyPrefixes    []netip.Prefix `toml:"-"` // parsed DenyDestinations, masked
 }
 
 // Limits on values.
@@ -328,6 +335,7 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	m.PortMin, m.PortMax = lo, hi
 	c.validateInterfaces(bad)
+	c.validateDeny(bad)
 	if m.TimeoutDuration, err = time.ParseDuration(m.Timeout); err != nil {
 		bad("media.timeout", "%q is not a duration (like 60s)", m.Timeout)
 	} else if m.TimeoutDuration <= 0 {

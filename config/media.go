@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // MediaInterface is one [[media.interface]]: a named set of relay media
@@ -139,4 +140,75 @@ func (c *Config) validateInterfaces(bad func(key, format string, args ...any)) {
 			}
 		}
 	}
+}
+
+// validateDeny parses [media] deny_destinations.
+func (c *Config) validateDeny(bad func(key, format string, args ...any)) {
+	m := &c.Media
+	m.DenyPrefixes = nil
+	for _, s := range m.DenyDestinations {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				bad("media.deny_destinations", "%q is neither an address nor a network (like 203.0.113.0/24)", s)
+				continue
+			}
+			if a.Zone() != "" {
+				bad("media.deny_destinations", "%q: zoned addresses are not supported", s)
+				continue
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		a := p.Addr()
+		switch {
+		case a.Is4In6() && p.Bits() < 96:
+			bad("media.deny_destinations", "%q: an IPv4-mapped network needs at least 96 bits", s)
+			continue
+		case a.Is4In6():
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+		}
+		if p.Bits() == 0 {
+			family := "IPv6"
+			if p.Addr().Is4() {
+				family = "IPv4"
+			}
+			bad("media.deny_destinations", "%q denies every %s destination: leave that family's media address unset instead", s, family)
+			continue
+		}
+		m.DenyPrefixes = append(m.DenyPrefixes, p.Masked())
+	}
+}
+
+// OwnAddrs returns the addresses that are relayd's own as far as the
+// configuration knows: every media interface's address and advertised
+// address, and the addresses the SIP, ng and admin listeners bind (when
+// not a wildcard). Media never goes to them (control/destpolicy).
+func (c *Config) OwnAddrs() []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.IsValid() && !a.IsUnspecified() {
+			out = append(out, a.Unmap())
+		}
+	}
+	for _, in := range c.MediaInterfaces() {
+		add(in.Addr)
+		add(in.Addr6)
+		add(in.AdvertiseAddr)
+		add(in.AdvertiseAddr6)
+	}
+	for _, l := range c.SIP.Listeners {
+		add(l.Addr.Addr())
+	}
+	for _, l := range c.NG.Listen {
+		if _, addr, ok := strings.Cut(l, ":"); ok {
+			if ap, err := netip.ParseAddrPort(addr); err == nil {
+				add(ap.Addr())
+			}
+		}
+	}
+	if ap, err := netip.ParseAddrPort(c.Admin.Listen); err == nil {
+		add(ap.Addr())
+	}
+	return out
 }

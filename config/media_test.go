@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -239,5 +240,68 @@ func TestManPageExamples(t *testing.T) {
 	}
 	if n < 2 {
 		t.Errorf("%d examples, want the basic one and the media interfaces one", n)
+	}
+}
+
+func TestParseDenyDestinations(t *testing.T) {
+	c, err := Parse([]byte(ifaceBase + `deny_destinations = ["198.18.200.0/24", "198.18.201.7", "2001:2:ff::/48", "198.18.202.9/24", "::ffff:198.18.203.0/120"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{
+		netip.MustParsePrefix("198.18.200.0/24"), netip.MustParsePrefix("198.18.201.7/32"),
+		netip.MustParsePrefix("2001:2:ff::/48"), netip.MustParsePrefix("198.18.202.0/24"), // masked
+		netip.MustParsePrefix("198.18.203.0/24"), // unmapped
+	}
+	if diff := cmp.Diff(want, c.Media.DenyPrefixes, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("DenyPrefixes (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct{ value, msg string }{
+		{`"198.18.300.0/24"`, "neither an address nor a network"},
+		{`"example.com"`, "neither an address nor a network"},
+		{`"fe80::1%eth0"`, "zoned"},
+		{`"0.0.0.0/0"`, "every IPv4 destination"},
+		{`"::/0"`, "every IPv6 destination"},
+		{`"::ffff:0:0/80"`, "IPv4-mapped"},
+	} {
+		_, err := Parse([]byte(ifaceBase + "deny_destinations = [" + tc.value + "]\n"))
+		errs := errorsOf(t, err)
+		if len(errs) != 1 || errs[0].Key != "media.deny_destinations" || errs[0].Line != 5 || !strings.Contains(errs[0].Msg, tc.msg) {
+			t.Errorf("deny_destinations = [%s]: errors %v, want one on line 5 with %q", tc.value, err, tc.msg)
+		}
+	}
+}
+
+func TestOwnAddrs(t *testing.T) {
+	c, err := Parse([]byte(`[dataplane]
+mode = "userspace"
+[media]
+address = "198.18.1.1"
+advertise = "198.19.1.1"
+address6 = "2001:2:0:1::1"
+[[media.interface]]
+name = "int"
+address = "198.18.10.1"
+[sip]
+listen = ["udp:198.18.8.1:5060", "tcp:0.0.0.0:5060"]
+[ng]
+listen = ["udp:127.0.0.1:2223"]
+[[route]]
+name = "r"
+match = "."
+destinations = ["sip:198.18.2.2"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.OwnAddrs()
+	for _, s := range []string{"198.18.1.1", "198.19.1.1", "2001:2:0:1::1", "198.18.10.1", "198.18.8.1", "127.0.0.1"} {
+		if !slices.Contains(got, netip.MustParseAddr(s)) {
+			t.Errorf("OwnAddrs() = %v, lacks %s", got, s)
+		}
+	}
+	if slices.ContainsFunc(got, netip.Addr.IsUnspecified) {
+		t.Errorf("OwnAddrs() = %v: a wildcard listener is not an address", got)
 	}
 }
