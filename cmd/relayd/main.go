@@ -186,7 +186,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	// One registry of flows and ports for every front end; it adopts the
 	// flows a previous run left pinned. Call flows nobody claims carry
 	// media until idle, then go.
-	reg, err := registry.New(registry.Config{Interfaces: mediaInterfaces(cfg)}, log.Named("flows"), planes...)
+	reg, err := registry.New(registryConfig(cfg), log.Named("flows"), planes...)
 	if err != nil {
 		return err
 	}
@@ -297,6 +297,14 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 			return fmt.Errorf("ng stopped: %w", ngf.err)
 		}
 	}
+}
+
+// registryConfig returns the flow registry's configuration: the media
+// interfaces and the destination policy (media never goes to relayd's own
+// addresses, special-purpose addresses or the operator's denied
+// networks, whichever front end asks).
+func registryConfig(cfg *config.Config) registry.Config {
+	return registry.Config{Interfaces: mediaInterfaces(cfg), Own: cfg.OwnAddrs(), Deny: cfg.Media.DenyPrefixes}
 }
 
 // mediaInterfaces returns the registry's media interfaces of the config,

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/config"
+	"github.com/relayd/relayd/control/destpolicy"
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
@@ -110,5 +111,34 @@ address = "198.18.20.1"
 	}
 	if _, err := reg.Interface("dmz"); !errors.Is(err, registry.ErrUnknownInterface) {
 		t.Errorf("Interface(dmz) error %v, want ErrUnknownInterface", err)
+	}
+}
+
+// TestRegistryPolicy: the registry relayd builds refuses media toward a
+// listener's address and the networks of [media] deny_destinations.
+func TestRegistryPolicy(t *testing.T) {
+	cfg, err := config.Parse([]byte(`[dataplane]
+mode = "userspace"
+[media]
+address = "198.18.1.1"
+deny_destinations = ["198.18.200.0/24"]
+[sip]
+listen = ["udp:198.18.8.1:5060"]
+[[route]]
+name = "r"
+match = "."
+destinations = ["sip:198.18.2.2"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(registryConfig(cfg), zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dst, denied := range map[string]bool{"198.18.200.9:5000": true, "198.18.8.1:5060": true, "198.18.1.1:30000": true, "198.18.2.2:5000": false} {
+		if err := reg.CheckDestination(netip.MustParseAddrPort(dst)); errors.Is(err, destpolicy.ErrDenied) != denied {
+			t.Errorf("CheckDestination(%s) = %v, want denied %v", dst, err, denied)
+		}
 	}
 }

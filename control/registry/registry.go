@@ -7,6 +7,9 @@
 //   - gives every flow its ID from one counter,
 //   - chooses the data plane of each flow (XDP where it runs, userspace for
 //     SRTP or when asked),
+//   - refuses flows toward a destination the destination policy denies
+//     (control/destpolicy): relayd's own addresses, loopback, multicast,
+//     the operator's denied networks,
 //   - passes each latching event of a data plane to the holder of the flow,
 //   - after a restart, adopts the flows the data planes still carry: a
 //     restored call claims its own, static flows stay static, and the
@@ -29,6 +32,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relayd/relayd/control/destpolicy"
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -100,6 +104,13 @@ type Config struct {
 	// recorded their owner (call flow IDs then started at 1<<40). Zero
 	// means 1<<40.
 	LegacyCallIDBase uint64
+	// Own are relayd's addresses besides those of the interfaces (which
+	// count already, advertised ones included): the signalling
+	// listeners'. No flow sends media to them.
+	Own []netip.Addr
+	// Deny are the operator's denied destination networks ([media]
+	// deny_destinations).
+	Deny []netip.Prefix
 }
 
 func (c *Config) validate() error {
@@ -167,6 +178,7 @@ type FlowState struct {
 type Registry struct {
 	cfg    Config
 	log    *zap.Logger
+	policy *destpolicy.Policy
 	planes map[dataplane.Path]dataplane.DataPlane
 	ifaces []*iface
 	byName map[string]*iface
@@ -228,6 +240,11 @@ func New(cfg Config, log *zap.Logger, planes ...dataplane.DataPlane) (*Registry,
 		r.ifaces = append(r.ifaces, i)
 		r.byName[in.Name] = i
 	}
+	own := slices.Clone(cfg.Own)
+	for _, in := range cfg.Interfaces {
+		own = append(own, in.Addr, in.Addr6, in.Advertise, in.Advertise6)
+	}
+	r.policy = destpolicy.New(own, cfg.Deny)
 	for _, p := range planes {
 		if p == nil {
 			continue
@@ -262,6 +279,13 @@ func (r *Registry) adopt() error {
 		}
 		for _, fs := range list {
 			fl := fs.Flow
+			if err := r.checkFlow(fl); err != nil {
+				// Installed by a relayd without the policy, or before the
+				// operator denied the network: kept (a call may own it),
+				// and the data planes drop what it would loop.
+				r.log.Warn("adopted flow sends where the destination policy denies", zap.Stringer("match", fl.Match),
+					zap.Uint64("id", fl.ID), zap.Error(err))
+			}
 			if _, dup := r.flows[fl.Match]; dup {
 				r.log.Warn("flow present in two data planes; keeping the first",
 					zap.Stringer("match", fl.Match), zap.String("also_in", string(path)))
@@ -533,10 +557,38 @@ func (r *Registry) PlaneFor(f dataplane.Flow, mode dataplane.Path) (dataplane.Da
 	return p, nil
 }
 
+// CheckDestination returns nil when relayd may send media to dst, else
+// an error wrapping destpolicy.ErrDenied (a *destpolicy.DeniedError says
+// why). Front ends call it on the addresses peers give before they build
+// flows; Install and Update call it on every flow.
+func (r *Registry) CheckDestination(dst netip.AddrPort) error { return r.policy.Check(dst) }
+
+// checkFlow checks every destination f sends to: SendTo of a flow that
+// forwards, and where a transcoding flow sends relayd's own RTCP. A
+// reflecting flow answers its source, which only the data plane knows.
+func (r *Registry) checkFlow(f dataplane.Flow) error {
+	if f.Action != dataplane.Forward && f.Action != dataplane.Userspace {
+		return nil
+	}
+	if err := r.policy.Check(f.SendTo); err != nil {
+		return fmt.Errorf("flow %s: send_to: %w", f.Match, err)
+	}
+	if t := f.Transcode; t != nil && t.RTCPTo.IsValid() {
+		if err := r.policy.Check(t.RTCPTo); err != nil {
+			return fmt.Errorf("flow %s: transcode rtcp_to: %w", f.Match, err)
+		}
+	}
+	return nil
+}
+
 // Install gives f an ID (unless it has one, a restored flow's) and
 // installs it on the data plane PlaneFor chooses, held by h. A match
-// already in use is dataplane.ErrExists.
+// already in use is dataplane.ErrExists; a destination the policy denies
+// is destpolicy.ErrDenied.
 func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dataplane.Flow, dataplane.Path, error) {
+	if err := r.checkFlow(f); err != nil {
+		return f, "", err
+	}
 	p, err := r.PlaneFor(f, mode)
 	if err != nil {
 		return f, "", err
@@ -571,8 +623,13 @@ type Moved struct {
 
 // Update replaces the flow with f.Match (its ID is kept). When the new
 // flow belongs on another data plane (SRTP turned on or off) it moves
-// there and the old plane's last statistics are returned.
+// there and the old plane's last statistics are returned. A destination
+// the policy denies is destpolicy.ErrDenied, and the flow stays as it
+// was.
 func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
+	if err := r.checkFlow(f); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.flows[f.Match]

@@ -3,11 +3,15 @@ package registry
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/relayd/relayd/control/destpolicy"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
 )
@@ -181,5 +185,96 @@ func TestClaim(t *testing.T) {
 	r.Latched(kept.Match, ap("198.18.0.2:4000"), true)
 	if len(h.events) != 1 {
 		t.Errorf("claimed flow's latch events %v", h.events)
+	}
+}
+
+// Every flow goes through the destination policy: no flow installed or
+// updated toward relayd's own addresses (an interface's, its advertised
+// one, a listener's), special addresses or the operator's denied
+// networks, whichever front end asked.
+func TestDestinationPolicy(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	us := dataplanetest.New(dataplane.PathUserspace)
+	r, err := New(Config{Interfaces: []Interface{internal, external},
+		Own:  []netip.Addr{netip.MustParseAddr("198.18.9.1")},
+		Deny: []netip.Prefix{netip.MustParsePrefix("198.18.200.0/24")}}, zaptest.NewLogger(t), xdp, us)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := dataplane.Flow{Match: ap("198.18.1.1:30000"), SendFrom: ap("198.18.3.1:30000"), SendTo: ap("198.18.2.2:5000")}
+	for _, dst := range []string{
+		"198.18.1.1:30000",    // the flow's own match: a loop
+		"198.18.1.1:30002",    // another relay port
+		"198.18.3.1:30000",    // the other interface
+		"198.19.0.1:30000",    // its advertised address (through the NAT and back)
+		"198.18.9.1:5060",     // a listener's address
+		"127.0.0.1:5000",      // loopback
+		"255.255.255.255:9",   // broadcast
+		"224.0.0.251:5353",    // multicast
+		"169.254.169.254:80",  // link-local
+		"198.18.200.7:5000",   // denied by the operator
+		"[2001:2:0:1::1]:500", // the interface's IPv6 address
+	} {
+		f := good
+		f.SendTo = ap(dst)
+		if f.SendTo.Addr().Is6() {
+			f.Match, f.SendFrom = ap("[2001:2:0:1::1]:30000"), ap("[2001:2:0:1::1]:30002")
+		}
+		if _, _, err := r.Install(f, "", nil); !errors.Is(err, destpolicy.ErrDenied) {
+			t.Errorf("Install toward %s: %v, want ErrDenied", dst, err)
+		}
+		if err := r.CheckDestination(f.SendTo); !errors.Is(err, destpolicy.ErrDenied) {
+			t.Errorf("CheckDestination(%s) = %v", dst, err)
+		}
+	}
+	if xdp.Len() != 0 {
+		t.Fatalf("%d flows installed", xdp.Len())
+	}
+	if _, _, err := r.Install(good, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	bad := good
+	bad.SendTo = ap("198.18.1.1:30000")
+	if _, err := r.Update(bad); !errors.Is(err, destpolicy.ErrDenied) {
+		t.Errorf("Update toward its own match: %v", err)
+	}
+	if fl, _, _ := r.Get(good.Match); fl.SendTo != good.SendTo {
+		t.Errorf("refused update changed the flow: %+v", fl)
+	}
+	// relayd's own RTCP of a transcoding flow.
+	tc := good
+	tc.Match = ap("198.18.1.1:30004")
+	tc.Transcode = &dataplane.Transcode{In: dataplane.Codec{Name: "PCMU", PT: 0, Ptime: 20}, Out: dataplane.Codec{Name: "PCMA", PT: 8, Ptime: 20},
+		RTCPFrom: ap("198.18.3.1:30001"), RTCPTo: ap("127.0.0.1:5001")}
+	if _, _, err := r.Install(tc, "", nil); !errors.Is(err, destpolicy.ErrDenied) || !strings.Contains(err.Error(), "rtcp_to") {
+		t.Errorf("Install with rtcp_to on loopback: %v", err)
+	}
+	// Drop and reflect send nowhere the control plane knows.
+	for i, a := range []dataplane.Action{dataplane.Drop, dataplane.Reflect} {
+		if _, _, err := r.Install(dataplane.Flow{Match: netip.AddrPortFrom(internal.Addr, uint16(30006+i)), Action: a}, "", nil); err != nil {
+			t.Errorf("%s: %v", a, err)
+		}
+	}
+}
+
+// A flow a previous run left toward a destination the policy now denies
+// is adopted (a restored call may own it) with a warning: the data planes
+// drop what it would loop.
+func TestAdoptDeniedWarns(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	loopFlow := dataplane.Flow{ID: 7, Owner: dataplane.OwnerStatic, Match: ap("198.18.1.1:30000"), SendFrom: ap("198.18.1.1:30002"), SendTo: ap("198.18.1.1:30000")}
+	if err := xdp.Install(loopFlow); err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	r, err := New(Config{Interfaces: []Interface{internal}}, zap.New(core), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := r.Get(loopFlow.Match); !ok {
+		t.Error("flow not adopted")
+	}
+	if n := logs.FilterMessageSnippet("destination policy denies").Len(); n != 1 {
+		t.Errorf("%d warnings, want 1: %v", n, logs.All())
 	}
 }

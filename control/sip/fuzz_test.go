@@ -78,7 +78,7 @@ destinations = ["sip:%s"]
 	if err != nil {
 		f.Fatal(err)
 	}
-	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: loop, PortMin: 30000, PortMax: 39999}}},
+	reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: relayIP, PortMin: 30000, PortMax: 39999}}},
 		log, dataplanetest.New(dataplane.PathXDP), dataplanetest.New(dataplane.PathUserspace))
 	if err != nil {
 		f.Fatal(err)

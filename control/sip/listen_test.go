@@ -31,7 +31,7 @@ func TestListenReportsBindError(t *testing.T) {
 	defer taken.Close()
 	free := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	newServer := func(ls ...config.Listener) *Server {
-		reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: loop, PortMin: 30000, PortMax: 30099}}},
+		reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: relayIP, PortMin: 30000, PortMax: 30099}}},
 			zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
 		if err != nil {
 			t.Fatal(err)

@@ -112,7 +112,7 @@ func TestRestartKeepsCallByeFromCaller(t *testing.T) {
 	ce.mu.Lock()
 	ce.reinvite = func(req *sip.Request, tx sip.ServerTransaction) {
 		got = req
-		res := sip.NewResponseFromRequest(req, 200, "OK", []byte(strings.ReplaceAll(strings.Replace(string(offerSDP(6000)), "a=sendrecv", "a=recvonly", 1), "o=caller", "o=callee")))
+		res := sip.NewResponseFromRequest(req, 200, "OK", []byte(calleeSDP(strings.Replace(string(offerSDP(6000)), "a=sendrecv", "a=recvonly", 1))))
 		res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 		tx.Respond(res)
 	}

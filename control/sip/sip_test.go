@@ -29,7 +29,14 @@ import (
 // The tests run the B2BUA on loopback between two sipgo user agents: a
 // caller (UAC) and one or more callees (UAS) with scripted behaviour.
 
-var loop = netip.MustParseAddr("127.0.0.1")
+// The B2BUA's signalling runs on loopback; media addresses are of the
+// benchmarking range (the data planes are fakes: nothing is sent), as the
+// destination policy refuses loopback media.
+var (
+	relayIP  = netip.MustParseAddr("198.18.1.1") // the default media interface
+	callerIP = "198.18.0.2"                      // the caller's SDP
+	calleeIP = "198.18.2.2"                      // the callees' SDP
+)
 
 // freePort returns a port free for both UDP and TCP on 127.0.0.1.
 func freePort(t *testing.T) int {
@@ -52,7 +59,7 @@ func freePort(t *testing.T) int {
 }
 
 func offerSDP(port int, extra ...string) []byte {
-	lines := []string{"v=0", "o=caller 1 1 IN IP4 127.0.0.1", "s=-", "c=IN IP4 127.0.0.1", "t=0 0",
+	lines := []string{"v=0", "o=caller 1 1 IN IP4 " + callerIP, "s=-", "c=IN IP4 " + callerIP, "t=0 0",
 		fmt.Sprintf("m=audio %d RTP/AVP 0 8 101", port), "a=rtpmap:0 PCMU/8000", "a=rtpmap:8 PCMA/8000",
 		"a=rtpmap:101 telephone-event/8000", "a=sendrecv"}
 	lines = append(lines, extra...)
@@ -154,8 +161,14 @@ func (ce *callee) set(f func(d *sipgo.DialogServerSession, req *sip.Request)) {
 
 func answerSDP(d *sipgo.DialogServerSession, req *sip.Request, port int) {
 	d.Respond(180, "Ringing", nil)
-	body := []byte(strings.ReplaceAll(string(offerSDP(port)), "o=caller", "o=callee"))
+	body := []byte(calleeSDP(string(offerSDP(port))))
 	d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
+}
+
+// calleeSDP turns a caller's SDP into a callee's: its o= name and its
+// address.
+func calleeSDP(sdp string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(sdp, "o=caller", "o=callee"), callerIP, calleeIP)
 }
 
 func (ce *callee) lastInvite() *sip.Request {
@@ -213,7 +226,7 @@ func (h *harness) start() {
 		planes = append(planes, h.us)
 	}
 	var err error
-	ifaces := []registry.Interface{{Addr: loop, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}
+	ifaces := []registry.Interface{{Addr: relayIP, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}
 	for _, in := range h.o.ifaces {
 		ifaces = append(ifaces, registry.Interface{Name: in.Name, Addr: in.Addr, Advertise: in.AdvertiseAddr, PortMin: in.PortMin, PortMax: in.PortMax})
 	}
@@ -438,12 +451,12 @@ func TestCallAnsweredAndByeFromCaller(t *testing.T) {
 	h := newHarness(t, opts{destinations: []string{ce.addr}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000, "a=ice-ufrag:x", "a=candidate:1 1 UDP 1 127.0.0.1 4000 typ host"))
+	d, err := h.invite(ctx, offerSDP(4000, "a=ice-ufrag:x", "a=candidate:1 1 UDP 1 198.18.0.2 4000 typ host"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ans := string(d.InviteResponse.Body())
-	if !strings.Contains(ans, "o=relayd") || !strings.Contains(ans, "c=IN IP4 127.0.0.1") || strings.Contains(ans, "m=audio 6000") {
+	if !strings.Contains(ans, "o=relayd") || !strings.Contains(ans, "c=IN IP4 198.18.1.1") || strings.Contains(ans, "m=audio 6000") {
 		t.Errorf("answer to the caller not anchored:\n%s", ans)
 	}
 	if err := d.Ack(ctx); err != nil {
@@ -499,7 +512,7 @@ ports = "40000-40009"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ans := string(d.InviteResponse.Body()); !strings.Contains(ans, "c=IN IP4 127.0.0.1") {
+	if ans := string(d.InviteResponse.Body()); !strings.Contains(ans, "c=IN IP4 198.18.1.1") {
 		t.Errorf("answer to the caller not on the default interface:\n%s", ans)
 	}
 	if err := d.Ack(ctx); err != nil {
@@ -515,10 +528,10 @@ ports = "40000-40009"
 		f := fs.Flow
 		switch {
 		case f.Match.Addr() == netip.MustParseAddr("198.18.3.1"):
-			if f.Match.Port() < 40000 || f.Match.Port() > 40009 || f.SendFrom.Addr() != loop {
+			if f.Match.Port() < 40000 || f.Match.Port() > 40009 || f.SendFrom.Addr() != relayIP {
 				t.Errorf("flow from the callee %+v: want a match in 40000-40009, sent from the default interface", f)
 			}
-		case f.Match.Addr() == loop:
+		case f.Match.Addr() == relayIP:
 			if f.SendFrom.Addr() != netip.MustParseAddr("198.18.3.1") || f.SendFrom.Port() < 40000 || f.SendFrom.Port() > 40009 {
 				t.Errorf("flow toward the callee %+v: want sent from 198.18.3.1:40000-40009", f)
 			}
@@ -647,7 +660,7 @@ func TestEarlyMedia(t *testing.T) {
 	ce := newCallee(t)
 	release := make(chan struct{})
 	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
-		body := []byte(strings.ReplaceAll(string(offerSDP(6000)), "o=caller", "o=callee"))
+		body := []byte(calleeSDP(string(offerSDP(6000))))
 		d.Respond(183, "Session Progress", body, sip.NewHeader("Content-Type", "application/sdp"))
 		<-release
 		d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
@@ -820,7 +833,7 @@ func TestLateOffer(t *testing.T) {
 	ce := newCallee(t)
 	acked := make(chan []byte, 1)
 	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
-		body := []byte(strings.ReplaceAll(string(offerSDP(6000)), "o=caller", "o=callee"))
+		body := []byte(calleeSDP(string(offerSDP(6000))))
 		d.Respond(200, "OK", body, sip.NewHeader("Content-Type", "application/sdp"))
 	})
 	ce.mu.Lock()

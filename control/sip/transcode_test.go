@@ -14,7 +14,7 @@ import (
 // g729Answer is a callee's SDP with G.729 (no Annex B) and
 // telephone-event only.
 func g729Answer(port int) []byte {
-	lines := []string{"v=0", "o=callee 1 1 IN IP4 127.0.0.1", "s=-", "c=IN IP4 127.0.0.1", "t=0 0",
+	lines := []string{"v=0", "o=callee 1 1 IN IP4 " + calleeIP, "s=-", "c=IN IP4 " + calleeIP, "t=0 0",
 		"m=audio " + itoa(port) + " RTP/AVP 18 101", "a=rtpmap:18 G729/8000", "a=fmtp:18 annexb=no",
 		"a=rtpmap:101 telephone-event/8000", "a=sendrecv"}
 	return []byte(strings.Join(lines, "\r\n") + "\r\n")
