@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relayd/relayd/control/destpolicy"
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
@@ -33,6 +34,10 @@ var (
 	// ErrNotRelayAddress: an address that must be one of the relay's media
 	// addresses with a port in the media range is not (HTTP 422).
 	ErrNotRelayAddress = errors.New("not a relay media address")
+	// ErrDeniedDestination: send_to or a transcoding flow's rtcp_to is a
+	// destination the destination policy refuses (HTTP 422); the error
+	// wraps destpolicy.ErrDenied too.
+	ErrDeniedDestination = destpolicy.ErrDenied
 	// ErrConflict: a flow with this match exists (HTTP 409).
 	ErrConflict = errors.New("match already in use")
 	// ErrNotFound: no flow with this ID (HTTP 404).
@@ -141,6 +146,18 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 	}
 	if fl.SendFrom.IsValid() && !m.reg.IsRelay(fl.SendFrom) {
 		return fl, "", fmt.Errorf("send_from %s: %w (%s)", fl.SendFrom, ErrNotRelayAddress, m.reg.Describe())
+	}
+	// Where the flow sends: never back into relayd (a loop at the data
+	// plane's speed), nor to loopback, broadcast and the like.
+	if fl.Action == dataplane.Forward {
+		if err := m.reg.CheckDestination(fl.SendTo); err != nil {
+			return fl, "", fmt.Errorf("send_to: %w", err)
+		}
+		if t := fl.Transcode; t != nil && t.RTCPTo.IsValid() {
+			if err := m.reg.CheckDestination(t.RTCPTo); err != nil {
+				return fl, "", fmt.Errorf("transcode rtcp_to: %w", err)
+			}
+		}
 	}
 	for _, c := range []struct {
 		name string

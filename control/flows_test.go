@@ -460,6 +460,32 @@ func TestManagerLatched(t *testing.T) {
 	m.Latched(ap("198.18.1.1:39000"), real, true) // unknown flow: ignored
 }
 
+// A source learned from packets that came from relayd itself (a flow of
+// another call pointing here) is not where the reverse flow may send:
+// it keeps its destination.
+func TestManagerLatchedOwnAddress(t *testing.T) {
+	m := newTestManager(t, dataplanetest.New(dataplane.PathXDP))
+	up := goodSpec()
+	up.Latch = true
+	up.ExpectSource = netip.AddrPort{}
+	up.Reverse = up.SendFrom
+	f, err := m.Add(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := goodSpec()
+	down.Match, down.SendFrom = up.SendFrom, up.Match
+	down.SendTo = ap("198.18.0.2:4000")
+	g, err := m.Add(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Latched(f.Flow.Match, ap("198.18.1.1:30100"), false)
+	if got, _ := m.Get(g.Flow.ID); got.Flow.SendTo != down.SendTo {
+		t.Errorf("reverse flow sends to %s after learning a relay address, want %s", got.Flow.SendTo, down.SendTo)
+	}
+}
+
 // TestManagerOrphanCallFlows: call flows of a previous run are not adopted
 // as static flows; they stay until idle, then are removed. Both the flows
 // that record their owner and those of a relayd from before (ids from

@@ -485,7 +485,7 @@ func StatusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, control.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, control.ErrNotRelayAddress):
+	case errors.Is(err, control.ErrNotRelayAddress), errors.Is(err, control.ErrDeniedDestination):
 		return http.StatusUnprocessableEntity
 	case errors.Is(err, control.ErrNotImplemented), errors.Is(err, dataplane.ErrNotSupported):
 		return http.StatusNotImplemented

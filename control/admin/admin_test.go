@@ -420,3 +420,35 @@ func TestTranscodeFlow(t *testing.T) {
 		})
 	}
 }
+
+// TestPostFlowDeniedDestination: a flow whose send_to is a relay media
+// address (its own match, another relay port), loopback, broadcast,
+// link-local or a transcoding flow's rtcp_to on loopback is refused with
+// 422 and a JSON error naming why, and nothing is installed: one packet
+// into a flow pointing at relayd would loop at the data plane's speed.
+func TestPostFlowDeniedDestination(t *testing.T) {
+	user := dataplanetest.New(dataplane.PathUserspace)
+	f := newFixture(t, user)
+	flow := func(sendTo string) string {
+		return `{"match": "198.18.1.1:30000", "send_from": "198.18.1.1:30002", "send_to": "` + sendTo + `"}`
+	}
+	for _, tc := range []struct{ name, body, why string }{
+		{"its own match", flow("198.18.1.1:30000"), "relayd itself"},
+		{"another relay port", flow("198.18.1.1:30010"), "relayd itself"},
+		{"the relay's IPv6 address", `{"match": "[2001:2::1]:30000", "send_from": "[2001:2::1]:30002", "send_to": "[2001:2::1]:30000"}`, "relayd itself"},
+		{"loopback", flow("127.0.0.1:5000"), "loopback"},
+		{"broadcast", flow("255.255.255.255:5000"), "broadcast"},
+		{"link-local", flow("169.254.1.1:5000"), "link-local"},
+		{"rtcp_to on loopback", `{"match": "198.18.1.1:30000", "send_from": "198.18.1.1:30002", "send_to": "198.18.2.2:5000",
+			"transcode": {"from": "PCMU", "to": "PCMA", "rtcp_from": "198.18.1.1:30003", "rtcp_to": "127.0.0.1:5001"}}`, "loopback"},
+	} {
+		var e ErrorBody
+		code := f.do(t, "POST", "/v1/flows", tc.body, &e)
+		if code != http.StatusUnprocessableEntity || !strings.Contains(e.Error, tc.why) {
+			t.Errorf("%s: %d %q, want 422 saying %q", tc.name, code, e.Error, tc.why)
+		}
+	}
+	if f.xdp.Len() != 0 || user.Len() != 0 {
+		t.Errorf("%d flows installed", f.xdp.Len()+user.Len())
+	}
+}
