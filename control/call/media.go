@@ -345,6 +345,12 @@ func (m *Media) Latched(match, source netip.AddrPort, locked bool) {
 }
 
 func (m *Media) latched(match, source netip.AddrPort, locked bool) error {
+	if err := m.t.reg.CheckDestination(source); err != nil {
+		// Packets from relayd itself (another flow pointing here) or a
+		// source no flow may send to: the reverse flow keeps sending
+		// where the SDP said.
+		return fmt.Errorf("learned source not used: %w", err)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()

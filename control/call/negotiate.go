@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/relayd/relayd/control/destpolicy"
 	"github.com/relayd/relayd/control/sdp"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
@@ -55,6 +56,30 @@ var (
 	// anchors media on plain UDP and does no ICE.
 	ErrICEUnsupported = errors.New("ICE is not available: relayd anchors media on plain UDP")
 )
+
+// Reason returns, for an error of Offer or Answer that refuses the SDP
+// (SIP 488: sdp.ErrNotAcceptable, destpolicy.ErrDenied,
+// ErrSRTPUnsupported, ErrTranscodeUnsupported), a short reason a front
+// end can send back to the peer (a SIP Warning, an ng error-reason); ""
+// for other errors. It names no configuration.
+func Reason(err error) string {
+	var de *destpolicy.DeniedError
+	switch {
+	case errors.As(err, &de):
+		return fmt.Sprintf("media destination %s is %s", de.Dest, de.Reason)
+	case errors.Is(err, ErrTranscodeUnsupported):
+		return ErrTranscodeUnsupported.Error()
+	case errors.Is(err, ErrSRTPUnsupported):
+		return "SRTP termination is not available"
+	case errors.Is(err, ErrICEUnsupported):
+		return "ICE is not available"
+	case sdp.Reason(err) != "":
+		return sdp.Reason(err)
+	case errors.Is(err, sdp.ErrNotAcceptable):
+		return sdp.ErrNotAcceptable.Error()
+	}
+	return ""
+}
 
 // Local is relayd's media address on one leg of a call.
 type Local struct {
@@ -374,6 +399,12 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
+	// Refuse before anything changes: ports, streams, flows.
+	for i := range d.Streams {
+		if err := s.acceptable(from, &d.Streams[i]); err != nil {
+			return nil, fmt.Errorf("stream %d: %w", i, err)
+		}
+	}
 	plan := sdp.Plan{
 		Addr:                  s.local[to].Advertised(),
 		KeepSessionConnection: o.Render.KeepSessionConnection,
@@ -473,6 +504,44 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 	return body, nil
 }
 
+// acceptable refuses a stream from leg side that relayd cannot honour
+// as it is, rather than relaying a broken one: media toward an address
+// the destination policy denies (relayd's own, loopback, broadcast...),
+// an address of a family the leg's media interface has no address of,
+// and a secure profile without a key relayd can use (it can neither pass
+// it on nor decrypt it, and RTP/SAVP without a=crypto is no offer).
+// Called with s.mu held.
+func (s *Session) acceptable(side Side, st *sdp.Stream) error {
+	if !st.Enabled() {
+		return nil
+	}
+	local := s.local[side].Addr
+	for _, a := range []netip.Addr{st.Addr, st.RTCPAddr} {
+		if !a.IsValid() || a.IsUnspecified() {
+			continue // hold
+		}
+		if six := a.Is6() && !a.Is4In6(); !local.IsValid() || local.Is6() != six {
+			family := "IPv4"
+			if six {
+				family = "IPv6"
+			}
+			return sdp.NotAcceptable("no %s media address", family)
+		}
+	}
+	for _, dst := range []netip.AddrPort{st.RTP(), st.RTCP()} {
+		if !dst.IsValid() {
+			continue
+		}
+		if err := s.media.t.reg.CheckDestination(dst); err != nil {
+			return err
+		}
+	}
+	if st.SRTP() && len(st.Crypto) == 0 {
+		return sdp.NotAcceptable("%s without a usable a=crypto", st.Proto)
+	}
+	return nil
+}
+
 func (s *Session) originFor(to Side, r Render) *sdp.Origin {
 	if r.KeepOrigin {
 		return nil
@@ -560,6 +629,13 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 		RTPEngineLayout:       o.Render.RTPEngineLayout,
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
+	for i := range d.Streams {
+		if _, ok := p.streams[i]; ok && i < len(p.offer.Streams) {
+			if err := s.acceptable(from, &d.Streams[i]); err != nil {
+				return nil, fmt.Errorf("stream %d: %w", i, err)
+			}
+		}
+	}
 	var errs []error
 	out, cloned := d, false
 	for i := range d.Streams {
@@ -618,7 +694,7 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 				case key != nil:
 					fe.Recv, fe.Send = key, offered
 				case dec.require:
-					errs = append(errs, fmt.Errorf("stream %d: SRTP required and the answer has no matching a=crypto: %w", i, sdp.ErrNotAcceptable))
+					errs = append(errs, fmt.Errorf("stream %d: %w", i, sdp.NotAcceptable("SRTP required and the answer has no matching a=crypto")))
 				default:
 					fe.Recv, fe.Send = nil, nil // plain after all
 				}

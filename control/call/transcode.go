@@ -1,7 +1,6 @@
 package call
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -150,7 +149,7 @@ func transcodeAnswer(st *sdp.Stream, cp codecPlan, from Side) (tc *[2]dataplane.
 		}
 	}
 	if !found {
-		return nil, nil, 0, fmt.Errorf("%w: the offer has no codec to transcode %s from", sdp.ErrNotAcceptable, main.Name)
+		return nil, nil, 0, sdp.NotAcceptable("the offer has no codec to transcode %s from", main.Name)
 	}
 	var sides [2]dataplane.Codec
 	sides[from] = codecSide(main, st.Codecs, st.Ptime, st.MaxPtime, annexB(main.Fmtp) && annexB(sent.Fmtp))

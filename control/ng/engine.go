@@ -766,9 +766,22 @@ func engineError(err error) error {
 		return fmt.Errorf("%w: %w", ErrBadSDP, err)
 	case errors.Is(err, call.ErrTranscodeUnsupported):
 		return fmt.Errorf("%w: %w", ErrTranscode, err)
+	case call.Reason(err) != "":
+		return refused{call.Reason(err), err}
 	}
 	return err
 }
+
+// refused is an offer or answer relayd cannot honour as it is (media
+// toward relayd itself, a family without a media address, SRTP without
+// a usable key): its error-reason is call.Reason's words.
+type refused struct {
+	reason string
+	err    error
+}
+
+func (r refused) Error() string { return r.reason }
+func (r refused) Unwrap() error { return r.err }
 
 // callStats is the call as query and delete report it; nc.mu held.
 func (e *CallEngine) callStats(nc *ngCall) *CallStats {

@@ -35,6 +35,35 @@ var (
 	ErrNotAcceptable = errors.New("SDP not acceptable")
 )
 
+// NotAcceptableError is an SDP relayd parses but cannot honour, with why
+// in a few words for the peer (a SIP Warning, an ng error-reason). It
+// wraps ErrNotAcceptable.
+type NotAcceptableError struct {
+	Reason string
+}
+
+func (e *NotAcceptableError) Error() string { return ErrNotAcceptable.Error() + ": " + e.Reason }
+
+// Unwrap makes errors.Is(err, ErrNotAcceptable) hold.
+func (e *NotAcceptableError) Unwrap() error { return ErrNotAcceptable }
+
+// NotAcceptable returns a *NotAcceptableError with the formatted reason.
+// The arguments should be what relayd decided or short tokens of the SDP
+// (a transport, an address), never whole lines of it.
+func NotAcceptable(format string, args ...any) error {
+	return &NotAcceptableError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Reason returns the reason of the first *NotAcceptableError in err's
+// chain, or "" if there is none.
+func Reason(err error) string {
+	var na *NotAcceptableError
+	if errors.As(err, &na) {
+		return na.Reason
+	}
+	return ""
+}
+
 // MaxSize is the largest SDP body Parse accepts.
 const MaxSize = 32 << 10
 
@@ -132,6 +161,11 @@ func Parse(body []byte) (*Description, error) {
 	if len(body) > MaxSize {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrMalformed, len(body), MaxSize)
 	}
+	if media := unknownMedia(body); media != "" {
+		// pion refuses media types it does not know (T.38's image)
+		// as a syntax error; relayd relays none of them either way.
+		return nil, NotAcceptable("media %s is not supported", media)
+	}
 	// pion is strict about line endings; SIP peers send CRLF, some LF.
 	sd := &psdp.SessionDescription{}
 	if err := unmarshal(sd, body); err != nil {
@@ -145,6 +179,33 @@ func Parse(body []byte) (*Description, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// unknownMedia returns the media type of the first m= line whose type is
+// none pion parses (audio, video, text, application, message), or "".
+func unknownMedia(body []byte) string {
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		rest, ok := bytes.CutPrefix(line, []byte("m="))
+		if !ok {
+			continue
+		}
+		media, _, _ := bytes.Cut(rest, []byte(" "))
+		switch string(media) {
+		case "audio", "video", "text", "application", "message":
+			continue
+		}
+		if len(media) == 0 || len(media) > 16 || bytes.ContainsFunc(media, func(r rune) bool { return r <= ' ' || r > '~' || r == '"' || r == '\\' }) {
+			return "" // not a token: the parser says what is wrong
+		}
+		return string(media)
+	}
+	return ""
 }
 
 func unmarshal(sd *psdp.SessionDescription, body []byte) (err error) {
@@ -259,14 +320,21 @@ func (d *Description) extract() error {
 	return nil
 }
 
-// Usable reports ErrNotAcceptable unless at least one stream is enabled.
+// Usable reports a *NotAcceptableError unless at least one stream is
+// enabled; it names the transport of a stream relayd does not relay
+// (DTLS-SRTP's UDP/TLS/RTP/SAVP, T.38's udptl) when there is one.
 func (d *Description) Usable() error {
 	for i := range d.Streams {
 		if d.Streams[i].Enabled() {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: no RTP stream with a non-zero port", ErrNotAcceptable)
+	for i := range d.Streams {
+		if st := &d.Streams[i]; st.Port != 0 && !isRTPProto(st.Proto) {
+			return NotAcceptable("transport %s is not supported", trunc(st.Proto))
+		}
+	}
+	return NotAcceptable("no media stream")
 }
 
 func connAddr(c *psdp.ConnectionInformation) (netip.Addr, error) {
@@ -285,7 +353,7 @@ func connAddr(c *psdp.ConnectionInformation) (netip.Addr, error) {
 	case c.AddressType != "IP4" && c.AddressType != "IP6":
 		return netip.Addr{}, fmt.Errorf("%w: c= address type %q", ErrMalformed, trunc(c.AddressType))
 	case a.IsMulticast():
-		return netip.Addr{}, fmt.Errorf("%w: multicast c= address %s", ErrNotAcceptable, a)
+		return netip.Addr{}, NotAcceptable("multicast c= address %s", a)
 	case a.Zone() != "":
 		return netip.Addr{}, fmt.Errorf("%w: zoned c= address", ErrMalformed)
 	}
@@ -392,6 +460,7 @@ func (d *Description) FilterCodecs(allowed []string) error {
 // If no stream stays enabled, it returns an error wrapping
 // ErrNotAcceptable.
 func (d *Description) FilterCodecsFunc(keepCodec func(stream int, c Codec) bool) error {
+	filtered := false // a stream was disabled for its codecs
 	for i := range d.Streams {
 		st := &d.Streams[i]
 		md := d.sd.MediaDescriptions[i]
@@ -409,6 +478,7 @@ func (d *Description) FilterCodecsFunc(keepCodec func(stream int, c Codec) bool)
 		}
 		if len(keep) == 0 {
 			d.disable(i)
+			filtered = true
 			continue
 		}
 		st.Codecs = keep
@@ -422,7 +492,11 @@ func (d *Description) FilterCodecsFunc(keepCodec func(stream int, c Codec) bool)
 			return false
 		})
 	}
-	return d.Usable()
+	err := d.Usable()
+	if err != nil && filtered {
+		return NotAcceptable("no codec left to relay")
+	}
+	return err
 }
 
 // AddCodecs appends codecs to enabled stream i, after the ones it has:

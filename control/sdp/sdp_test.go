@@ -409,3 +409,39 @@ func TestCodecParametersAndEdits(t *testing.T) {
 		t.Errorf("parsed back: %+v", got)
 	}
 }
+
+// TestNotAcceptableReasons: what relayd cannot relay is a
+// *NotAcceptableError whose reason a front end can send back (a SIP
+// Warning): the transport it does not relay, a media type it does not
+// know, no codec left after filtering.
+func TestNotAcceptableReasons(t *testing.T) {
+	head := []string{"v=0", "o=a 1 1 IN IP4 198.18.0.2", "s=-", "c=IN IP4 198.18.0.2", "t=0 0"}
+	for _, tc := range []struct {
+		name   string
+		media  []string
+		filter []string
+		reason string
+	}{
+		{"DTLS-SRTP", []string{"m=audio 4000 UDP/TLS/RTP/SAVPF 0", "a=fingerprint:sha-256 00:11", "a=setup:actpass"}, nil, "transport UDP/TLS/RTP/SAVPF is not supported"},
+		{"RTP over TCP", []string{"m=audio 4000 TCP/RTP/AVP 0"}, nil, "transport TCP/RTP/AVP is not supported"},
+		{"T.38", []string{"m=image 4000 udptl t38"}, nil, "media image is not supported"},
+		{"T.38 beside audio", []string{"m=audio 4000 RTP/AVP 0", "m=image 4002 udptl t38"}, nil, "media image is not supported"},
+		{"all rejected", []string{"m=audio 0 RTP/AVP 0"}, nil, "no media stream"},
+		{"no codec left", []string{"m=audio 4000 RTP/AVP 0 8"}, []string{"G729"}, "no codec left to relay"},
+	} {
+		d, err := Parse(crlf(append(slices.Clone(head), tc.media...)...))
+		if err == nil {
+			err = d.FilterCodecs(tc.filter)
+		}
+		if !errors.Is(err, ErrNotAcceptable) || Reason(err) != tc.reason {
+			t.Errorf("%s: %v (reason %q), want not acceptable: %q", tc.name, err, Reason(err), tc.reason)
+		}
+	}
+	// A malformed m= line stays malformed.
+	if _, err := Parse(crlf(append(slices.Clone(head), "m=au\x01dio 4000 RTP/AVP 0")...)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("control character in the media: %v, want malformed", err)
+	}
+	if Reason(ErrMalformed) != "" {
+		t.Error("Reason of a malformed SDP error")
+	}
+}

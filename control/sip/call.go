@@ -121,7 +121,8 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 			respond(tx, req, sip.StatusBadRequest, "Malformed SDP")
 			return
 		case err != nil:
-			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+			s.log.Debug("INVITE with SDP relayd cannot relay", zap.Stringer("source", src), zap.Error(err))
+			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here", warning(err))
 			return
 		}
 	}
@@ -159,7 +160,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		reAck:   make(chan struct{}, 1),
 		neg:     call.NewSession(c.Media, [2]call.Local{}),
 	}
-	bc.setRelay(call.A, bc.local("", src.Addr()))
+	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
 	bc.setRelay(call.B, bc.local("", src.Addr()))
 	fromTag, _ := req.From().Params.Get("tag")
 	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
@@ -205,7 +206,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	bc.dec = dec
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
-	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, bc.c.Source.Addr()))
+	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
 	bc.setRelay(call.B, bc.local(dec.Route.CalleeInterface, bc.c.Source.Addr()))
 
 	code, reason := sip.StatusRequestTimeout, "Request Timeout"
@@ -455,17 +456,63 @@ func refusal(err error) attemptResult {
 	switch {
 	case errors.Is(err, call.ErrNoPorts):
 		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusServiceUnavailable, reason: "Media Ports Exhausted", retry: true}
-	case errors.Is(err, call.ErrTranscodeUnsupported):
-		// RFC 3261 20.43: 399, a miscellaneous warning, for a person
-		// reading the trace.
+	case call.Reason(err) != "":
+		// An offer relayd cannot honour as it is: refused, never relayed
+		// in a form the peers did not ask for.
 		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusNotAcceptableHere, reason: "Not Acceptable Here",
-			headers: []sip.Header{sip.NewHeader("Warning", `399 relayd "transcoding is not available"`)}}
-	case errors.Is(err, sdp.ErrNotAcceptable), errors.Is(err, call.ErrSRTPUnsupported):
-		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusNotAcceptableHere, reason: "Not Acceptable Here"}
+			headers: []sip.Header{warning(err)}}
 	case errors.Is(err, sdp.ErrMalformed):
 		return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusBadRequest, reason: "Malformed SDP"}
 	}
 	return attemptResult{final: true, disposition: call.Rejected, code: sip.StatusInternalServerError, reason: "Server Internal Error"}
+}
+
+// warning is the Warning header of a 488 (RFC 3261 20.43): code 399, a
+// miscellaneous warning for a person reading the trace, with
+// call.Reason's words, or sdp.ErrNotAcceptable's when it has none.
+func warning(err error) sip.Header {
+	text := call.Reason(err)
+	if text == "" {
+		text = sdp.ErrNotAcceptable.Error()
+	}
+	return sip.NewHeader("Warning", `399 relayd "`+quoted(text)+`"`)
+}
+
+// quoted makes text the inside of a SIP quoted-string: printable ASCII,
+// quotes and backslashes escaped, at most 160 bytes. Reasons may hold
+// tokens of a peer's SDP.
+func quoted(text string) string {
+	var b strings.Builder
+	for _, r := range text {
+		if b.Len() >= 160 {
+			b.WriteString("...")
+			break
+		}
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < ' ' || r > '~':
+			b.WriteByte('?')
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// mediaPeer returns the address of the offer's first stream, else
+// signalled: a leg's media address is chosen in the family of the media,
+// which need not be that of the signalling.
+func mediaPeer(offer *sdp.Description, signalled netip.Addr) netip.Addr {
+	if offer != nil {
+		for i := range offer.Streams {
+			if st := &offer.Streams[i]; st.Enabled() && st.Addr.IsValid() && !st.Addr.IsUnspecified() {
+				return st.Addr
+			}
+		}
+	}
+	return signalled
 }
 
 // outgoingInvite builds leg B's INVITE: its own Call-ID, From tag and
@@ -539,11 +586,11 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	res := dlgB.InviteResponse
 	ackCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
-	abandon := func(code int, reason string, err error) {
+	abandon := func(code int, reason string, err error, headers ...sip.Header) {
 		bc.log.Info("answer not usable", zap.Int("code", code), zap.Error(err))
 		dlgB.Ack(ackCtx)
 		dlgB.Bye(ackCtx)
-		bc.fail(call.Failed, code, reason)
+		bc.fail(call.Failed, code, reason, headers...)
 	}
 	var bodyA []byte
 	var d *sdp.Description
@@ -569,7 +616,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 			return
 		}
 		if bodyA, err = bc.relayAnswer(call.B, d); err != nil {
-			abandon(sip.StatusNotAcceptableHere, "Not Acceptable Here", err)
+			abandon(sip.StatusNotAcceptableHere, "Not Acceptable Here", err, warning(err))
 			return
 		}
 		if err := dlgB.Ack(ackCtx); err != nil {
@@ -583,7 +630,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 		}
 		if bodyA, err = bc.relayOffer(call.B, d, false); err != nil {
 			r := refusal(err)
-			abandon(r.code, r.reason, err)
+			abandon(r.code, r.reason, err, r.headers...)
 			return
 		}
 	}

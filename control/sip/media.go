@@ -54,6 +54,28 @@ func (bc *b2bCall) setRelay(side call.Side, l call.Local) {
 	bc.neg.SetLocal(side, l)
 }
 
+// replace moves a leg's media to the other family of its interface when
+// a re-offer's media is of that family (an IPv4 call resumed over IPv6):
+// the flows follow with the negotiation. When the interface has no
+// address of that family, the leg stays and the negotiation refuses the
+// offer.
+func (bc *b2bCall) replace(side call.Side, d *sdp.Description) {
+	cur := bc.neg.Local(side)
+	peer := mediaPeer(d, netip.Addr{})
+	if !peer.IsValid() || !cur.Addr.IsValid() || (peer.Is6() && !peer.Is4In6()) == cur.Addr.Is6() {
+		return
+	}
+	bc.mu.Lock()
+	iface := bc.dec.Route.CallerInterface
+	if side == call.B {
+		iface = bc.dec.Route.CalleeInterface
+	}
+	bc.mu.Unlock()
+	if l := bc.local(iface, peer); l.Addr.Is6() != cur.Addr.Is6() {
+		bc.setRelay(side, l)
+	}
+}
+
 // local returns where a leg's media sits: on the named media interface
 // (the route's caller_interface or callee_interface; "" the default), of
 // the peer's family when it has one. An unknown name (a route server's
@@ -124,15 +146,17 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 		err = d.Usable()
 	}
 	if err != nil {
-		code, reason := sip.StatusNotAcceptableHere, "Not Acceptable Here"
 		if errors.Is(err, sdp.ErrMalformed) {
-			code, reason = sip.StatusBadRequest, "Malformed SDP"
+			respond(tx, req, sip.StatusBadRequest, "Malformed SDP")
+		} else {
+			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here", warning(err))
 		}
-		respond(tx, req, code, reason)
 		return
 	}
 	saved := bc.c.Media.Streams()
+	savedLocal := bc.neg.Local(from)
 	restore := func() {
+		bc.setRelay(from, savedLocal)
 		for _, st := range saved {
 			bc.c.Media.Edit(st.Index, func(ms *call.Stream) { *ms = st })
 		}
@@ -140,6 +164,7 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 			bc.log.Warn("restore media after a refused re-offer", zap.Error(err))
 		}
 	}
+	bc.replace(from, d)
 	body, err := bc.relayOffer(from, d, false)
 	if err != nil {
 		restore()
@@ -169,7 +194,7 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 	if err != nil {
 		bc.log.Info("re-offer answer not usable", zap.Error(err))
 		restore()
-		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here", warning(err))
 		return
 	}
 	bc.neg.Complete()

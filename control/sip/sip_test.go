@@ -212,7 +212,8 @@ type opts struct {
 	rateBurst    int
 	log          *zap.Logger // the B2BUA's; default a test logger at info
 	store        Store
-	ifaces       []config.MediaInterface // named media interfaces beside the default (loopback)
+	ifaces       []config.MediaInterface // named media interfaces beside the default (relayIP)
+	relay6       netip.Addr              // the default interface's IPv6 address; none when invalid
 	noCodecs     bool                    // relayd was built without G.729: no transcoding
 }
 
@@ -226,7 +227,7 @@ func (h *harness) start() {
 		planes = append(planes, h.us)
 	}
 	var err error
-	ifaces := []registry.Interface{{Addr: relayIP, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}
+	ifaces := []registry.Interface{{Addr: relayIP, Addr6: h.o.relay6, PortMin: h.o.ports[0], PortMax: h.o.ports[1]}}
 	for _, in := range h.o.ifaces {
 		ifaces = append(ifaces, registry.Interface{Name: in.Name, Addr: in.Addr, Advertise: in.AdvertiseAddr, PortMin: in.PortMin, PortMax: in.PortMax})
 	}
