@@ -26,11 +26,12 @@ const (
 	vDropCrypto                   // SRTP: authentication failed, truncated or malformed
 	vDropReplay                   // SRTP: replayed packet
 	vDropTranscode                // transcoding: not RTP of a payload type the flow converts, or malformed
+	vDropLoop                     // the destination is relayd itself (a relay address) or loopback
 	vConsumed                     // RTCP that relayd terminates (transcoding): counted, not sent on
 	vMax
 )
 
-var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "rtcp_terminated"}
+var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "loop", "rtcp_terminated"}
 
 const (
 	ipv4HeaderLen = 20
@@ -71,6 +72,19 @@ type flowState struct {
 	rtcpSent uint64
 	iv       rtp.LossInterval
 	consumed uint64 // RTCP terminated (SinkRTCP, or RTCP on a transcoding flow)
+}
+
+// dest returns where a packet from src goes: the flow's send_to, or src
+// for a reflecting flow; invalid for a flow that sends nothing (drop, a
+// terminated RTCP port).
+func (f *flowState) dest(src netip.AddrPort) netip.AddrPort {
+	switch {
+	case f.flow.Action == dataplane.Drop || f.flow.SinkRTCP:
+		return netip.AddrPort{}
+	case f.flow.Action == dataplane.Reflect:
+		return src
+	}
+	return f.flow.SendTo
 }
 
 // outIs4 reports whether the flow sends IPv4 (reflected packets go back

@@ -40,9 +40,59 @@ type Pool struct {
 
 	latched chan latchEvent
 
-	mu    sync.Mutex // guards the following
-	owner map[netip.AddrPort]int
-	count []int // flows per worker
+	mu        sync.Mutex // guards the following
+	owner     map[netip.AddrPort]int
+	count     []int              // flows per worker
+	relayRefs map[netip.Addr]int // flows (shadows too) by the address they match on
+	relays    relaySet           // relayRefs' addresses, for the workers
+}
+
+// relaySet is the set of relay addresses, read by every worker for every
+// packet it sends and replaced (rarely: an address's first flow or its
+// last) by the control path. The slice a load returns never changes.
+type relaySet struct{ p atomic.Pointer[[]netip.Addr] }
+
+// has reports whether a is a relay address. It allocates nothing: a
+// relay has a handful of media addresses.
+func (r *relaySet) has(a netip.Addr) bool {
+	if r == nil {
+		return false
+	}
+	p := r.p.Load()
+	if p == nil {
+		return false
+	}
+	for _, x := range *p {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// holdRelay and dropRelay count a flow on its match's address; p.mu held.
+func (p *Pool) holdRelay(a netip.Addr) {
+	a = a.Unmap().WithZone("")
+	p.relayRefs[a]++
+	if p.relayRefs[a] == 1 {
+		p.publishRelays()
+	}
+}
+
+func (p *Pool) dropRelay(a netip.Addr) {
+	a = a.Unmap().WithZone("")
+	if p.relayRefs[a]--; p.relayRefs[a] <= 0 {
+		delete(p.relayRefs, a)
+		p.publishRelays()
+	}
+}
+
+func (p *Pool) publishRelays() {
+	addrs := make([]netip.Addr, 0, len(p.relayRefs))
+	for a := range p.relayRefs {
+		addrs = append(addrs, a)
+	}
+	p.relays.p.Store(&addrs)
 }
 
 // New creates the sockets and workers and attaches the steering program to
@@ -57,7 +107,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 		return nil, fmt.Errorf("raise memlock limit: %w", err)
 	}
 	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
-		latched: make(chan latchEvent, 4096)}
+		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
 	spec, err := loadSteer()
 	if err != nil {
 		return nil, fmt.Errorf("load steering spec: %w", err)
@@ -75,6 +125,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 		w.latchWindow = int64(cfg.LatchWindow)
 		w.rtcpInterval = int64(cfg.RTCPInterval)
 		w.latched = p.latched
+		w.relays = &p.relays
 		p.workers = append(p.workers, w)
 		if err := p.objs.Sockets.Update(uint32(i), uint64(w.rxFD), ebpf.UpdateAny); err != nil {
 			p.Close()
@@ -208,6 +259,7 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	}
 	p.owner[fl.Match] = wi
 	p.count[wi]++
+	p.holdRelay(fl.Match.Addr())
 	return nil
 }
 
@@ -252,6 +304,7 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	}
 	delete(p.owner, match)
 	p.count[wi]--
+	p.dropRelay(match.Addr())
 	if len(r) == 0 {
 		return dataplane.Stats{}, nil
 	}
@@ -390,6 +443,9 @@ type worker struct {
 
 	latchWindow int64             // ns
 	latched     chan<- latchEvent // to the pool; never blocks
+	// relays are the relay addresses of the pool's flows: a packet to
+	// one of them would come back to relayd (see loops).
+	relays *relaySet
 	// latchBacklog holds, in order, the events the pool's queue had no
 	// room for (thousands of calls latching at once): they are handed on
 	// after later batches, never dropped. A lost "locked" event would
@@ -799,6 +855,11 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 				w.notifyLatched(f.flow.Match, f.learned, true)
 			}
 		}
+		if w.loops(f.dest(src)) {
+			f.dropped++
+			counts[vDropLoop]++
+			continue
+		}
 		if f.tc != nil || f.flow.SinkRTCP {
 			w.transcodeOne(f, payload, src, ts, &counts)
 			continue
@@ -810,6 +871,17 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		}
 	}
 	w.flush(tx4, tx6)
+}
+
+// loops reports whether a packet sent to dst would come back into
+// relayd: dst is a relay address (the match address of a flow the pool
+// carries) or loopback. The control plane never installs such a flow
+// (control/destpolicy); this holds if it did, or if the learned source of
+// a latching flow is relayd's own: a raw socket's packet to a local
+// address is delivered locally, to the same worker, at once, for ever.
+func (w *worker) loops(dst netip.AddrPort) bool {
+	a := dst.Addr().Unmap()
+	return a.IsLoopback() || w.relays.has(a)
 }
 
 func (w *worker) flush(txs ...*txBatch) {

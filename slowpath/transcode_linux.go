@@ -63,11 +63,15 @@ func (w *worker) pullOut(f *flowState, now int64, counts *[vMax]uint64) {
 	from, to := f.flow.SendFrom, f.flow.SendTo
 	for {
 		tx := w.txFor(to.Addr())
-		if tx == nil || from.Addr().Is4() != to.Addr().Is4() {
+		if tx == nil || from.Addr().Is4() != to.Addr().Is4() || w.loops(to) {
 			// Nothing can be sent: drain the engine so it does not hold
 			// packets for ever.
+			v := vDropNoRoute
+			if w.loops(to) {
+				v = vDropLoop
+			}
 			for w.tcOut(f, now) > 0 {
-				counts[vDropNoRoute]++
+				counts[v]++
 			}
 			break
 		}
@@ -171,6 +175,10 @@ func (w *worker) sendReport(f *flowState, now int64, counts *[vMax]uint64) {
 	t := f.flow.Transcode
 	from, to := t.RTCPFrom, t.RTCPTo
 	if !to.IsValid() || !from.IsValid() || from.Addr().Is4() != to.Addr().Is4() {
+		return
+	}
+	if w.loops(to) {
+		counts[vDropLoop]++
 		return
 	}
 	tx := w.txFor(to.Addr())
