@@ -101,8 +101,15 @@ enum relay_counter {
 	COUNTER_PUNT_FAMILY,          /* egress family differs from ingress */
 	COUNTER_DROP_WRONG_SOURCE,    /* not from the flow's expected source */
 	COUNTER_DROP_FLOW,            /* the flow's action is drop */
+	COUNTER_DROP_LOOP,            /* the rewritten destination is itself a flow's match */
 	COUNTER_MAX,
 };
+
+/* Slots of the counters map: more than there are counters, so that a
+ * counter added later fits the map a running relayd pinned (the loader
+ * moves the values of an older, smaller map over). */
+#define COUNTER_SLOTS 64
+_Static_assert(COUNTER_MAX <= COUNTER_SLOTS, "more counters than slots");
 
 struct counter {
 	__u64 packets;
@@ -178,7 +185,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, struct counter);
-	__uint(max_entries, COUNTER_MAX);
+	__uint(max_entries, COUNTER_SLOTS);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } counters SEC(".maps");
 
@@ -417,6 +424,21 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		__builtin_memcpy(dst, fv->dst_addr, 16);
 		nsport = fv->src_port;
 		ndport = fv->dst_port;
+	}
+
+	/* Loop guard: a destination that is itself a flow's match (this
+	 * flow's, or another's) would bring the packet straight back to a
+	 * relay flow, and one packet would circle at the full speed of the
+	 * data plane. The control plane never installs such a flow; this
+	 * holds if it did. The new destination as a flow key is the exact
+	 * test, at the cost of one more hash lookup per forwarded packet. */
+	struct flow_key lk = {};
+	lk.family = key->family;
+	lk.port = ndport;
+	__builtin_memcpy(lk.addr, dst, 16);
+	if (bpf_map_lookup_elem(&flows, &lk)) {
+		account(p, fv, 1, now);
+		return count(COUNTER_DROP_LOOP, p->frame_len, XDP_DROP);
 	}
 
 	struct bpf_fib_lookup fib = {};

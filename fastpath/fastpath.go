@@ -76,4 +76,5 @@ var counterInfo = [...]struct{ Verdict, Reason string }{
 	{"punt", "family"},
 	{"drop", "wrong_source"},
 	{"drop", "flow"},
+	{"drop", "loop"},
 }

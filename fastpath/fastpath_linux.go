@@ -124,13 +124,25 @@ func (f *Fastpath) load(pin bool) error {
 			m.Pinning = ebpf.PinNone
 		}
 	}
+	var old *oldCounters
+	if pin {
+		if old, err = takeOldCounters(f.dir, spec.Maps["counters"].MaxEntries); err != nil {
+			return err
+		}
+	}
 	// cilium/ebpf unpins the maps it created when a program is refused;
 	// New removes the directory it made.
 	if err := spec.LoadAndAssign(&f.objs, opts); err != nil {
+		if rerr := old.restore(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return fmt.Errorf("take over maps pinned in %s (max_flows changed?): %w; run relayd -detach first", f.dir, err)
 		}
 		return explainLoad(err)
+	}
+	if err := old.moveTo(f.objs.Counters); err != nil {
+		f.log.Warn("global counters of the previous run not carried over", zap.Error(err))
 	}
 	if pin {
 		path := filepath.Join(f.dir, "prog")
@@ -141,6 +153,76 @@ func (f *Fastpath) load(pin bool) error {
 		if err := f.objs.RelayXdp.Pin(path); err != nil {
 			f.objs.Close()
 			return fmt.Errorf("pin program: %w", err)
+		}
+	}
+	return nil
+}
+
+// oldCounters are the global counters a previous relayd pinned in a map of
+// another size (one with fewer counters): the new program gets a new map,
+// which takes over their values, so /metrics counts on across the
+// upgrade. The old program keeps its map until its links move to the new
+// one.
+type oldCounters struct {
+	m      *ebpf.Map
+	path   string
+	values [][]relayCounter // by counter, per CPU
+}
+
+// takeOldCounters unpins the counters map in dir when its size is not
+// slots, and returns it with its values; nil when there is none or it
+// fits.
+func takeOldCounters(dir string, slots uint32) (*oldCounters, error) {
+	path := filepath.Join(dir, "counters")
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the pinned counters map: %w", err)
+	}
+	if m.MaxEntries() == slots {
+		m.Close()
+		return nil, nil
+	}
+	o := &oldCounters{m: m, path: path}
+	for i := range min(m.MaxEntries(), slots) {
+		var per []relayCounter
+		if err := m.Lookup(i, &per); err != nil {
+			m.Close()
+			return nil, fmt.Errorf("read pinned counter %d: %w", i, err)
+		}
+		o.values = append(o.values, per)
+	}
+	if err := m.Unpin(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("replace the pinned counters map: %w", err)
+	}
+	return o, nil
+}
+
+// restore pins the old map back: the new program was refused, and the
+// previous run's state stays as it was.
+func (o *oldCounters) restore() error {
+	if o == nil {
+		return nil
+	}
+	defer o.m.Close()
+	if err := o.m.Pin(o.path); err != nil {
+		return fmt.Errorf("pin the previous counters map back: %w", err)
+	}
+	return nil
+}
+
+// moveTo writes the old values into the new map and lets the old go.
+func (o *oldCounters) moveTo(m *ebpf.Map) error {
+	if o == nil {
+		return nil
+	}
+	defer o.m.Close()
+	for i, per := range o.values {
+		if err := m.Put(uint32(i), per); err != nil {
+			return fmt.Errorf("counter %d: %w", i, err)
 		}
 	}
 	return nil

@@ -123,7 +123,8 @@ const (
 	relayRelayCounterCOUNTER_PUNT_FAMILY           relayRelayCounter = 19
 	relayRelayCounterCOUNTER_DROP_WRONG_SOURCE     relayRelayCounter = 20
 	relayRelayCounterCOUNTER_DROP_FLOW             relayRelayCounter = 21
-	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 22
+	relayRelayCounterCOUNTER_DROP_LOOP             relayRelayCounter = 22
+	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 23
 )
 
 // Names of all BPF objects in the ELF.

@@ -261,6 +261,13 @@ func TestXDPPuntAndDrop(t *testing.T) {
 		{Match: ap(relay4, 32028), ExpectSource: ap(caller4, 0), SendFrom: ap(relay4, 32030), SendTo: ap(callee4, 5000), ClockRate: 8000},
 		{Match: ap(relay4, 32032), Action: dataplane.Drop},
 		{Match: ap(relay6, 32024), ExpectSource: ap(caller6, 4000), SendFrom: ap(relay6, 32026), SendTo: ap(callee6, 5000), ClockRate: 8000},
+		// Loops: toward its own match, toward another flow's match.
+		{Match: ap(relay4, 32036), SendFrom: ap(relay4, 32038), SendTo: ap(relay4, 32036), ClockRate: 8000},
+		{Match: ap(relay4, 32040), SendFrom: ap(relay4, 32042), SendTo: ap(relay4, 32000), ClockRate: 8000},
+		{Match: ap(relay6, 32040), SendFrom: ap(relay6, 32042), SendTo: ap(relay6, 32000), ClockRate: 8000},
+		{Match: ap(relay4, 32044), Action: dataplane.Reflect},
+		// A relay address, but no flow's match: the kernel's to deliver.
+		{Match: ap(relay4, 32048), SendFrom: ap(relay4, 32050), SendTo: ap(relay4, 39998), ClockRate: 8000},
 	}
 	for _, fl := range flows {
 		if err := e.fp.Install(fl); err != nil {
@@ -315,6 +322,11 @@ func TestXDPPuntAndDrop(t *testing.T) {
 		{"wrong source address any port", v4(ap(near4, 4000), 32028, rtp, frameOpts{}), xdpDrop, "drop/wrong_source", ap(relay4, 32028)},
 		{"ipv6 wrong source", buildFrame(ap(caller6, 4009), ap(relay6, 32024), rtp, frameOpts{}), xdpDrop, "drop/wrong_source", ap(relay6, 32024)},
 		{"drop action", v4(ap(caller4, 4000), 32032, rtp, frameOpts{}), xdpDrop, "drop/flow", ap(relay4, 32032)},
+		{"loop to its own match", v4(ap(caller4, 4000), 32036, rtp, frameOpts{}), xdpDrop, "drop/loop", ap(relay4, 32036)},
+		{"loop to another flow", v4(ap(caller4, 4000), 32040, rtp, frameOpts{}), xdpDrop, "drop/loop", ap(relay4, 32040)},
+		{"ipv6 loop to another flow", buildFrame(ap(caller6, 4000), ap(relay6, 32040), rtp, frameOpts{}), xdpDrop, "drop/loop", ap(relay6, 32040)},
+		{"reflect to a flow's match", v4(ap(relay4, 32000), 32044, rtp, frameOpts{}), xdpDrop, "drop/loop", ap(relay4, 32044)},
+		{"relay address without a flow", v4(ap(caller4, 4000), 32048, rtp, frameOpts{}), xdpPass, "punt/fib_other", netip.AddrPort{}},
 		{"bad ip checksum", corrupt(v4(ap(caller4, 4000), 32000, rtp, frameOpts{}), 14+10), xdpPass, "pass/malformed", netip.AddrPort{}},
 		{"truncated ip", v4(ap(caller4, 4000), 32000, rtp, frameOpts{})[:30], xdpPass, "pass/malformed", netip.AddrPort{}},
 		{"ip total length beyond frame", v4(ap(caller4, 4000), 32000, rtp, frameOpts{})[:100], xdpPass, "pass/malformed", netip.AddrPort{}},
