@@ -256,7 +256,7 @@ func TestExampleConfig(t *testing.T) {
 
 	// The commented examples of an advertised address, named media
 	// interfaces and a route using them are valid as they stand.
-	c, err := Parse([]byte(uncomment(t, edited, "# advertise =", "# [[media.interface]]", "# [[route]]")))
+	c, err := Parse([]byte(uncomment(t, edited, "# deny_destinations =", "# advertise =", "# [[media.interface]]", "# [[route]]")))
 	if err != nil {
 		t.Fatalf("example with its [[media.interface]] and [[route]] examples: %v", err)
 	}
@@ -266,6 +266,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if diff := cmp.Diff(names, []string{"", "internal", "external"}); diff != "" {
 		t.Errorf("example media interfaces (-got +want):\n%s", diff)
+	}
+	if len(c.Media.DenyPrefixes) != 1 {
+		t.Errorf("example deny_destinations: %v", c.Media.DenyPrefixes)
 	}
 	if !c.Media.AdvertiseAddr.IsValid() {
 		t.Error("example [media] advertise not set")

@@ -151,3 +151,19 @@ func TestUnitVerifies(t *testing.T) {
 }
 
 func sleep() { time.Sleep(10 * time.Millisecond) }
+
+// TestCheckDenyDestinations: relayd -check names the line of a
+// deny_destinations entry that is no address or network, and accepts
+// good ones.
+func TestCheckDenyDestinations(t *testing.T) {
+	base := "[dataplane]\ninterfaces = [\"eth0\"]\n[media]\naddress = \"198.18.1.1\"\n"
+	p := writeFile(t, base+"deny_destinations = [\"198.18.200.0/24\", \"2001:2:ff::1\"]\n")
+	if code, out, errs := runMain(t, "-check", "-config", p); code != 0 || strings.TrimSpace(out) != "config OK" {
+		t.Errorf("good deny_destinations: exit %d, %q %q", code, out, errs)
+	}
+	p = writeFile(t, base+"deny_destinations = [\"198.18.200.0/33\"]\n")
+	code, _, errs := runMain(t, "-check", "-config", p)
+	if want := p + ": line 5: media.deny_destinations: "; code == 0 || !strings.Contains(errs, want) {
+		t.Errorf("bad deny_destinations: exit %d, stderr %q lacks %q", code, errs, want)
+	}
+}
