@@ -31,6 +31,10 @@ import (
 // with defaults applied. The zero value is not valid; use Default for a
 // base to modify.
 type Config struct {
+	// warnings are what validation let through but an operator most
+	// likely does not mean (Warnings).
+	warnings []string
+
 	Log       Log       `toml:"log"`
 	Admin     Admin     `toml:"admin"`
 	Dataplane Dataplane `toml:"dataplane"`
@@ -171,6 +175,12 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
+// Warnings returns what the config allows but an operator most likely
+// does not mean, one message per line like errors ("line 12: route[0]:
+// ..."; Load prefixes the file): relayd logs them when it starts and
+// reloads, and -check prints them.
+func (c *Config) Warnings() []string { return slices.Clone(c.warnings) }
+
 // Load reads and parses the file at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -178,6 +188,11 @@ func Load(path string) (*Config, error) {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	c, err := Parse(data)
+	if err == nil {
+		for i, w := range c.warnings {
+			c.warnings[i] = path + ": " + w
+		}
+	}
 	if err != nil {
 		// Name the file on every line of a joined error.
 		var errs []error
@@ -253,6 +268,10 @@ func (c *Config) validate(lines map[string]int) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, &Error{Key: key, Line: lines[key], Msg: fmt.Sprintf(format, args...)})
+	}
+	c.warnings = nil
+	warn := func(key, format string, args ...any) {
+		c.warnings = append(c.warnings, (&Error{Key: key, Line: lines[key], Msg: fmt.Sprintf(format, args...)}).Error())
 	}
 
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.Log.Level) {
@@ -351,7 +370,7 @@ func (c *Config) validate(lines map[string]int) error {
 	} else if m.RTCPDuration < 100*time.Millisecond || m.RTCPDuration > time.Minute {
 		bad("media.rtcp_interval", "%s is not from 100ms to 60s", m.RTCPInterval)
 	}
-	c.validateSIP(bad)
+	c.validateSIP(bad, warn)
 	c.validateState(bad)
 	c.validateNG(bad)
 	return errors.Join(errs...)

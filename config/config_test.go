@@ -40,7 +40,7 @@ func TestParseDefaults(t *testing.T) {
 			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RTCPDuration: 5 * time.Second,
 		},
 	}
-	if diff := cmp.Diff(c, want, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
+	if diff := cmp.Diff(c, want, cmpopts.EquateComparable(netip.Addr{}), cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-got +want):\n%s", diff)
 	}
 }

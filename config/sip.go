@@ -68,10 +68,23 @@ type Route struct {
 	// default.
 	CallerInterface string `toml:"caller_interface"`
 	CalleeInterface string `toml:"callee_interface"`
+	// Allow lists the sources this route takes calls from: addresses
+	// ("198.18.0.2") and networks ("198.18.0.0/24"), or "any". A call
+	// from elsewhere skips the route; one that no matching route takes
+	// gets 403. Unset: any source, for configs written before the key
+	// existed, with a warning (Warnings).
+	Allow []string `toml:"allow"`
 
 	Regexp                 *regexp.Regexp `toml:"-"`
 	AttemptTimeoutDuration time.Duration  `toml:"-"`
+	// AllowPrefixes is the parsed Allow; nil when Allow is unset (any
+	// source). "any" is 0.0.0.0/0 and ::/0.
+	AllowPrefixes []netip.Prefix `toml:"-"`
 }
+
+// Open reports whether the route takes calls from any source without
+// the operator having said so: no allow list.
+func (r *Route) Open() bool { return r.Allow == nil }
 
 // DefaultFailoverOn are the final codes that make a route try its next
 // destination when failover_on is not set.
@@ -99,7 +112,7 @@ type CDR struct {
 
 // validateSIP checks [sip], [[route]], [route_server] and [cdr] and fills
 // in their parsed fields.
-func (c *Config) validateSIP(bad func(key, format string, args ...any)) {
+func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 	s := &c.SIP
 	for _, l := range s.Listen {
 		ln, err := ParseListener(l)
@@ -220,6 +233,23 @@ func (c *Config) validateSIP(bad func(key, format string, args ...any)) {
 			}
 			r.Transcode[k] = name
 		}
+		r.AllowPrefixes = nil
+		if r.Allow != nil && len(r.Allow) == 0 {
+			// Not "nobody": a route no call can take is a mistake.
+			bad(key("allow"), "empty: list the addresses or networks this route takes calls from, or \"any\"")
+		}
+		for _, a := range r.Allow {
+			ps, err := parseSources(a)
+			if err != nil {
+				bad(key("allow"), "%v", err)
+				continue
+			}
+			r.AllowPrefixes = append(r.AllowPrefixes, ps...)
+		}
+		if s.Enabled() && r.Open() {
+			warn(fmt.Sprintf("route[%d]", i), "route %q takes calls from any source: anyone who reaches the SIP listeners can call its destinations (toll fraud, if they are carriers); "+
+				"set allow to the trusted peers, or allow = [\"any\"] if something in front of relayd filters", r.Name)
+		}
 	}
 
 	rs := &c.RouteServer
@@ -263,6 +293,26 @@ func (c *Config) validateSIP(bad func(key, format string, args ...any)) {
 		}
 		cd.FsyncDuration = d
 	}
+}
+
+// parseSources parses an allow entry: an address, a network or "any".
+func parseSources(a string) ([]netip.Prefix, error) {
+	if a == "any" {
+		return []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}, nil
+	}
+	p, err := netip.ParsePrefix(a)
+	if err != nil {
+		addr, aerr := netip.ParseAddr(a)
+		if aerr != nil || addr.Zone() != "" {
+			return nil, fmt.Errorf("%q is neither an address nor a network (like 198.18.0.0/24) nor \"any\"", a)
+		}
+		addr = addr.Unmap()
+		p = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	if p.Addr().Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+	}
+	return []netip.Prefix{p.Masked()}, nil
 }
 
 // ParseListener parses "udp:ADDR:PORT" or "tcp:ADDR:PORT".

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -122,4 +123,68 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// TestRouteAllow: allow takes addresses, networks (masked) and "any";
+// IPv4-mapped IPv6 is IPv4. A route without allow takes any source and
+// is warned about, when the B2BUA runs; an explicit "any" is not.
+func TestRouteAllow(t *testing.T) {
+	c, err := Parse([]byte(minimal + `
+[sip]
+listen = ["udp:198.18.1.1:5060"]
+[[route]]
+name = "pbx"
+match = "."
+allow = ["198.18.0.7/24", "2001:2::2", "::ffff:198.18.9.9", "::ffff:198.18.8.0/120"]
+destinations = ["sip:198.18.2.2"]
+[[route]]
+name = "behind-sbc"
+match = "."
+allow = ["any"]
+destinations = ["sip:198.18.2.2"]
+[[route]]
+name = "legacy"
+match = "."
+destinations = ["sip:198.18.2.2"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range c.Routes[0].AllowPrefixes {
+		got = append(got, p.String())
+	}
+	if want := "198.18.0.0/24 2001:2::2/128 198.18.9.9/32 198.18.8.0/24"; strings.Join(got, " ") != want {
+		t.Errorf("allow %q, want %q", got, want)
+	}
+	if any := c.Routes[1].AllowPrefixes; len(any) != 2 || any[0].String() != "0.0.0.0/0" || any[1].String() != "::/0" || c.Routes[1].Open() {
+		t.Errorf("allow any: %v (open %v)", any, c.Routes[1].Open())
+	}
+	if !c.Routes[2].Open() || c.Routes[2].AllowPrefixes != nil {
+		t.Errorf("route without allow: open %v, %v", c.Routes[2].Open(), c.Routes[2].AllowPrefixes)
+	}
+	w := c.Warnings()
+	line := strings.Count(minimal, "\n") + 14 // the third [[route]]
+	if len(w) != 1 || !strings.HasPrefix(w[0], fmt.Sprintf("line %d: route[2]: route \"legacy\" takes calls from any source", line)) {
+		t.Errorf("warnings %q, want one for route[2] on line %d", w, line)
+	}
+
+	// Without the B2BUA the routes do nothing: no warning.
+	c, err = Parse([]byte(minimal + "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\n"))
+	if err != nil || len(c.Warnings()) != 0 {
+		t.Errorf("routes without [sip] listen: %v, warnings %q", err, c.Warnings())
+	}
+
+	for _, tc := range []struct{ allow, msg string }{
+		{`[]`, "empty"},
+		{`["198.18.0.0/33"]`, "neither an address nor a network"},
+		{`["pbx.example"]`, "neither an address nor a network"},
+		{`["fe80::1%eth0"]`, "neither an address nor a network"},
+	} {
+		_, err := Parse([]byte(minimal + "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\nallow = " + tc.allow + "\n"))
+		var ce *Error
+		if err == nil || !errors.As(unjoin(err)[0], &ce) || ce.Key != "route[0].allow" || !strings.Contains(ce.Msg, tc.msg) {
+			t.Errorf("allow = %s: %v, want a route[0].allow error containing %q", tc.allow, err, tc.msg)
+		}
+	}
 }

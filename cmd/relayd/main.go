@@ -95,6 +95,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *check {
+		for _, w := range cfg.Warnings() {
+			fmt.Fprintf(stderr, "relayd: warning: %s\n", w)
+		}
 		fmt.Fprintln(stdout, "config OK")
 		return 0
 	}
@@ -111,6 +114,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("detached", zap.String("pin_path", cfg.Dataplane.PinPath))
 		return 0
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn("config: "+w, zap.String("config", *cfgPath))
 	}
 	r := &reloader{path: *cfgPath, log: log.Named("reload"), level: level, cur: cfg}
 	if err := serve(ctx, cfg, r, log); err != nil {

@@ -60,6 +60,26 @@ func TestCheckErrors(t *testing.T) {
 	}
 }
 
+// TestCheckWarnsOpenRoute: a route without allow takes calls from any
+// source; -check still accepts the config but says so, naming the file,
+// the line and the route.
+func TestCheckWarnsOpenRoute(t *testing.T) {
+	base := "[dataplane]\nmode = \"userspace\"\n[media]\naddress = \"198.18.1.1\"\n[sip]\nlisten = [\"udp:198.18.1.1:5060\"]\n" +
+		"[[route]]\nname = \"carrier\"\nmatch = \".\"\ndestinations = [\"sip:198.18.2.2\"]\n"
+	p := writeFile(t, base)
+	code, out, errs := runMain(t, "-check", "-config", p)
+	if code != 0 || out != "config OK\n" {
+		t.Errorf("exit %d, stdout %q, want 0 and config OK", code, out)
+	}
+	if want := "relayd: warning: " + p + `: line 7: route[0]: route "carrier" takes calls from any source`; !strings.Contains(errs, want) {
+		t.Errorf("stderr %q lacks %q", errs, want)
+	}
+	p = writeFile(t, base+"allow = [\"198.18.0.0/24\"]\n")
+	if code, out, errs := runMain(t, "-check", "-config", p); code != 0 || out != "config OK\n" || errs != "" {
+		t.Errorf("route with allow: exit %d, stdout %q, stderr %q; want 0, config OK and no warning", code, out, errs)
+	}
+}
+
 func TestFlags(t *testing.T) {
 	if code, out, _ := runMain(t, "-version"); code != 0 || !strings.HasPrefix(out, "relayd ") {
 		t.Errorf("-version: exit %d, %q", code, out)

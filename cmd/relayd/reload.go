@@ -43,6 +43,9 @@ func (r *reloader) reload() error {
 	if err != nil {
 		return err // names the file, line and key
 	}
+	for _, w := range next.Warnings() {
+		r.log.Warn("config: "+w, zap.String("config", r.path))
+	}
 	// The token file is read again whatever changed: rotating the token
 	// is writing the file and reloading.
 	if err := r.reloadToken(next.Admin.TokenFile); err != nil {

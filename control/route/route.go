@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,10 @@ var (
 	ErrNoRoute = errors.New("no route")
 	// ErrServer: the route server is down, slow or answered nonsense (SIP 503).
 	ErrServer = errors.New("route server unavailable")
+	// ErrForbidden: routes match the user part, but none takes calls from
+	// the caller's address (SIP 403). The route server is not asked: the
+	// local routes have decided.
+	ErrForbidden = errors.New("forbidden")
 )
 
 // Rejected is returned when the route server refuses the call with a SIP
@@ -139,6 +144,22 @@ type Route struct {
 	// CallerInterface and CalleeInterface name the media interfaces of
 	// the caller's and the callee's legs; "" is the default.
 	CallerInterface, CalleeInterface string
+	// allow are the sources the route takes calls from; nil: any.
+	allow []netip.Prefix
+}
+
+// Takes reports whether the route takes calls from src.
+func (r *Route) Takes(src netip.Addr) bool {
+	if r.allow == nil {
+		return true
+	}
+	src = src.Unmap()
+	for _, p := range r.allow {
+		if p.Contains(src) {
+			return true
+		}
+	}
+	return false
 }
 
 // Fails reports whether a final code makes the call try the next
@@ -234,6 +255,12 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 			CallerInterface: c.CallerInterface,
 			CalleeInterface: c.CalleeInterface,
 		}
+		if c.Allow != nil {
+			rt.allow = slices.Clone(c.AllowPrefixes)
+			if rt.allow == nil {
+				rt.allow = []netip.Prefix{} // takes nobody (config refuses it)
+			}
+		}
 		if c.Regexp == nil {
 			return nil, fmt.Errorf("route %q: not validated", c.Name)
 		}
@@ -256,32 +283,65 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 	return r, nil
 }
 
+// pick returns the first route whose match accepts the user part and
+// whose allow list the source; ErrNoRoute when no route matches the user,
+// ErrForbidden when some do but none takes calls from the source.
+func (t *table) pick(f Facts) (*Route, error) {
+	src, _ := netip.ParseAddrPort(f.Source) // unparsable: no allow list contains it
+	matched := false
+	for i := range t.routes {
+		rt := &t.routes[i]
+		if !rt.match(f.User) {
+			continue
+		}
+		matched = true
+		if rt.Takes(src.Addr()) {
+			return rt, nil
+		}
+	}
+	if matched {
+		return nil, fmt.Errorf("user %q from %s: %w", f.User, src.Addr(), ErrForbidden)
+	}
+	return nil, fmt.Errorf("user %q: %w", f.User, ErrNoRoute)
+}
+
+// Check reports whether the local routes refuse a call before anything
+// is set up for it: ErrForbidden (see Lookup). nil when a route takes it,
+// and when none matches (Lookup then answers ErrNoRoute or asks the route
+// server).
+func (r *Router) Check(f Facts) error {
+	_, err := r.tab.Load().pick(f)
+	if errors.Is(err, ErrNoRoute) {
+		return nil
+	}
+	return err
+}
+
 // Lookup returns the route and ordered destinations for a call: the
-// first route whose match accepts the user part; then, with a route
-// server, the server's answer (bounded by its timeout and ctx).
+// first route whose match accepts the user part and whose allow list
+// takes the source (f.Source); then, with a route server, the server's
+// answer (bounded by its timeout and ctx). A call that routes match but
+// none takes from its source is ErrForbidden, without asking the route
+// server.
 func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 	t := r.tab.Load()
 	var d Decision
-	found := false
-	for i := range t.routes {
-		if t.routes[i].match(f.User) {
-			d.Route = t.routes[i]
-			d.Destinations = r.ordered(&t.routes[i])
-			found = true
-			break
-		}
+	rt, err := t.pick(f)
+	switch {
+	case err == nil:
+		d.Route = *rt
+		d.Destinations = r.ordered(rt)
+	case !errors.Is(err, ErrNoRoute):
+		return d, err
 	}
 	if t.server != "" {
-		if !found {
+		if rt == nil {
 			d.Route = defaultRoute
 		}
 		f.Route = d.Route.Name
 		return r.ask(ctx, t, f, d)
 	}
-	if !found {
-		return d, fmt.Errorf("user %q: %w", f.User, ErrNoRoute)
-	}
-	return d, nil
+	return d, err
 }
 
 // Destinations returns every configured destination (for the addresses

@@ -241,3 +241,91 @@ destinations = ["sip:198.18.3.2:5070"]
 		t.Errorf("destinations %v", got)
 	}
 }
+
+// TestLookupAllow: routes are tried in order, and one whose allow list
+// does not take the caller's address is skipped; a user that routes
+// match but none takes from its source is ErrForbidden, also with a route
+// server (which is not asked); a user no route matches goes to the route
+// server, or is ErrNoRoute without one. A route without allow takes any
+// source.
+func TestLookupAllow(t *testing.T) {
+	asked := make(chan Facts, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var f Facts
+		json.NewDecoder(r.Body).Decode(&f)
+		asked <- f
+		json.NewEncoder(w).Encode(ServerResponse{Destinations: []string{"sip:198.18.5.2"}})
+	}))
+	defer srv.Close()
+	routes := `
+[[route]]
+name = "pbx"
+match = "^1"
+allow = ["198.18.0.0/24", "2001:2::2"]
+destinations = ["sip:198.18.2.2"]
+[[route]]
+name = "branch"
+match = "^1"
+allow = ["198.18.7.7"]
+destinations = ["sip:198.18.3.2"]
+[[route]]
+name = "open"
+match = "^2"
+destinations = ["sip:198.18.4.2"]
+`
+	for _, withServer := range []bool{false, true} {
+		doc := routes
+		if withServer {
+			doc += "[route_server]\nurl = \"" + srv.URL + "\"\n"
+		}
+		c := parseConfig(t, doc)
+		r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			user, source, route string
+			err                 error
+		}{
+			{"100", "198.18.0.2:5060", "pbx", nil},
+			{"100", "[2001:2::2]:5060", "pbx", nil},
+			{"100", "[::ffff:198.18.0.9]:5060", "pbx", nil},
+			{"100", "198.18.7.7:5060", "branch", nil},
+			{"100", "198.18.4.2:5060", "", ErrForbidden},
+			{"100", "[2001:2::3]:5060", "", ErrForbidden},
+			{"100", "", "", ErrForbidden},
+			{"200", "203.0.113.9:5060", "open", nil},
+		} {
+			f := Facts{User: tc.user, Source: tc.source}
+			d, err := r.Lookup(context.Background(), f)
+			if !errors.Is(err, tc.err) || (tc.err == nil && d.Route.Name != tc.route) {
+				t.Errorf("server %v: %s from %q: route %q, %v; want %q, %v", withServer, tc.user, tc.source, d.Route.Name, err, tc.route, tc.err)
+			}
+			if cerr := r.Check(f); !errors.Is(cerr, tc.err) {
+				t.Errorf("server %v: Check %s from %q: %v, want %v", withServer, tc.user, tc.source, cerr, tc.err)
+			}
+			if withServer && tc.err == nil {
+				<-asked // the route server gives the destinations of local routes too
+			}
+			select {
+			case f := <-asked:
+				t.Errorf("route server asked for a call the local routes refused: %+v", f)
+			default:
+			}
+		}
+		_, err = r.Lookup(context.Background(), Facts{User: "300", Source: "198.18.0.2:5060"})
+		if withServer {
+			if err != nil {
+				t.Errorf("no local route, route server: %v", err)
+			}
+			if f := <-asked; f.User != "300" || f.Route != "route_server" {
+				t.Errorf("route server got %+v", f)
+			}
+		} else if !errors.Is(err, ErrNoRoute) {
+			t.Errorf("no route: %v, want ErrNoRoute", err)
+		}
+		if err := r.Check(Facts{User: "300", Source: "198.18.0.2:5060"}); err != nil {
+			t.Errorf("Check of a user no route matches: %v, want nil (Lookup decides)", err)
+		}
+	}
+}

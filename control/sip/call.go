@@ -105,7 +105,7 @@ func (s *Server) dialogUA(transport string, peer netip.Addr) *sipgo.DialogUA {
 // is answered (and ACKed) or has failed.
 func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	src := sourceOf(req)
-	if !s.checkInvite(req, tx, src) {
+	if !s.checkInvite(req, tx, src) || !s.admit(req, tx, src) {
 		return
 	}
 	var offer *sdp.Description
@@ -196,6 +196,10 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	case errors.Is(err, route.ErrNoRoute):
 		bc.fail(call.Rejected, sip.StatusNotFound, "Not Found")
+		return
+	case errors.Is(err, route.ErrForbidden):
+		// admit let it through; a reload since then did not.
+		bc.fail(call.Rejected, sip.StatusForbidden, "Forbidden")
 		return
 	case err != nil:
 		bc.log.Warn("routing", zap.Error(err))

@@ -21,6 +21,7 @@ type Metrics struct {
 	answered    atomic.Uint64
 
 	mu       sync.Mutex // guards the following
+	refusals map[string]uint64
 	attempts map[int]uint64
 	ended    map[call.Disposition]uint64
 	active   func() int
@@ -32,7 +33,18 @@ var dispositions = []call.Disposition{
 	call.Answered, call.Failed, call.Canceled, call.Rejected, call.MediaTimeout, call.MaxDuration, call.Shutdown,
 }
 
+// Reasons of relayd_sip_refused_total: why an INVITE was refused before
+// it became a call.
+const (
+	refusedSource = "source" // outside the allow list of every route matching the user (403)
+)
+
+var refusedReasons = []string{refusedSource}
+
+const refusedHelp = "INVITEs refused before routing, by reason: source (outside the allow list of every route matching the user, 403)."
+
 var (
+	refusedDesc     = prometheus.NewDesc("relayd_sip_refused_total", refusedHelp, []string{"reason"}, nil)
 	activeDesc      = prometheus.NewDesc("relayd_calls_active", "Calls in progress.", nil, nil)
 	attemptsDesc    = prometheus.NewDesc("relayd_call_attempts_total", "Call attempts toward destinations by final SIP code (0: timeout or transport error).", []string{"code"}, nil)
 	callsDesc       = prometheus.NewDesc("relayd_sip_calls_total", "Calls ended, by disposition.", []string{"disposition"}, nil)
@@ -50,14 +62,24 @@ func newMetrics() *Metrics {
 		}),
 		attempts: make(map[int]uint64),
 		ended:    make(map[call.Disposition]uint64),
+		refusals: make(map[string]uint64),
 	}
 	for _, d := range dispositions {
 		m.ended[d] = 0
+	}
+	for _, r := range refusedReasons {
+		m.refusals[r] = 0
 	}
 	return m
 }
 
 func (m *Metrics) callStarted() { m.started.Add(1) }
+
+func (m *Metrics) refused(reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refusals[reason]++
+}
 
 func (m *Metrics) attempt(code int) {
 	m.mu.Lock()
@@ -76,7 +98,7 @@ func (m *Metrics) callEnded(d call.Disposition, answered bool) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{activeDesc, attemptsDesc, callsDesc, answeredDesc, startedDesc, rateLimitedDesc} {
+	for _, d := range []*prometheus.Desc{activeDesc, attemptsDesc, callsDesc, answeredDesc, startedDesc, rateLimitedDesc, refusedDesc} {
 		ch <- d
 	}
 	m.setup.Describe(ch)
@@ -90,6 +112,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	for d, n := range m.ended {
 		ch <- prometheus.MustNewConstMetric(callsDesc, prometheus.CounterValue, float64(n), string(d))
+	}
+	for r, n := range m.refusals {
+		ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(n), r)
 	}
 	active := m.active
 	m.mu.Unlock()

@@ -751,6 +751,29 @@ func (s *Server) checkInvite(req *sip.Request, tx sip.ServerTransaction, src net
 	return true
 }
 
+// admit refuses, before a call exists, INVITEs that the routes refuse:
+// from a source outside the allow list of every route that matches the
+// user part, 403. They reach no destination, make no CDR and are
+// counted (relayd_sip_refused_total). It reports whether the INVITE may
+// go on.
+func (s *Server) admit(req *sip.Request, tx sip.ServerTransaction, src netip.AddrPort) bool {
+	f := route.Facts{User: req.Recipient.User, Source: src.String()}
+	err := s.cfg.Router.Check(f)
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, route.ErrForbidden) {
+		s.metrics.refused(refusedSource)
+		s.log.Info("INVITE refused: source not allowed", zap.Stringer("source", src), zap.String("user", f.User),
+			zap.String("sip_call_id", req.CallID().Value()))
+		respond(tx, req, sip.StatusForbidden, "Forbidden")
+		return false
+	}
+	s.log.Warn("admission", zap.Error(err))
+	respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
+	return false
+}
+
 func sourceOf(req *sip.Request) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(req.Source())
 	if err != nil {
