@@ -181,13 +181,17 @@ func (e *Error) Error() string {
 // reloads, and -check prints them.
 func (c *Config) Warnings() []string { return slices.Clone(c.warnings) }
 
-// Load reads and parses the file at path.
+// Load reads and parses the file at path, and reads the files it names
+// whose contents relayd needs (see SIP.Credentials).
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse(data)
+	c, lines, err := parse(data)
+	if err == nil {
+		err = c.loadFiles(lines)
+	}
 	if err == nil {
 		for i, w := range c.warnings {
 			c.warnings[i] = path + ": " + w
@@ -213,15 +217,21 @@ func Load(path string) (*Config, error) {
 // the result. Errors are *Error values, joined with errors.Join when there
 // are several; each names its key and, where it can be found, its line.
 func Parse(data []byte) (*Config, error) {
+	c, _, err := parse(data)
+	return c, err
+}
+
+func parse(data []byte) (*Config, map[string]int, error) {
 	c := Default()
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(c); err != nil {
-		return nil, decodeError(err)
+		return nil, nil, decodeError(err)
 	}
-	if err := c.validate(keyLines(data)); err != nil {
-		return nil, err
+	lines := keyLines(data)
+	if err := c.validate(lines); err != nil {
+		return nil, nil, err
 	}
-	return c, nil
+	return c, lines, nil
 }
 
 // decodeError turns go-toml's errors into *Error values.

@@ -39,6 +39,7 @@ func TestParseDefaults(t *testing.T) {
 			Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
 			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RTCPDuration: 5 * time.Second,
 		},
+		SIP: SIP{AuthRealm: "relayd", AuthAlgorithms: []string{"SHA-256", "MD5"}},
 	}
 	if diff := cmp.Diff(c, want, cmpopts.EquateComparable(netip.Addr{}), cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-got +want):\n%s", diff)
@@ -256,7 +257,7 @@ func TestExampleConfig(t *testing.T) {
 
 	// The commented examples of an advertised address, named media
 	// interfaces and a route using them are valid as they stand.
-	c, err := Parse([]byte(uncomment(t, edited, "# deny_destinations =", "# advertise =", "# [[media.interface]]", "# [[route]]")))
+	c, err := Parse([]byte(uncomment(t, edited, "# deny_destinations =", "# advertise =", "# [[media.interface]]", "# [[route]]", "# auth_file =")))
 	if err != nil {
 		t.Fatalf("example with its [[media.interface]] and [[route]] examples: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/relayd/relayd/dataplane"
 )
@@ -32,6 +33,23 @@ type SIP struct {
 	// RetryAfter is the Retry-After of 503s for exhausted ports, rate
 	// limits and max_calls; default "5s".
 	RetryAfter string `toml:"retry_after"`
+	// AuthFile holds the digest credentials of the routes' auth_users:
+	// "user:password" lines, "#" comments. It must be a regular file of
+	// root's (or of the user relayd runs as) that nobody else may read or
+	// write: Load refuses it otherwise. Absolute; required by auth_users.
+	AuthFile string `toml:"auth_file"`
+	// AuthRealm is the realm of relayd's digest challenges; default
+	// "relayd". Passwords are per realm: changing it invalidates nothing
+	// in the file (it holds passwords, not hashes).
+	AuthRealm string `toml:"auth_realm"`
+	// AuthAlgorithms are the digest algorithms relayd challenges with,
+	// most preferred first (RFC 8760): "SHA-256", "MD5"; default both, in
+	// that order. UAs that read only the first challenge and know only
+	// MD5 need ["MD5"].
+	AuthAlgorithms []string `toml:"auth_algorithms"`
+
+	// Credentials are AuthFile's users, read by Load; nil from Parse.
+	Credentials *Credentials `toml:"-"`
 
 	Listeners       []Listener    `toml:"-"`
 	MaxDuration     time.Duration `toml:"-"`
@@ -74,6 +92,10 @@ type Route struct {
 	// gets 403. Unset: any source, for configs written before the key
 	// existed, with a warning (Warnings).
 	Allow []string `toml:"allow"`
+	// AuthUsers, when set, are the users (of [sip] auth_file) who may call
+	// through this route: a call without their digest credentials gets a
+	// challenge (401), one with wrong ones 403 (docs/routing.md).
+	AuthUsers []string `toml:"auth_users"`
 
 	Regexp                 *regexp.Regexp `toml:"-"`
 	AttemptTimeoutDuration time.Duration  `toml:"-"`
@@ -82,9 +104,13 @@ type Route struct {
 	AllowPrefixes []netip.Prefix `toml:"-"`
 }
 
-// Open reports whether the route takes calls from any source without
-// the operator having said so: no allow list.
-func (r *Route) Open() bool { return r.Allow == nil }
+// Open reports whether the route takes calls from anyone without the
+// operator having said so: no allow list and no auth_users.
+func (r *Route) Open() bool { return r.Allow == nil && len(r.AuthUsers) == 0 }
+
+// DefaultAuthAlgorithms are the digest algorithms offered when
+// auth_algorithms is not set, in RFC 8760's order of preference.
+var DefaultAuthAlgorithms = []string{"SHA-256", "MD5"}
 
 // DefaultFailoverOn are the final codes that make a route try its next
 // destination when failover_on is not set.
@@ -156,6 +182,30 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 		if _, err := time.ParseDuration(s.RetryAfter); err != nil {
 			bad("sip.retry_after", "%q is not a duration", s.RetryAfter)
 		}
+	}
+
+	if s.AuthFile != "" && !filepath.IsAbs(s.AuthFile) {
+		bad("sip.auth_file", "%q is not an absolute path", s.AuthFile)
+	}
+	if s.AuthRealm == "" {
+		s.AuthRealm = "relayd"
+	} else if strings.ContainsAny(s.AuthRealm, "\"\\") || strings.ContainsFunc(s.AuthRealm, unicode.IsControl) {
+		bad("sip.auth_realm", "%q: no quotes, backslashes or control characters", s.AuthRealm)
+	}
+	if s.AuthAlgorithms == nil {
+		s.AuthAlgorithms = slices.Clone(DefaultAuthAlgorithms)
+	} else if len(s.AuthAlgorithms) == 0 {
+		bad("sip.auth_algorithms", "empty: name SHA-256, MD5 or both (most preferred first)")
+	}
+	for k, a := range s.AuthAlgorithms {
+		u := strings.ToUpper(a)
+		switch {
+		case u != "SHA-256" && u != "MD5":
+			bad("sip.auth_algorithms", "%q is not SHA-256 or MD5", a)
+		case slices.Contains(s.AuthAlgorithms[:k], u):
+			bad("sip.auth_algorithms", "%q listed twice", a)
+		}
+		s.AuthAlgorithms[k] = u
 	}
 
 	names := make(map[string]bool)
@@ -246,9 +296,22 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 			}
 			r.AllowPrefixes = append(r.AllowPrefixes, ps...)
 		}
+		for k, u := range r.AuthUsers {
+			switch {
+			case u == "" || strings.ContainsFunc(u, func(c rune) bool {
+				return c == ':' || c == '"' || c == '\\' || unicode.IsSpace(c) || unicode.IsControl(c)
+			}):
+				bad(key("auth_users"), "%q is not a user name (no colon, quote, backslash or space)", u)
+			case slices.Contains(r.AuthUsers[:k], u):
+				bad(key("auth_users"), "%q listed twice", u)
+			}
+		}
+		if len(r.AuthUsers) > 0 && s.AuthFile == "" {
+			bad(key("auth_users"), "needs [sip] auth_file, which holds the users' passwords")
+		}
 		if s.Enabled() && r.Open() {
 			warn(fmt.Sprintf("route[%d]", i), "route %q takes calls from any source: anyone who reaches the SIP listeners can call its destinations (toll fraud, if they are carriers); "+
-				"set allow to the trusted peers, or allow = [\"any\"] if something in front of relayd filters", r.Name)
+				"set allow to the trusted peers or auth_users to the users who may call, or allow = [\"any\"] if something in front of relayd filters", r.Name)
 		}
 	}
 

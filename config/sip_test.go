@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +188,108 @@ destinations = ["sip:198.18.2.2"]
 		if err == nil || !errors.As(unjoin(err)[0], &ce) || ce.Key != "route[0].allow" || !strings.Contains(ce.Msg, tc.msg) {
 			t.Errorf("allow = %s: %v, want a route[0].allow error containing %q", tc.allow, err, tc.msg)
 		}
+	}
+}
+
+// TestAuthConfig: auth_users need an auth_file; the algorithms default to
+// SHA-256 then MD5 and are canonical upper case; bad names, realms and
+// algorithms are errors naming their key.
+func TestAuthConfig(t *testing.T) {
+	c, err := Parse([]byte(minimal + "[sip]\nauth_file = \"/etc/relayd/sip-users\"\nauth_algorithms = [\"md5\"]\n" +
+		"[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\nauth_users = [\"alice\", \"pbx-1\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := c.SIP; s.AuthRealm != "relayd" || strings.Join(s.AuthAlgorithms, " ") != "MD5" || s.Credentials != nil {
+		t.Errorf("sip %+v", s)
+	}
+	if c.Routes[0].Open() {
+		t.Error("a route with auth_users is open")
+	}
+	c, _ = Parse([]byte(minimal))
+	if strings.Join(c.SIP.AuthAlgorithms, " ") != "SHA-256 MD5" {
+		t.Errorf("default algorithms %q", c.SIP.AuthAlgorithms)
+	}
+	route := "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\n"
+	for _, tc := range []struct{ doc, key, msg string }{
+		{route + "auth_users = [\"alice\"]\n", "route[0].auth_users", "needs [sip] auth_file"},
+		{"[sip]\nauth_file = \"/x\"\n" + route + "auth_users = [\"al ice\"]\n", "route[0].auth_users", "not a user name"},
+		{"[sip]\nauth_file = \"/x\"\n" + route + "auth_users = [\"a:b\"]\n", "route[0].auth_users", "not a user name"},
+		{"[sip]\nauth_file = \"/x\"\n" + route + "auth_users = [\"a\", \"a\"]\n", "route[0].auth_users", "twice"},
+		{"[sip]\nauth_file = \"users\"\n", "sip.auth_file", "absolute"},
+		{"[sip]\nauth_realm = \"a\\\"b\"\n", "sip.auth_realm", "no quotes"},
+		{"[sip]\nauth_algorithms = [\"SHA-512\"]\n", "sip.auth_algorithms", "not SHA-256 or MD5"},
+		{"[sip]\nauth_algorithms = [\"MD5\", \"md5\"]\n", "sip.auth_algorithms", "twice"},
+		{"[sip]\nauth_algorithms = []\n", "sip.auth_algorithms", "empty"},
+	} {
+		_, err := Parse([]byte(minimal + tc.doc))
+		found := false
+		for _, e := range unjoin(err) {
+			var ce *Error
+			if errors.As(e, &ce) && ce.Key == tc.key && strings.Contains(ce.Msg, tc.msg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%q: %v, want a %s error containing %q", tc.doc, err, tc.key, tc.msg)
+		}
+	}
+}
+
+// TestLoadAuthFile: Load reads the auth_file's users; it refuses a file
+// others may read or write, a malformed line (naming it, never the
+// password), a missing file, and a route user the file lacks.
+func TestLoadAuthFile(t *testing.T) {
+	dir := t.TempDir()
+	users := filepath.Join(dir, "sip-users")
+	conf := filepath.Join(dir, "relayd.toml")
+	write := func(path, content string, mode os.FileMode) {
+		t.Helper()
+		os.Remove(path)
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+	}
+	doc := minimal + "[sip]\nauth_file = \"" + users + "\"\n[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\nauth_users = [\"alice\"]\n"
+	write(conf, doc, 0o644)
+	write(users, "# PBXes\nalice:s3cret:with:colons\n\nbob: spaced \n", 0o600)
+	c, err := Load(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, ok := c.SIP.Credentials.Password("alice"); !ok || pw != "s3cret:with:colons" {
+		t.Errorf("alice's password %q, %v", pw, ok)
+	}
+	if pw, _ := c.SIP.Credentials.Password("bob"); pw != " spaced " || c.SIP.Credentials.Len() != 2 {
+		t.Errorf("bob's password %q, %d users", pw, c.SIP.Credentials.Len())
+	}
+	if s := fmt.Sprintf("%v %+v %#v", c.SIP.Credentials, c.SIP, c.SIP.Credentials); strings.Contains(s, "s3cret") {
+		t.Errorf("printing the config shows a password: %s", s)
+	}
+
+	for _, tc := range []struct {
+		content string
+		mode    os.FileMode
+		msg     string
+	}{
+		{"alice:pw-9f3k\n", 0o644, "has mode 0644: others may read or change it"},
+		{"alice:pw-9f3k\n", 0o640, "has mode 0640"},
+		{"alice:pw-9f3k\n", 0o602, "has mode 0602"},
+		{"alice:pw-9f3k\nbob\n", 0o600, "line 2: want user:password"},
+		{"alice:pw-9f3k\nalice:other\n", 0o600, `line 2: user "alice" defined twice`},
+		{"bob:pw-9f3k\n", 0o600, `route[0].auth_users: user "alice" is not in`},
+	} {
+		write(users, tc.content, tc.mode)
+		_, err := Load(conf)
+		if err == nil || !strings.Contains(err.Error(), tc.msg) || strings.Contains(err.Error(), "pw-9f3k") {
+			t.Errorf("auth_file %q mode %04o: %v, want an error containing %q and no password", tc.content, tc.mode, err, tc.msg)
+		}
+	}
+	os.Remove(users)
+	if _, err := Load(conf); err == nil || !strings.Contains(err.Error(), "sip.auth_file: cannot read it") {
+		t.Errorf("missing auth_file: %v", err)
 	}
 }

@@ -238,6 +238,9 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	reload.router, reload.admin = b2b.router, srv
+	if b2b.srv != nil {
+		reload.setCredentials = b2b.srv.SetCredentials
+	}
 
 	if ok, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.Warn("sd_notify READY", zap.Error(err))

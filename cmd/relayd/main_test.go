@@ -80,6 +80,31 @@ func TestCheckWarnsOpenRoute(t *testing.T) {
 	}
 }
 
+// TestCheckAuthFile: -check refuses an auth_file its group or others may
+// read, naming the file, and accepts it once it is private.
+func TestCheckAuthFile(t *testing.T) {
+	users := filepath.Join(t.TempDir(), "sip-users")
+	if err := os.WriteFile(users, []byte("pbx1:pw-9f3k\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(users, 0o644)
+	p := writeFile(t, "[dataplane]\nmode = \"userspace\"\n[media]\naddress = \"198.18.1.1\"\n[sip]\nlisten = [\"udp:198.18.1.1:5060\"]\n"+
+		"auth_file = \""+users+"\"\n[[route]]\nname = \"carrier\"\nmatch = \".\"\ndestinations = [\"sip:198.18.2.2\"]\nauth_users = [\"pbx1\"]\n")
+	code, out, errs := runMain(t, "-check", "-config", p)
+	if want := "sip.auth_file: " + users + " has mode 0644: others may read or change it"; code != 1 || out != "" || !strings.Contains(errs, want) {
+		t.Errorf("world-readable auth_file: exit %d, stdout %q, stderr %q; want 1 and %q", code, out, errs, want)
+	}
+	if strings.Contains(errs, "pw-9f3k") {
+		t.Errorf("-check printed a password: %q", errs)
+	}
+	if err := os.Chmod(users, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runMain(t, "-check", "-config", p); code != 0 || out != "config OK\n" || errs != "" {
+		t.Errorf("private auth_file: exit %d, stdout %q, stderr %q; want 0, config OK, no warning", code, out, errs)
+	}
+}
+
 func TestFlags(t *testing.T) {
 	if code, out, _ := runMain(t, "-version"); code != 0 || !strings.HasPrefix(out, "relayd ") {
 		t.Errorf("-version: exit %d, %q", code, out)

@@ -17,15 +17,18 @@ import (
 )
 
 // reloader applies a re-read config on SIGHUP (systemctl reload): the log
-// level, the routes and the route server take effect at once, without
-// touching calls; every other key that changed is named in a warning as
-// needing a restart.
+// level, the routes, the route server and the users of [sip] auth_file
+// (the file is read again) take effect at once, without touching calls;
+// every other key that changed is named in a warning as needing a
+// restart.
 type reloader struct {
 	path   string
 	log    *zap.Logger
 	level  zap.AtomicLevel
 	router *route.Router // nil without the B2BUA
 	admin  *admin.Server // nil before the admin API starts
+	// setCredentials replaces the B2BUA's digest users; nil without it.
+	setCredentials func(*config.Credentials)
 
 	cur *config.Config // what is applied; reload's goroutine only
 }
@@ -53,8 +56,20 @@ func (r *reloader) reload() error {
 	}
 	r.cur.Admin.TokenFile = next.Admin.TokenFile
 	changed := changedKeys(r.cur, next)
+	// The users come from the file, which changes without the config.
+	credentials := next.SIP.AuthFile == r.cur.SIP.AuthFile && !next.SIP.Credentials.Equal(r.cur.SIP.Credentials)
+	if credentials {
+		// Before the routes: a new route may name a new user.
+		if r.setCredentials != nil {
+			r.setCredentials(next.SIP.Credentials)
+			r.log.Info("auth_file reloaded", zap.String("auth_file", next.SIP.AuthFile), zap.Int("users", next.SIP.Credentials.Len()))
+		}
+		r.cur.SIP.Credentials = next.SIP.Credentials
+	}
 	if len(changed) == 0 {
-		r.log.Info("config reloaded: nothing changed", zap.String("config", r.path))
+		if !credentials {
+			r.log.Info("config reloaded: nothing changed", zap.String("config", r.path))
+		}
 		return nil
 	}
 	var applied, restart []string

@@ -84,6 +84,7 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		OnEnd:        b.cdrs.Write,
 		UserAgent:    "relayd/" + getVersion(),
 		Store:        store,
+		Auth:         sip.Auth{Realm: cfg.SIP.AuthRealm, Algorithms: cfg.SIP.AuthAlgorithms, Credentials: cfg.SIP.Credentials},
 	}, log.Named("sip"))
 	if err != nil {
 		b.cdrs.Close(ctx)

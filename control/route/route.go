@@ -41,6 +41,11 @@ var (
 	// the caller's address (SIP 403). The route server is not asked: the
 	// local routes have decided.
 	ErrForbidden = errors.New("forbidden")
+	// ErrAuthRequired: the first route that matches the user part and
+	// takes the source has auth_users, and the call carries no accepted
+	// credentials (SIP 401 with a challenge, or 403 for credentials
+	// refused).
+	ErrAuthRequired = errors.New("authentication required")
 )
 
 // Rejected is returned when the route server refuses the call with a SIP
@@ -146,6 +151,9 @@ type Route struct {
 	CallerInterface, CalleeInterface string
 	// allow are the sources the route takes calls from; nil: any.
 	allow []netip.Prefix
+	// AuthUsers, when set, are the digest users who may call through the
+	// route (Facts.AuthUser).
+	AuthUsers []string
 }
 
 // Takes reports whether the route takes calls from src.
@@ -183,7 +191,10 @@ type Facts struct {
 	To     string `json:"to"`
 	User   string `json:"user"`   // Request-URI user part
 	Source string `json:"source"` // caller's signalling address
-	Route  string `json:"route,omitempty"`
+	// AuthUser is the user the caller authenticated as (digest), if it
+	// did.
+	AuthUser string `json:"auth_user,omitempty"`
+	Route    string `json:"route,omitempty"`
 }
 
 // Decision is where a call goes.
@@ -254,6 +265,7 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 
 			CallerInterface: c.CallerInterface,
 			CalleeInterface: c.CalleeInterface,
+			AuthUsers:       slices.Clone(c.AuthUsers),
 		}
 		if c.Allow != nil {
 			rt.allow = slices.Clone(c.AllowPrefixes)
@@ -283,9 +295,14 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 	return r, nil
 }
 
-// pick returns the first route whose match accepts the user part and
-// whose allow list the source; ErrNoRoute when no route matches the user,
-// ErrForbidden when some do but none takes calls from the source.
+// pick returns the first route whose match accepts the user part, whose
+// allow list takes the source and, when it has auth_users, that lists
+// f.AuthUser. Errors: ErrNoRoute when no route matches the user;
+// ErrAuthRequired when the first route that matches and takes the source
+// has auth_users and f.AuthUser is empty (routes after it are not tried:
+// a caller who has not yet authenticated would otherwise fall through to
+// them, never challenged); ErrForbidden when routes match but none takes
+// the call.
 func (t *table) pick(f Facts) (*Route, error) {
 	src, _ := netip.ParseAddrPort(f.Source) // unparsable: no allow list contains it
 	matched := false
@@ -295,9 +312,21 @@ func (t *table) pick(f Facts) (*Route, error) {
 			continue
 		}
 		matched = true
-		if rt.Takes(src.Addr()) {
+		if !rt.Takes(src.Addr()) {
+			continue
+		}
+		if len(rt.AuthUsers) == 0 {
 			return rt, nil
 		}
+		if f.AuthUser == "" {
+			return nil, fmt.Errorf("user %q from %s, route %q: %w", f.User, src.Addr(), rt.Name, ErrAuthRequired)
+		}
+		if slices.Contains(rt.AuthUsers, f.AuthUser) {
+			return rt, nil
+		}
+	}
+	if matched && f.AuthUser != "" {
+		return nil, fmt.Errorf("user %q from %s, authenticated as %q: %w", f.User, src.Addr(), f.AuthUser, ErrForbidden)
 	}
 	if matched {
 		return nil, fmt.Errorf("user %q from %s: %w", f.User, src.Addr(), ErrForbidden)
@@ -306,7 +335,8 @@ func (t *table) pick(f Facts) (*Route, error) {
 }
 
 // Check reports whether the local routes refuse a call before anything
-// is set up for it: ErrForbidden (see Lookup). nil when a route takes it,
+// is set up for it: ErrForbidden, ErrAuthRequired (see Lookup). nil when
+// a route takes it,
 // and when none matches (Lookup then answers ErrNoRoute or asks the route
 // server).
 func (r *Router) Check(f Facts) error {
@@ -318,11 +348,11 @@ func (r *Router) Check(f Facts) error {
 }
 
 // Lookup returns the route and ordered destinations for a call: the
-// first route whose match accepts the user part and whose allow list
-// takes the source (f.Source); then, with a route server, the server's
-// answer (bounded by its timeout and ctx). A call that routes match but
-// none takes from its source is ErrForbidden, without asking the route
-// server.
+// first route whose match accepts the user part, whose allow list takes
+// the source (f.Source) and whose auth_users, if any, list f.AuthUser;
+// then, with a route server, the server's answer (bounded by its timeout
+// and ctx). A call that routes match but none takes is ErrForbidden or
+// ErrAuthRequired (see pick), without asking the route server.
 func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 	t := r.tab.Load()
 	var d Decision

@@ -329,3 +329,64 @@ destinations = ["sip:198.18.4.2"]
 		}
 	}
 }
+
+// TestLookupAuthUsers: the first route that matches and takes the source
+// decides whether the caller must authenticate: without a user it is
+// ErrAuthRequired (later routes, even open ones, are not tried); with a
+// user the route lists, the route; with another, the next routes (per
+// user), and ErrForbidden when none lists it. The route server learns the
+// user.
+func TestLookupAuthUsers(t *testing.T) {
+	c := parseConfig(t, `
+[sip]
+auth_file = "/etc/relayd/sip-users"
+[[route]]
+name = "lan"
+match = "."
+allow = ["198.18.0.0/24"]
+destinations = ["sip:198.18.2.2"]
+[[route]]
+name = "alice"
+match = "."
+auth_users = ["alice"]
+destinations = ["sip:198.18.3.2"]
+[[route]]
+name = "bob"
+match = "^1"
+auth_users = ["bob", "carol"]
+destinations = ["sip:198.18.4.2"]
+[[route]]
+name = "open"
+match = "."
+destinations = ["sip:198.18.5.2"]
+`)
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user, source, authUser, route string
+		err                           error
+	}{
+		{"100", "198.18.0.2:5060", "", "lan", nil},
+		{"100", "203.0.113.1:5060", "", "", ErrAuthRequired},
+		{"100", "203.0.113.1:5060", "alice", "alice", nil},
+		{"100", "203.0.113.1:5060", "carol", "bob", nil},
+		{"200", "203.0.113.1:5060", "carol", "open", nil},
+		{"100", "203.0.113.1:5060", "dave", "open", nil},
+	} {
+		f := Facts{User: tc.user, Source: tc.source, AuthUser: tc.authUser}
+		d, err := r.Lookup(context.Background(), f)
+		if !errors.Is(err, tc.err) || (tc.err == nil && d.Route.Name != tc.route) {
+			t.Errorf("%s from %s as %q: route %q, %v; want %q, %v", tc.user, tc.source, tc.authUser, d.Route.Name, err, tc.route, tc.err)
+		}
+		if cerr := r.Check(f); !errors.Is(cerr, tc.err) {
+			t.Errorf("Check %s from %s as %q: %v, want %v", tc.user, tc.source, tc.authUser, cerr, tc.err)
+		}
+	}
+	c = parseConfig(t, "[sip]\nauth_file = \"/x\"\n[[route]]\nname = \"a\"\nmatch = \".\"\nauth_users = [\"alice\"]\ndestinations = [\"sip:198.18.3.2\"]\n")
+	r, _ = New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if _, err := r.Lookup(context.Background(), Facts{User: "1", AuthUser: "bob"}); !errors.Is(err, ErrForbidden) {
+		t.Errorf("a user no route lists: %v, want ErrForbidden", err)
+	}
+}

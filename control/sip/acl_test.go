@@ -46,7 +46,10 @@ destinations = ["sip:` + ce.addr + `"]
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(h.srv.Metrics())
-	want := "# HELP relayd_sip_refused_total " + refusedHelp + "\n# TYPE relayd_sip_refused_total counter\n" + `relayd_sip_refused_total{reason="source"} 1
+	want := "# HELP relayd_sip_refused_total " + refusedHelp + "\n# TYPE relayd_sip_refused_total counter\n" + `relayd_sip_refused_total{reason="challenged"} 0
+relayd_sip_refused_total{reason="credentials"} 0
+relayd_sip_refused_total{reason="source"} 1
+relayd_sip_refused_total{reason="user"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "relayd_sip_refused_total"); err != nil {
 		t.Error(err)

@@ -42,6 +42,8 @@ type b2bCall struct {
 	aUA   *sipgo.DialogUA
 	aTx   sip.ServerTransaction // the INVITE's
 	relay [2]netip.Addr         // relay media address per leg (set with setRelay)
+	// authUser is the digest user the caller authenticated as, if any.
+	authUser string
 	// neg is the offer/answer state of the call's media: relayd's o=
 	// line and last SDP per leg, the pending offer.
 	neg *call.Session
@@ -105,7 +107,11 @@ func (s *Server) dialogUA(transport string, peer netip.Addr) *sipgo.DialogUA {
 // is answered (and ACKed) or has failed.
 func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	src := sourceOf(req)
-	if !s.checkInvite(req, tx, src) || !s.admit(req, tx, src) {
+	if !s.checkInvite(req, tx, src) {
+		return
+	}
+	authUser, ok := s.admit(req, tx, src)
+	if !ok {
 		return
 	}
 	var offer *sdp.Description
@@ -160,6 +166,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		reAck:   make(chan struct{}, 1),
 		neg:     call.NewSession(c.Media, [2]call.Local{}),
 	}
+	bc.authUser = authUser
 	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
 	bc.setRelay(call.B, bc.local("", src.Addr()))
 	fromTag, _ := req.From().Params.Get("tag")
@@ -184,7 +191,8 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	stop := context.AfterFunc(bc.a.Context(), func() { cancel(errCallerCanceled) })
 	defer stop()
 
-	facts := route.Facts{CallID: req.CallID().Value(), From: bc.c.From, To: bc.c.To, User: req.Recipient.User, Source: bc.c.Source.String()}
+	facts := route.Facts{CallID: req.CallID().Value(), From: bc.c.From, To: bc.c.To, User: req.Recipient.User, Source: bc.c.Source.String(),
+		AuthUser: bc.authUser}
 	dec, err := s.cfg.Router.Lookup(ctx, facts)
 	var rej *route.Rejected
 	switch {
@@ -197,7 +205,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	case errors.Is(err, route.ErrNoRoute):
 		bc.fail(call.Rejected, sip.StatusNotFound, "Not Found")
 		return
-	case errors.Is(err, route.ErrForbidden):
+	case errors.Is(err, route.ErrForbidden), errors.Is(err, route.ErrAuthRequired):
 		// admit let it through; a reload since then did not.
 		bc.fail(call.Rejected, sip.StatusForbidden, "Forbidden")
 		return

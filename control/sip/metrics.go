@@ -36,12 +36,16 @@ var dispositions = []call.Disposition{
 // Reasons of relayd_sip_refused_total: why an INVITE was refused before
 // it became a call.
 const (
-	refusedSource = "source" // outside the allow list of every route matching the user (403)
+	refusedSource      = "source"      // outside the allow list of every route matching the user (403)
+	refusedChallenged  = "challenged"  // no credentials, or a stale nonce, for a route with auth_users (401)
+	refusedCredentials = "credentials" // credentials refused: unknown user, wrong password, wrong digest uri (403, 400)
+	refusedUser        = "user"        // authenticated, but no route matching the user lists the caller's user (403)
 )
 
-var refusedReasons = []string{refusedSource}
+var refusedReasons = []string{refusedSource, refusedChallenged, refusedCredentials, refusedUser}
 
-const refusedHelp = "INVITEs refused before routing, by reason: source (outside the allow list of every route matching the user, 403)."
+const refusedHelp = "INVITEs refused before routing, by reason: source (outside the allow list of every route matching the user, 403), " +
+	"challenged (no credentials or a stale nonce, 401), credentials (refused, 403), user (authenticated, not a user of the route, 403)."
 
 var (
 	refusedDesc     = prometheus.NewDesc("relayd_sip_refused_total", refusedHelp, []string{"reason"}, nil)

@@ -68,6 +68,8 @@ type Config struct {
 	// New takes back the calls stored by the previous run and Shutdown
 	// keeps answered calls up; without it, Shutdown hangs them up.
 	Store Store
+	// Auth authenticates the callers of routes with auth_users.
+	Auth Auth
 }
 
 func (c *Config) validate() error {
@@ -107,6 +109,7 @@ type Server struct {
 	limiter *limiter
 	loops   *branchSet
 	peers   *peerSet // where relayd may open TCP connections
+	auth    *digestAuth
 
 	wg       sync.WaitGroup // call setups
 	inflight sync.WaitGroup // request handlers; Add only under mu while !drained
@@ -163,6 +166,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		metrics:  newMetrics(),
 		peers:    peers,
 		loops:    newBranchSet(),
+		auth:     newDigestAuth(cfg.Auth),
 		byDialog: make(map[string]*b2bCall),
 		byCall:   make(map[string]*b2bCall),
 		stopped:  make(chan struct{}),
@@ -751,27 +755,61 @@ func (s *Server) checkInvite(req *sip.Request, tx sip.ServerTransaction, src net
 	return true
 }
 
-// admit refuses, before a call exists, INVITEs that the routes refuse:
-// from a source outside the allow list of every route that matches the
-// user part, 403. They reach no destination, make no CDR and are
-// counted (relayd_sip_refused_total). It reports whether the INVITE may
-// go on.
-func (s *Server) admit(req *sip.Request, tx sip.ServerTransaction, src netip.AddrPort) bool {
+// SetCredentials replaces the digest users and passwords (a reload of
+// the auth_file); calls being authenticated finish with either.
+func (s *Server) SetCredentials(c *config.Credentials) { s.auth.creds.Store(c) }
+
+// admit refuses, before a call exists, INVITEs that the routes refuse
+// (route.Router.Check): from a source outside the allow list of every
+// route that matches the user part, 403; for a route with auth_users,
+// without credentials or with a stale nonce 401 and a challenge, with
+// credentials refused 403 (see docs/routing.md for why not a new 401).
+// They reach no destination, make no CDR and are counted
+// (relayd_sip_refused_total). It returns whether the INVITE may go on
+// and the user it authenticated as, if any.
+func (s *Server) admit(req *sip.Request, tx sip.ServerTransaction, src netip.AddrPort) (authUser string, ok bool) {
 	f := route.Facts{User: req.Recipient.User, Source: src.String()}
+	var auth authResult
+	if req.GetHeader("Authorization") != nil {
+		auth = s.auth.verify(req, src.Addr())
+		if auth.state == authOK {
+			f.AuthUser = auth.user
+		}
+	}
 	err := s.cfg.Router.Check(f)
 	if err == nil {
-		return true
+		return f.AuthUser, true
 	}
-	if errors.Is(err, route.ErrForbidden) {
-		s.metrics.refused(refusedSource)
-		s.log.Info("INVITE refused: source not allowed", zap.Stringer("source", src), zap.String("user", f.User),
-			zap.String("sip_call_id", req.CallID().Value()))
+	log := s.log.With(zap.Stringer("source", src), zap.String("user", f.User), zap.String("sip_call_id", req.CallID().Value()))
+	switch {
+	case errors.Is(err, route.ErrAuthRequired):
+		switch auth.state {
+		case authBad:
+			s.metrics.refused(refusedCredentials)
+			log.Info("INVITE refused: credentials", zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			respond(tx, req, sip.StatusForbidden, "Forbidden")
+		case authBadURI:
+			s.metrics.refused(refusedCredentials)
+			log.Info("INVITE refused: credentials", zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			respond(tx, req, sip.StatusBadRequest, "Digest URI Is Not The Request-URI")
+		default:
+			s.metrics.refused(refusedChallenged)
+			log.Debug("INVITE challenged", zap.Bool("stale", auth.state == authStale), zap.String("why", auth.why))
+			respond(tx, req, sip.StatusUnauthorized, "Unauthorized", s.auth.challenge(src.Addr(), auth.state == authStale)...)
+		}
+	case errors.Is(err, route.ErrForbidden):
+		reason := refusedSource
+		if f.AuthUser != "" {
+			reason = refusedUser
+		}
+		s.metrics.refused(reason)
+		log.Info("INVITE refused: "+reason+" not allowed", zap.String("auth_user", f.AuthUser), zap.Error(err))
 		respond(tx, req, sip.StatusForbidden, "Forbidden")
-		return false
+	default:
+		log.Warn("admission", zap.Error(err))
+		respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
 	}
-	s.log.Warn("admission", zap.Error(err))
-	respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
-	return false
+	return "", false
 }
 
 func sourceOf(req *sip.Request) netip.AddrPort {

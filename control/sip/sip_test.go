@@ -215,6 +215,7 @@ type opts struct {
 	ifaces       []config.MediaInterface // named media interfaces beside the default (relayIP)
 	relay6       netip.Addr              // the default interface's IPv6 address; none when invalid
 	noCodecs     bool                    // relayd was built without G.729: no transcoding
+	auth         Auth                    // digest authentication of routes with auth_users
 }
 
 // start makes the call table and the B2BUA (as a new relayd process
@@ -248,6 +249,7 @@ func (h *harness) start() {
 		RateBurst:     h.o.rateBurst,
 		OnEnd:         func(i call.Info) { h.ended <- i },
 		Store:         h.o.store,
+		Auth:          h.o.auth,
 	}, h.o.log)
 	if err != nil {
 		t.Fatal(err)
