@@ -3,10 +3,13 @@ package config
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"strings"
 	"unicode"
 
@@ -95,8 +98,10 @@ func readCredentials(path string) (*Credentials, error) {
 }
 
 // loadFiles reads the files the config names whose contents relayd
-// needs at start: the auth_file's credentials. It checks what Parse
-// cannot: that the files are private and the routes' users in them.
+// needs at start: the auth_file's credentials, the TLS certificate and
+// key, the TLS CAs. It checks what Parse cannot: that the files holding
+// secrets are private, the routes' users in the auth_file, the key the
+// certificate's.
 func (c *Config) loadFiles(lines map[string]int) error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
@@ -121,5 +126,43 @@ func (c *Config) loadFiles(lines map[string]int) error {
 			}
 		}
 	}
+	if s.TLSCert != "" && s.TLSKey != "" {
+		cert, err := loadKeyPair(s.TLSCert, s.TLSKey)
+		if err != nil {
+			bad("sip.tls_key", "%v", err)
+		} else {
+			s.TLSCertificate = cert
+		}
+	}
+	if s.TLSCA != "" {
+		pool := x509.NewCertPool()
+		pem, err := os.ReadFile(s.TLSCA)
+		switch {
+		case err != nil:
+			bad("sip.tls_ca", "cannot read it: %v", err)
+		case !pool.AppendCertsFromPEM(pem):
+			bad("sip.tls_ca", "%s holds no PEM certificate", s.TLSCA)
+		default:
+			s.TLSRoots = pool
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// loadKeyPair reads a certificate and its private key, which must be in
+// a private file.
+func loadKeyPair(certFile, keyFile string) (*tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls_cert: cannot read it: %w", err)
+	}
+	keyPEM, err := secret.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("%s and %s: %w", certFile, keyFile, err)
+	}
+	return &cert, nil
 }

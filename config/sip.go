@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -19,8 +21,17 @@ import (
 // The string fields are what the file says; the fields below them are
 // filled in by validation (only when the B2BUA is on).
 type SIP struct {
-	// Listen lists "udp:ADDR:PORT" and "tcp:ADDR:PORT" (IPv6 as [addr]).
+	// Listen lists "udp:ADDR:PORT", "tcp:ADDR:PORT" and "tls:ADDR:PORT"
+	// (IPv6 as [addr]).
 	Listen []string `toml:"listen"`
+	// TLSCert and TLSKey are the PEM certificate (chain) and private key
+	// of the tls: listeners; required by them. The key file must be
+	// private, like AuthFile.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// TLSCA is a PEM file of the CAs that sign the certificates of TLS
+	// destinations (transport=tls); empty: the system's roots.
+	TLSCA string `toml:"tls_ca"`
 	// MaxCallDuration ends answered calls after this long; "0s" or unset:
 	// no limit.
 	MaxCallDuration string `toml:"max_call_duration"`
@@ -50,6 +61,10 @@ type SIP struct {
 
 	// Credentials are AuthFile's users, read by Load; nil from Parse.
 	Credentials *Credentials `toml:"-"`
+	// TLSCertificate is TLSCert and TLSKey, TLSRoots TLSCA, read by Load;
+	// nil from Parse and when unset.
+	TLSCertificate *tls.Certificate `toml:"-"`
+	TLSRoots       *x509.CertPool   `toml:"-"`
 
 	Listeners       []Listener    `toml:"-"`
 	MaxDuration     time.Duration `toml:"-"`
@@ -59,7 +74,7 @@ type SIP struct {
 
 // Listener is a parsed sip.listen entry.
 type Listener struct {
-	Network string // udp | tcp
+	Network string // udp | tcp | tls
 	Addr    netip.AddrPort
 }
 
@@ -96,6 +111,10 @@ type Route struct {
 	// through this route: a call without their digest credentials gets a
 	// challenge (401), one with wrong ones 403 (docs/routing.md).
 	AuthUsers []string `toml:"auth_users"`
+	// SDESTLSOnly keeps SDES keys (a=crypto) off plain transports: a call
+	// whose offer or answer would carry keys over UDP or TCP, on either
+	// leg, gets 488 with a Warning instead (docs/routing.md).
+	SDESTLSOnly bool `toml:"sdes_tls_only"`
 
 	Regexp                 *regexp.Regexp `toml:"-"`
 	AttemptTimeoutDuration time.Duration  `toml:"-"`
@@ -184,6 +203,18 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 		}
 	}
 
+	hasTLS := slices.ContainsFunc(s.Listeners, func(l Listener) bool { return l.Network == "tls" })
+	for _, k := range []struct{ key, path string }{{"sip.tls_cert", s.TLSCert}, {"sip.tls_key", s.TLSKey}, {"sip.tls_ca", s.TLSCA}} {
+		if k.path != "" && !filepath.IsAbs(k.path) {
+			bad(k.key, "%q is not an absolute path", k.path)
+		}
+	}
+	switch {
+	case hasTLS && (s.TLSCert == "" || s.TLSKey == ""):
+		bad("sip.tls_cert", "a tls: listener needs tls_cert and tls_key")
+	case !hasTLS && (s.TLSCert != "" || s.TLSKey != ""):
+		bad("sip.tls_cert", "tls_cert and tls_key are for tls: listeners, and sip.listen has none")
+	}
 	if s.AuthFile != "" && !filepath.IsAbs(s.AuthFile) {
 		bad("sip.auth_file", "%q is not an absolute path", s.AuthFile)
 	}
@@ -227,8 +258,14 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 			bad(key("destinations"), "need at least one destination (or a [route_server])")
 		}
 		for _, d := range r.Destinations {
-			if err := checkSIPURI(d); err != nil {
+			tr, err := checkSIPURI(d)
+			switch {
+			case err != nil:
 				bad(key("destinations"), "%v", err)
+			case tr == "tls" && !hasTLS && s.Enabled():
+				bad(key("destinations"), "%q is over TLS: sip.listen needs a tls: address, where the callee sends its requests", d)
+			case tr != "tls" && r.SDESTLSOnly && (r.SRTP == "offer" || r.SRTP == "require"):
+				bad(key("destinations"), "%q is over %s, and with srtp = %q relayd always offers keys toward the destination, which sdes_tls_only refuses: use transport=tls", d, tr, r.SRTP)
 			}
 		}
 		switch r.Order {
@@ -378,11 +415,12 @@ func parseSources(a string) ([]netip.Prefix, error) {
 	return []netip.Prefix{p.Masked()}, nil
 }
 
-// ParseListener parses "udp:ADDR:PORT" or "tcp:ADDR:PORT".
+// ParseListener parses "udp:ADDR:PORT", "tcp:ADDR:PORT" or
+// "tls:ADDR:PORT".
 func ParseListener(s string) (Listener, error) {
 	network, addr, ok := strings.Cut(s, ":")
-	if !ok || (network != "udp" && network != "tcp") {
-		return Listener{}, fmt.Errorf("%q: want udp:ADDR:PORT or tcp:ADDR:PORT", s)
+	if !ok || (network != "udp" && network != "tcp" && network != "tls") {
+		return Listener{}, fmt.Errorf("%q: want udp:ADDR:PORT, tcp:ADDR:PORT or tls:ADDR:PORT", s)
 	}
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil {
@@ -394,36 +432,41 @@ func ParseListener(s string) (Listener, error) {
 	return Listener{Network: network, Addr: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}, nil
 }
 
-// checkSIPURI checks a destination: sip:HOST[:PORT][;transport=udp|tcp].
-func checkSIPURI(s string) error {
+// checkSIPURI checks a destination, sip:HOST[:PORT][;transport=udp|tcp|tls],
+// and returns its transport.
+func checkSIPURI(s string) (string, error) {
 	rest, ok := strings.CutPrefix(s, "sip:")
 	if !ok {
-		return fmt.Errorf("%q: want sip:HOST[:PORT][;transport=udp|tcp]", s)
+		return "", fmt.Errorf("%q: want sip:HOST[:PORT][;transport=udp|tcp|tls]", s)
 	}
 	hostport, params, _ := strings.Cut(rest, ";")
 	if _, hp, ok := strings.Cut(hostport, "@"); ok {
 		hostport = hp
 	}
 	if hostport == "" {
-		return fmt.Errorf("%q: no host", s)
+		return "", fmt.Errorf("%q: no host", s)
 	}
 	if strings.HasPrefix(hostport, "[") || strings.Count(hostport, ":") == 1 {
 		h, p, err := splitHostPort(hostport)
 		if err != nil || h == "" {
-			return fmt.Errorf("%q: bad host:port", s)
+			return "", fmt.Errorf("%q: bad host:port", s)
 		}
 		if p != "" {
 			if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
-				return fmt.Errorf("%q: port %q is not within 1-65535", s, p)
+				return "", fmt.Errorf("%q: port %q is not within 1-65535", s, p)
 			}
 		}
 	}
+	transport := "udp"
 	for _, kv := range strings.Split(params, ";") {
-		if v, ok := strings.CutPrefix(kv, "transport="); ok && v != "udp" && v != "tcp" {
-			return fmt.Errorf("%q: transport %q (want udp or tcp)", s, v)
+		if v, ok := strings.CutPrefix(kv, "transport="); ok {
+			if v != "udp" && v != "tcp" && v != "tls" {
+				return "", fmt.Errorf("%q: transport %q (want udp, tcp or tls)", s, v)
+			}
+			transport = v
 		}
 	}
-	return nil
+	return transport, nil
 }
 
 func splitHostPort(hp string) (host, port string, err error) {

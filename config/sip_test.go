@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relayd/relayd/internal/testcert"
 )
 
 const sipDoc = minimal + `
@@ -291,5 +293,69 @@ func TestLoadAuthFile(t *testing.T) {
 	os.Remove(users)
 	if _, err := Load(conf); err == nil || !strings.Contains(err.Error(), "sip.auth_file: cannot read it") {
 		t.Errorf("missing auth_file: %v", err)
+	}
+}
+
+// TestTLSConfig: tls: listeners need tls_cert and tls_key, which need a
+// tls: listener; destinations take transport=tls, which needs one too;
+// sdes_tls_only with srtp offer or require refuses plain destinations.
+// Load reads the pair (the key from a private file) and the CAs.
+func TestTLSConfig(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "198.18.1.1").WriteFiles(t, dir)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sip := fmt.Sprintf("[sip]\nlisten = [\"tls:198.18.1.1:5061\"]\ntls_cert = %q\ntls_key = %q\ntls_ca = %q\n", certFile, keyFile, caFile)
+	route := "[[route]]\nname = \"a\"\nmatch = \".\"\nallow = [\"any\"]\n"
+	doc := minimal + sip + route + "destinations = [\"sip:198.18.2.2;transport=tls\"]\nsrtp = \"offer\"\nsdes_tls_only = true\n"
+	conf := filepath.Join(dir, "relayd.toml")
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.SIP.Listeners; len(l) != 1 || l[0].Network != "tls" || c.SIP.TLSCertificate == nil || c.SIP.TLSRoots == nil || !c.Routes[0].SDESTLSOnly {
+		t.Errorf("listeners %+v, certificate %v, roots %v, route %+v", l, c.SIP.TLSCertificate != nil, c.SIP.TLSRoots != nil, c.Routes[0])
+	}
+
+	os.Chmod(keyFile, 0o644)
+	if _, err := Load(conf); err == nil || !strings.Contains(err.Error(), "sip.tls_key: "+keyFile+" has mode 0644") {
+		t.Errorf("world-readable key: %v", err)
+	}
+	other := t.TempDir()
+	_, otherKey := ca.Issue(t, "198.18.1.1").WriteFiles(t, other)
+	os.WriteFile(conf, []byte(strings.Replace(doc, keyFile, otherKey, 1)), 0o644)
+	if _, err := Load(conf); err == nil || !strings.Contains(err.Error(), "private key does not match public key") {
+		t.Errorf("key of another certificate: %v", err)
+	}
+
+	for _, tc := range []struct{ doc, key, msg string }{
+		{"[sip]\nlisten = [\"tls:198.18.1.1:5061\"]\n", "sip.tls_cert", "needs tls_cert and tls_key"},
+		{"[sip]\nlisten = [\"udp:198.18.1.1:5060\"]\ntls_cert = \"/c\"\ntls_key = \"/k\"\n", "sip.tls_cert", "has none"},
+		{"[sip]\nlisten = [\"udp:198.18.1.1:5060\"]\n" + route + "destinations = [\"sip:198.18.2.2;transport=tls\"]\n", "route[0].destinations", "needs a tls: address"},
+		{sip + route + "destinations = [\"sip:198.18.2.2;transport=tcp\"]\nsrtp = \"require\"\nsdes_tls_only = true\n", "route[0].destinations", "sdes_tls_only refuses"},
+		{"[sip]\nlisten = [\"tls:198.18.1.1:5061\"]\ntls_cert = \"c.pem\"\ntls_key = \"/k\"\n", "sip.tls_cert", "absolute"},
+	} {
+		_, err := Parse([]byte(minimal + tc.doc))
+		found := false
+		for _, e := range unjoin(err) {
+			var ce *Error
+			if errors.As(e, &ce) && ce.Key == tc.key && strings.Contains(ce.Msg, tc.msg) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%q: %v, want a %s error containing %q", tc.doc, err, tc.key, tc.msg)
+		}
+	}
+	// srtp = "off" with sdes_tls_only toward a plain destination is fine:
+	// relayd terminates the keys.
+	if _, err := Parse([]byte(minimal + sip + route + "destinations = [\"sip:198.18.2.2\"]\nsdes_tls_only = true\n")); err != nil {
+		t.Errorf("srtp off, plain destination: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 
@@ -71,6 +72,10 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		return nil, err
 	}
 	b.router = router
+	var serverTLS *tls.Config
+	if c := cfg.SIP.TLSCertificate; c != nil {
+		serverTLS = &tls.Config{Certificates: []tls.Certificate{*c}}
+	}
 	b.srv, err = sip.New(sip.Config{
 		Listeners:    cfg.SIP.Listeners,
 		Router:       router,
@@ -85,6 +90,8 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		UserAgent:    "relayd/" + getVersion(),
 		Store:        store,
 		Auth:         sip.Auth{Realm: cfg.SIP.AuthRealm, Algorithms: cfg.SIP.AuthAlgorithms, Credentials: cfg.SIP.Credentials},
+		TLS:          serverTLS,
+		TLSClient:    &tls.Config{RootCAs: cfg.SIP.TLSRoots}, // nil roots: the system's
 	}, log.Named("sip"))
 	if err != nil {
 		b.cdrs.Close(ctx)

@@ -74,15 +74,15 @@ type Destination struct {
 	URI       string // as configured, e.g. sip:198.18.2.2:5060;transport=tcp
 	User      string // user part, if the URI has one (else the caller's)
 	Host      string
-	Port      int    // 0: 5060
-	Transport string // udp | tcp
+	Port      int    // 0: 5060, 5061 over TLS
+	Transport string // udp | tcp | tls
 }
 
-// ParseDestination parses sip:[user@]host[:port][;transport=udp|tcp].
+// ParseDestination parses sip:[user@]host[:port][;transport=udp|tcp|tls].
 func ParseDestination(s string) (Destination, error) {
 	rest, ok := strings.CutPrefix(s, "sip:")
 	if !ok {
-		return Destination{}, fmt.Errorf("destination %q: want sip:HOST[:PORT][;transport=udp|tcp]", s)
+		return Destination{}, fmt.Errorf("destination %q: want sip:HOST[:PORT][;transport=udp|tcp|tls]", s)
 	}
 	d := Destination{URI: s, Transport: "udp"}
 	hostport, params, _ := strings.Cut(rest, ";")
@@ -113,8 +113,8 @@ func ParseDestination(s string) (Destination, error) {
 	for _, kv := range strings.Split(params, ";") {
 		if v, ok := strings.CutPrefix(kv, "transport="); ok {
 			v = strings.ToLower(v)
-			if v != "udp" && v != "tcp" {
-				return Destination{}, fmt.Errorf("destination %q: transport %q (want udp or tcp)", s, v)
+			if v != "udp" && v != "tcp" && v != "tls" {
+				return Destination{}, fmt.Errorf("destination %q: transport %q (want udp, tcp or tls)", s, v)
 			}
 			d.Transport = v
 		}
@@ -122,10 +122,14 @@ func ParseDestination(s string) (Destination, error) {
 	return d, nil
 }
 
-// HostPort returns host:port with the default port 5060.
+// HostPort returns host:port with the default port, 5060 (5061 over
+// TLS).
 func (d Destination) HostPort() string {
 	port := d.Port
-	if port == 0 {
+	switch {
+	case port == 0 && d.Transport == "tls":
+		port = 5061
+	case port == 0:
 		port = 5060
 	}
 	return net.JoinHostPort(d.Host, strconv.Itoa(port))
@@ -154,6 +158,9 @@ type Route struct {
 	// AuthUsers, when set, are the digest users who may call through the
 	// route (Facts.AuthUser).
 	AuthUsers []string
+	// SDESTLSOnly refuses calls whose SDES keys would cross a plain
+	// transport (UDP, TCP) on either leg.
+	SDESTLSOnly bool
 }
 
 // Takes reports whether the route takes calls from src.
@@ -266,6 +273,7 @@ func compile(routes []config.Route, rs config.RouteServer) (*table, error) {
 			CallerInterface: c.CallerInterface,
 			CalleeInterface: c.CalleeInterface,
 			AuthUsers:       slices.Clone(c.AuthUsers),
+			SDESTLSOnly:     c.SDESTLSOnly,
 		}
 		if c.Allow != nil {
 			rt.allow = slices.Clone(c.AllowPrefixes)

@@ -45,6 +45,10 @@ func TestParseDestination(t *testing.T) {
 	if d.HostPort() != "198.18.2.2:5060" || d.Transport != "udp" {
 		t.Errorf("%+v", d)
 	}
+	d, _ = ParseDestination("sip:198.18.2.2;transport=tls")
+	if d.HostPort() != "198.18.2.2:5061" || d.Transport != "tls" {
+		t.Errorf("TLS destination %+v, want port 5061", d)
+	}
 	for _, bad := range []string{"", "tel:1", "sip:", "sip:h:0", "sip:h:x", "sip:[::1", "sip:h;transport=sctp"} {
 		if _, err := ParseDestination(bad); err == nil {
 			t.Errorf("%q accepted", bad)

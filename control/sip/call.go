@@ -220,6 +220,13 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	bc.c.SetRoute(dec.Route.Name)
 	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
 	bc.setRelay(call.B, bc.local(dec.Route.CalleeInterface, bc.c.Source.Addr()))
+	if t, exposed := bc.sdesExposed(call.A, req.Body()); exposed {
+		// The offer's keys crossed already; the answer's need not.
+		r := sdesRefusal(call.A, t)
+		bc.log.Info("call refused: SDES over a plain transport", zap.String("leg", "caller"), zap.String("transport", t))
+		bc.fail(r.disposition, r.code, r.reason, r.headers...)
+		return
+	}
 
 	code, reason := sip.StatusRequestTimeout, "Request Timeout"
 	for _, dest := range dec.Destinations {
@@ -371,6 +378,10 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 			res := refusal(err)
 			bc.log.Info("call refused", zap.Int("code", res.code), zap.Error(err))
 			return res
+		}
+		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
+			bc.log.Info("call refused: SDES over a plain transport", zap.String("leg", "callee"), zap.String("destination", dest.URI))
+			return sdesRefusal(call.B, dest.Transport)
 		}
 	}
 	inv := bc.outgoingInvite(req, dest, body)
@@ -535,8 +546,8 @@ func (bc *b2bCall) outgoingInvite(req *sip.Request, dest route.Destination, body
 		user = req.Recipient.User
 	}
 	uri := sip.Uri{Scheme: "sip", User: user, Host: dest.Host, Port: dest.Port}
-	if dest.Transport == "tcp" {
-		uri.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+	if dest.Transport != "udp" {
+		uri.UriParams = sip.HeaderParams{{K: "transport", V: dest.Transport}}
 	}
 	inv := sip.NewRequest(sip.INVITE, uri)
 	from := sip.FromHeader{DisplayName: req.From().DisplayName, Address: *req.From().Address.Clone()}
@@ -644,6 +655,18 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 			r := refusal(err)
 			abandon(r.code, r.reason, err, r.headers...)
 			return
+		}
+		// B's offer crossed leg B; relayd's to A and A's answer would
+		// cross leg A.
+		for _, leg := range []struct {
+			side call.Side
+			body []byte
+		}{{call.B, res.Body()}, {call.A, bodyA}} {
+			if t, exposed := bc.sdesExposed(leg.side, leg.body); exposed {
+				r := sdesRefusal(leg.side, t)
+				abandon(r.code, r.reason, errors.New("late offer: SDES over a plain transport"), r.headers...)
+				return
+			}
 		}
 	}
 	ok := sip.NewResponseFromRequest(bc.a.InviteRequest, sip.StatusOK, "OK", bodyA)

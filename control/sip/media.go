@@ -153,6 +153,11 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 		}
 		return
 	}
+	if t, exposed := bc.sdesExposed(from, req.Body()); exposed {
+		r := sdesRefusal(from, t)
+		respond(tx, req, r.code, r.reason, r.headers...)
+		return
+	}
 	saved := bc.c.Media.Streams()
 	savedLocal := bc.neg.Local(from)
 	restore := func() {
@@ -169,6 +174,12 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 	if err != nil {
 		restore()
 		r := refusal(err)
+		respond(tx, req, r.code, r.reason, r.headers...)
+		return
+	}
+	if t, exposed := bc.sdesExposed(from.Other(), body); exposed {
+		restore()
+		r := sdesRefusal(from.Other(), t)
 		respond(tx, req, r.code, r.reason, r.headers...)
 		return
 	}

@@ -68,6 +68,8 @@ type routeRecord struct {
 	Codecs []string     `json:"codecs,omitempty"`
 	// Transcode is the route's transcode list.
 	Transcode []string `json:"transcode,omitempty"`
+	// SDESTLSOnly is the route's sdes_tls_only.
+	SDESTLSOnly bool `json:"sdes_tls_only,omitempty"`
 }
 
 // persist writes the call's record. It is a no-op without a store or
@@ -112,7 +114,8 @@ func (bc *b2bCall) record() (record, bool) {
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
-		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs, Transcode: dec.Route.Transcode},
+		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs, Transcode: dec.Route.Transcode,
+			SDESTLSOnly: dec.Route.SDESTLSOnly},
 		Saved: time.Now(),
 	}
 	bc.mu.Unlock()
@@ -300,7 +303,7 @@ func (s *Server) restoreCall(rec *record) error {
 		ackBody:    make(chan []byte, 1),
 		reAck:      make(chan struct{}, 1),
 		b:          b,
-		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode}},
+		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly}},
 		answered:   true,
 		negotiated: true,
 		restored:   true,

@@ -14,6 +14,7 @@ package sip
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -70,6 +71,11 @@ type Config struct {
 	Store Store
 	// Auth authenticates the callers of routes with auth_users.
 	Auth Auth
+	// TLS is the server side of the tls listeners (their certificate);
+	// required by them.
+	TLS *tls.Config
+	// TLSClient verifies TLS destinations; nil: the system's roots.
+	TLSClient *tls.Config
 }
 
 func (c *Config) validate() error {
@@ -78,6 +84,11 @@ func (c *Config) validate() error {
 	}
 	if c.Router == nil || c.Calls == nil {
 		return errors.New("need a router and a call table")
+	}
+	for _, l := range c.Listeners {
+		if l.Network == "tls" && (c.TLS == nil || len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil) {
+			return fmt.Errorf("listener tls:%s needs a certificate", l.Addr)
+		}
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = 5 * time.Second
@@ -149,7 +160,11 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 				peers.seen(p.RemoteAddr)
 				return data, nil
 			}),
-			sip.WithTransportLayerTransports(sip.TransportsConfig{TCP: &sip.TransportTCP{DialerCreate: peers.dialer}})),
+			sip.WithTransportLayerTransports(sip.TransportsConfig{
+				TCP: &sip.TransportTCP{DialerCreate: peers.dialer},
+				TLS: &sip.TransportTLS{TransportTCP: &sip.TransportTCP{DialerCreate: peers.dialer}},
+			})),
+		sipgo.WithUserAgenTLSConfig(clientTLS(cfg.TLSClient)),
 		sipgo.WithUserAgentTransactionLayerOptions(sip.WithTransactionLayerLogger(slog),
 			sip.WithTransactionLayerUnhandledResponseHandler(func(*sip.Response) {})),
 	)
@@ -191,8 +206,8 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		s.self[l.Addr.String()] = true
 		if _, ok := s.dialogs[key]; !ok {
 			contact := sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "relayd", Host: l.Addr.Addr().String(), Port: int(l.Addr.Port())}}
-			if l.Network == "tcp" {
-				contact.Address.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+			if l.Network != "udp" {
+				contact.Address.UriParams = sip.HeaderParams{{K: "transport", V: l.Network}}
 			}
 			s.dialogs[key] = &sipgo.DialogUA{Client: s.client, ContactHDR: contact}
 		}
@@ -275,7 +290,7 @@ func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 type bound struct {
 	l  config.Listener
 	pc net.PacketConn // udp
-	ln net.Listener   // tcp
+	ln net.Listener   // tcp, tls
 }
 
 func (b bound) close() error {
@@ -300,9 +315,15 @@ func (s *Server) Listen() error {
 		network := l.Network + family(l.Addr.Addr())
 		b := bound{l: l}
 		var err error
-		if l.Network == "udp" {
+		switch l.Network {
+		case "udp":
 			b.pc, err = net.ListenPacket(network, l.Addr.String())
-		} else {
+		case "tls":
+			b.ln, err = net.Listen("tcp"+family(l.Addr.Addr()), l.Addr.String())
+			if err == nil {
+				b.ln = tls.NewListener(b.ln, serverTLS(s.cfg.TLS))
+			}
+		default:
 			b.ln, err = net.Listen(network, l.Addr.String())
 		}
 		if err != nil {
@@ -343,9 +364,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			var err error
-			if pc != nil {
+			switch {
+			case pc != nil:
 				err = s.srv.ServeUDP(pc)
-			} else {
+			case l.Network == "tls":
+				err = s.srv.ServeTLS(ln)
+			default:
 				err = s.srv.ServeTCP(ln)
 			}
 			if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {

@@ -2,6 +2,7 @@ package sip
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +85,13 @@ type callee struct {
 
 func newCallee(t *testing.T) *callee {
 	t.Helper()
+	return newCalleeTLS(t, nil)
+}
+
+// newCalleeTLS is newCallee listening on TLS with conf, or on UDP when
+// conf is nil.
+func newCalleeTLS(t *testing.T, conf *tls.Config) *callee {
+	t.Helper()
 	port := freePort(t)
 	ua, err := sipgo.NewUA(sipgo.WithUserAgent("callee"))
 	if err != nil {
@@ -92,7 +100,11 @@ func newCallee(t *testing.T) *callee {
 	srv, _ := sipgo.NewServer(ua)
 	cli, _ := sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(port))
 	ce := &callee{addr: fmt.Sprintf("127.0.0.1:%d", port), ua: ua, srv: srv}
-	ce.dialogs = sipgo.NewDialogServerCache(cli, sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1", Port: port}})
+	contact := sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1", Port: port}}
+	if conf != nil {
+		contact.Address.UriParams = sip.HeaderParams{{K: "transport", V: "tls"}}
+	}
+	ce.dialogs = sipgo.NewDialogServerCache(cli, contact)
 	srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
 		if to := req.To(); to != nil && to.Params.Has("tag") {
 			ce.mu.Lock()
@@ -147,7 +159,12 @@ func newCallee(t *testing.T) *callee {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	//lint:ignore SA1029 sipgo's own key type
-	go srv.ListenAndServe(context.WithValue(ctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready)), "udp", ce.addr)
+	rctx := context.WithValue(ctx, sipgo.ListenReadyCtxKey, sipgo.ListenReadyCtxValue(ready))
+	if conf != nil {
+		go srv.ListenAndServeTLS(rctx, "tls", ce.addr, conf)
+	} else {
+		go srv.ListenAndServe(rctx, "udp", ce.addr)
+	}
 	<-ready
 	t.Cleanup(func() { cancel(); ua.Close() })
 	return ce
@@ -196,6 +213,8 @@ type harness struct {
 	client *sipgo.Client
 	cport  int
 
+	tlsAddr string // the tls listener's address, with opts.tls
+
 	mu        sync.Mutex
 	reinvites []string // bodies of re-INVITEs the caller got
 	callerSDP []byte   // what the caller answers them with
@@ -216,6 +235,8 @@ type opts struct {
 	relay6       netip.Addr              // the default interface's IPv6 address; none when invalid
 	noCodecs     bool                    // relayd was built without G.729: no transcoding
 	auth         Auth                    // digest authentication of routes with auth_users
+	tls          *tls.Config             // with a certificate: a tls listener too (harness.tlsAddr)
+	tlsClient    *tls.Config             // toward TLS destinations
 }
 
 // start makes the call table and the B2BUA (as a new relayd process
@@ -238,8 +259,12 @@ func (h *harness) start() {
 	}
 	h.calls = call.NewTable(reg, zaptest.NewLogger(t))
 	h.calls.SetCodecsAvailable(!h.o.noCodecs) // whatever this build has
+	listeners := []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}}
+	if h.o.tls != nil {
+		listeners = append(listeners, config.Listener{Network: "tls", Addr: netip.MustParseAddrPort(h.tlsAddr)})
+	}
 	h.srv, err = New(Config{
-		Listeners:     []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}},
+		Listeners:     listeners,
 		Router:        h.router,
 		Calls:         h.calls,
 		MediaTimeout:  h.o.mediaTimeout,
@@ -250,6 +275,8 @@ func (h *harness) start() {
 		OnEnd:         func(i call.Info) { h.ended <- i },
 		Store:         h.o.store,
 		Auth:          h.o.auth,
+		TLS:           h.o.tls,
+		TLSClient:     h.o.tlsClient,
 	}, h.o.log)
 	if err != nil {
 		t.Fatal(err)
@@ -326,6 +353,9 @@ func newHarness(t *testing.T, o opts) *harness {
 	}
 	h.o, h.router = o, router
 	h.addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	if o.tls != nil {
+		h.tlsAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
 	h.start()
 	t.Cleanup(h.stop)
 	// The caller.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -32,18 +33,32 @@ func token() string {
 }
 
 // SIPOptions returns a probe that sends an OPTIONS to the SIP listener on
-// network ("udp" or "tcp") and addr and wants a 200 with the same Call-ID.
+// network ("udp", "tcp" or "tls") and addr and wants a 200 with the same
+// Call-ID.
 func SIPOptions(network string, addr netip.AddrPort) func(ctx context.Context) error {
 	to := local(addr)
 	return func(ctx context.Context) error {
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, network, to.String())
+		dial := network
+		if network == "tls" {
+			dial = "tcp"
+		}
+		conn, err := d.DialContext(ctx, dial, to.String())
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
 		if dl, ok := ctx.Deadline(); ok {
 			conn.SetDeadline(dl)
+		}
+		if network == "tls" {
+			// relayd probing its own listener: whether it answers is the
+			// question, not whose certificate it shows.
+			tc := tls.Client(conn, &tls.Config{InsecureSkipVerify: true})
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return fmt.Errorf("OPTIONS to %s:%s: %w", network, to, err)
+			}
+			conn = tc
 		}
 		callID := token() + "@relayd-watchdog"
 		transport := strings.ToUpper(network)

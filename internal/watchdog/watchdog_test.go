@@ -2,6 +2,7 @@ package watchdog
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/internal/testcert"
 )
 
 // pinger is a fake userspace worker pool: Ping answers unless stuck, and
@@ -171,6 +174,32 @@ func TestSIPOptions(t *testing.T) {
 	any := netip.AddrPortFrom(netip.IPv4Unspecified(), good.Port())
 	if err := SIPOptions("udp", any)(ctx); err != nil {
 		t.Errorf("0.0.0.0:%d: %v", good.Port(), err)
+	}
+}
+
+// TestSIPOptionsTLS: the probe of a tls: listener speaks TLS to it,
+// whatever certificate it shows (relayd's own listener).
+func TestSIPOptionsTLS(t *testing.T) {
+	pair := testcert.NewCA(t).Issue(t, "127.0.0.1")
+	ln, err := tls.Listen("tcp4", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair.TLS}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ua, _ := sipgo.NewUA()
+	srv, _ := sipgo.NewServer(ua)
+	srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
+		tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
+	})
+	go srv.ServeTLS(ln)
+	t.Cleanup(func() { ln.Close(); ua.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	if err := SIPOptions("tls", ap)(ctx); err != nil {
+		t.Errorf("OPTIONS over TLS: %v", err)
+	}
+	if err := SIPOptions("tcp", ap)(ctx); err == nil {
+		t.Error("plain OPTIONS to a TLS listener passed")
 	}
 }
 
