@@ -28,6 +28,8 @@
 //	uac_pcmu_sdes.xml a call offering PCMU over SRTP (-key crypto) whose media another program sends
 //	uas_g729.xml      a callee answering G.729 (annexb=no) and telephone-event that plays a pcap
 //	uas_pcmu.xml      a callee answering PCMU and telephone-event that plays a pcap
+//	uac_refused.xml   a call relayd refuses before routing it with {{.code}} (403, 401)
+//	uac_auth.xml      a call that answers relayd's digest challenge, then expects {{.final}}
 //
 // WAV makes the audio file the callers' rtp_stream plays; lab/audio's
 // WritePcap the captures play_pcap_audio plays (which needs root: SIPp

@@ -21,7 +21,7 @@ import (
 )
 
 // testVars fills the template actions of every scenario.
-var testVars = map[string]string{"code": "486"}
+var testVars = map[string]string{"code": "486", "final": "200"}
 
 // parsed is what checkXML reads from a scenario.
 type parsed struct {
