@@ -111,7 +111,9 @@ func TestRestartKeepsCallByeFromCaller(t *testing.T) {
 	var got *sip.Request
 	ce.mu.Lock()
 	ce.reinvite = func(req *sip.Request, tx sip.ServerTransaction) {
+		ce.mu.Lock() // the test reads it under the lock: the network is no happens-before edge for the race detector
 		got = req
+		ce.mu.Unlock()
 		res := sip.NewResponseFromRequest(req, 200, "OK", []byte(calleeSDP(strings.Replace(string(offerSDP(6000)), "a=sendrecv", "a=recvonly", 1))))
 		res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 		tx.Respond(res)
