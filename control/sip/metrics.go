@@ -25,6 +25,7 @@ type Metrics struct {
 	attempts map[int]uint64
 	ended    map[call.Disposition]uint64
 	active   func() int
+	more     []prometheus.Collector // the front end's other collectors
 }
 
 // dispositions are the label values of relayd_sip_calls_total present
@@ -106,6 +107,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	m.setup.Describe(ch)
+	for _, c := range m.more {
+		c.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -129,4 +133,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(startedDesc, prometheus.CounterValue, float64(m.started.Load()))
 	ch <- prometheus.MustNewConstMetric(rateLimitedDesc, prometheus.CounterValue, float64(m.rateLimited.Load()))
 	m.setup.Collect(ch)
+	for _, c := range m.more {
+		c.Collect(ch)
+	}
 }

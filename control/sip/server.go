@@ -7,9 +7,11 @@
 // CDR is handed to the sink. The B2BUA keeps the SIP side: dialogs,
 // transactions, which leg offers, re-offers refused and rolled back.
 //
-// Malformed SIP is answered (400, or dropped by the parser) and never
+// Malformed SIP is answered (400, 505, 416, ...; see vetconn.go and
+// vet.go), or dropped when there is no Via to answer by, and never
 // disturbs other calls: every call runs in its own goroutines and shares
-// only the call table.
+// only the call table. What strangers can make it log is rate-limited
+// per source (internal/loglimit).
 package sip
 
 import (
@@ -32,6 +34,7 @@ import (
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/loglimit"
 )
 
 // MaxMessageSize is the largest SIP message relayd sends over UDP: the
@@ -118,6 +121,8 @@ type Server struct {
 	self    map[string]bool            // our listen host:ports, for loop detection
 	metrics *Metrics
 	limiter *limiter
+	vet     *vetter           // UDP pre-parser
+	loglim  *loglimit.Limiter // lines strangers can trigger
 	loops   *branchSet
 	peers   *peerSet // where relayd may open TCP connections
 	auth    *digestAuth
@@ -187,6 +192,9 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 		stopped:  make(chan struct{}),
 	}
 	s.metrics.active = cfg.Calls.Len
+	s.loglim = loglimit.New(loglimit.Config{Component: "sip"}, log)
+	s.vet = newVetter(cfg.UserAgent, log, s.loglim)
+	s.metrics.more = append(s.metrics.more, s.vet.counters, s.loglim)
 	if cfg.RateLimit > 0 {
 		s.limiter = newLimiter(cfg.RateLimit, cfg.RateBurst)
 	}
@@ -223,11 +231,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s.srv.OnCancel(s.recovered(s.onCancel))
 	s.srv.OnOptions(s.recovered(s.onOptions))
 	s.srv.OnUpdate(s.recovered(s.onUpdate))
-	s.srv.OnNoRoute(s.recovered(func(req *sip.Request, tx sip.ServerTransaction) {
-		res := sip.NewResponseFromRequest(req, sip.StatusMethodNotAllowed, "Method Not Allowed", nil)
-		res.AppendHeader(sip.NewHeader("Allow", allowed))
-		tx.Respond(res)
-	}))
+	s.srv.OnNoRoute(s.recovered(s.noRoute))
 	s.restore()
 	return s, nil
 }
@@ -254,6 +258,9 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // daemon down: it is logged and answered 500.
 func (s *Server) recovered(h sipgo.RequestHandler) sipgo.RequestHandler {
 	return func(req *sip.Request, tx sip.ServerTransaction) {
+		if s.refused(req, tx) {
+			return
+		}
 		s.mu.Lock()
 		// A new call's handler lasts as long as its setup: s.wg counts
 		// those, inflight the others. Both are added to under mu only
@@ -366,7 +373,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			var err error
 			switch {
 			case pc != nil:
-				err = s.srv.ServeUDP(pc)
+				err = s.srv.ServeUDP(s.vet.conn(pc))
 			case l.Network == "tls":
 				err = s.srv.ServeTLS(ln)
 			default:
@@ -521,6 +528,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.log.Info("calls kept for the next run", zap.Int("calls", kept))
 	}
+	s.loglim.Close()
 	if cerr := s.ua.Close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("sip close: %w", cerr))
 	}
@@ -695,7 +703,7 @@ func (s *Server) onAck(req *sip.Request, tx sip.ServerTransaction) {
 func (s *Server) onBye(req *sip.Request, tx sip.ServerTransaction) {
 	bc, side := s.lookup(req)
 	if bc == nil {
-		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		s.noDialog(req, tx)
 		return
 	}
 	bc.onBye(side, req, tx)
@@ -704,7 +712,7 @@ func (s *Server) onBye(req *sip.Request, tx sip.ServerTransaction) {
 func (s *Server) onUpdate(req *sip.Request, tx sip.ServerTransaction) {
 	bc, side := s.lookup(req)
 	if bc == nil {
-		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		s.noDialog(req, tx)
 		return
 	}
 	bc.onReoffer(side, req, tx)
@@ -715,7 +723,7 @@ func (s *Server) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 	if to := req.To(); to != nil && to.Params.Has("tag") {
 		bc, side := s.lookup(req)
 		if bc == nil {
-			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+			s.noDialog(req, tx)
 			return
 		}
 		bc.onReoffer(side, req, tx)
