@@ -68,6 +68,7 @@ func newTestServer(t *testing.T, e Engine, mod func(*Config)) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() }) // stops the log limiter's reports
 	return s
 }
 

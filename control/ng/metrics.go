@@ -18,6 +18,7 @@ type metrics struct {
 	duplicates prometheus.Counter
 	ignored    *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+	more       []prometheus.Collector // the server's other collectors
 }
 
 func newMetrics() *metrics {
@@ -52,6 +53,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.duplicates.Describe(ch)
 	m.ignored.Describe(ch)
 	m.duration.Describe(ch)
+	for _, c := range m.more {
+		c.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -60,4 +64,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.duplicates.Collect(ch)
 	m.ignored.Collect(ch)
 	m.duration.Collect(ch)
+	for _, c := range m.more {
+		c.Collect(ch)
+	}
 }

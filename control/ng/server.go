@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/control/ng/bencode"
+	"github.com/relayd/relayd/internal/loglimit"
 )
 
 // Defaults of a Config.
@@ -138,6 +139,7 @@ type Server struct {
 	engine  Engine
 	log     *zap.Logger
 	metrics *metrics
+	loglim  *loglimit.Limiter // lines a client can trigger at will
 	cache   *cookieCache
 	started time.Time
 	jobs    chan job
@@ -172,25 +174,29 @@ func New(cfg Config, engine Engine, log *zap.Logger) (*Server, error) {
 	if engine == nil {
 		return nil, errors.New("ng config: no engine")
 	}
-	return &Server{
+	s := &Server{
 		cfg:     cfg,
 		specs:   specs,
 		allow:   slices.Clone(cfg.Allow),
 		engine:  engine,
 		log:     log,
 		metrics: newMetrics(),
+		loglim:  loglimit.New(loglimit.Config{Component: "ng"}, log),
 		cache:   newCookieCache(cfg.CacheTTL, cfg.CacheEntries, cfg.Now),
 		started: time.Now(),
 		jobs:    make(chan job, cfg.Queue),
 		stats:   newControlStats(),
 		done:    make(chan struct{}),
-	}, nil
+	}
+	s.metrics.more = append(s.metrics.more, s.loglim)
+	return s, nil
 }
 
 // Metrics returns the server's Prometheus collectors:
 // relayd_ng_commands_total{command,result}, relayd_ng_duplicates_total,
-// relayd_ng_ignored_total{reason} and
-// relayd_ng_command_duration_seconds{command}.
+// relayd_ng_ignored_total{reason},
+// relayd_ng_command_duration_seconds{command} and
+// relayd_log_suppressed_total{component="ng"}.
 func (s *Server) Metrics() prometheus.Collector { return s.metrics }
 
 // Listen binds every listener. It fails, naming the address, if one
@@ -274,6 +280,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	close(s.done)
+	s.loglim.Close()
 	var errs []error
 	for _, l := range s.listeners {
 		if err := l.close(); err != nil {
@@ -383,7 +390,7 @@ func errorDict(result Result, reason string) bencode.Value {
 // and whether it is to be sent as JSON.
 func (s *Server) process(ctx context.Context, from netip.AddrPort, data []byte) (bencode.Value, bool) {
 	if len(data) == 0 {
-		return s.fail(nil, "", ErrNoPayload), false
+		return s.fail(from, nil, "", ErrNoPayload), false
 	}
 	var dict bencode.Value
 	isJSON := false
@@ -391,30 +398,34 @@ func (s *Server) process(ctx context.Context, from netip.AddrPort, data []byte) 
 	case 'd':
 		v, err := bencode.Unmarshal(data)
 		if err != nil {
-			s.log.Info("ng request does not decode", zap.Stringer("from", from), zap.Error(err))
-			return s.fail(nil, "", ErrNotDict), false
+			if ce := s.loglim.Check(s.log, zap.InfoLevel, from.Addr(), "ng request does not decode"); ce != nil {
+				ce.Write(zap.Stringer("from", from), zap.Error(err))
+			}
+			return s.fail(from, nil, "", ErrNotDict), false
 		}
 		dict = v
 	case '{':
 		isJSON = true
 		v, err := decodeJSON(data)
 		if err != nil {
-			s.log.Info("ng JSON request does not decode", zap.Stringer("from", from), zap.Error(err))
-			return s.fail(nil, "", ErrJSON), true
+			if ce := s.loglim.Check(s.log, zap.InfoLevel, from.Addr(), "ng JSON request does not decode"); ce != nil {
+				ce.Write(zap.Stringer("from", from), zap.Error(err))
+			}
+			return s.fail(from, nil, "", ErrJSON), true
 		}
 		dict = v
 	default:
-		return s.fail(nil, "", ErrFormat), false
+		return s.fail(from, nil, "", ErrFormat), false
 	}
 	r, err := ParseRequest(dict)
 	if err != nil {
-		return s.fail(nil, "", err), isJSON
+		return s.fail(from, nil, "", err), isJSON
 	}
 	return s.run(ctx, from, r), isJSON
 }
 
 // fail makes the reply to a failed command and counts it.
-func (s *Server) fail(r *Request, command string, err error) bencode.Value {
+func (s *Server) fail(from netip.AddrPort, r *Request, command string, err error) bencode.Value {
 	result, reason := ResultError, ReplyText(err)
 	if r != nil {
 		switch {
@@ -431,9 +442,11 @@ func (s *Server) fail(r *Request, command string, err error) bencode.Value {
 	}
 	s.metrics.commands.WithLabelValues(command, string(result)).Inc()
 	if r != nil {
-		s.log.Info("ng command failed", zap.String("command", r.Command), zap.String("call_id", r.CallID), zap.String("reason", reason), zap.Error(err))
-	} else {
-		s.log.Info("ng request refused", zap.String("reason", reason))
+		if ce := s.loglim.Check(s.log, zap.InfoLevel, from.Addr(), "ng command failed"); ce != nil {
+			ce.Write(zap.Stringer("from", from), zap.String("command", r.Command), zap.String("call_id", r.CallID), zap.String("reason", reason), zap.Error(err))
+		}
+	} else if ce := s.loglim.Check(s.log, zap.InfoLevel, from.Addr(), "ng request refused"); ce != nil {
+		ce.Write(zap.Stringer("from", from), zap.String("reason", reason))
 	}
 	return errorDict(result, reason)
 }
@@ -510,11 +523,11 @@ func (s *Server) run(ctx context.Context, from netip.AddrPort, r *Request) benco
 			err = ErrUnsupported
 		}
 		s.stats.countError(from.Addr())
-		return s.fail(r, label, err)
+		return s.fail(from, r, label, err)
 	}
 	if err := check(r); err != nil {
 		s.stats.countError(from.Addr())
-		return s.fail(r, label, err)
+		return s.fail(from, r, label, err)
 	}
 	start := time.Now()
 	reply, err := s.callEngine(ctx, call, r)
@@ -524,9 +537,9 @@ func (s *Server) run(ctx context.Context, from netip.AddrPort, r *Request) benco
 	if err != nil {
 		switch {
 		case r.Command != CmdDelete || !(errors.Is(err, ErrUnknownCall) || errors.Is(err, ErrTagMismatch)):
-			return s.fail(r, label, err)
+			return s.fail(from, r, label, err)
 		case r.Flags.Has("fatal"):
-			return s.fail(r, label, ErrTagMismatch)
+			return s.fail(from, r, label, ErrTagMismatch)
 		default:
 			reply, err = &Reply{Warning: ReplyText(ErrTagMismatch)}, nil
 		}

@@ -66,7 +66,9 @@ func (l *udpListener) serve(ctx context.Context) {
 		l.s.submit(job{from: from, msg: msg, send: func(reply []byte) {
 			if len(reply) > maxUDPReply {
 				l.s.metrics.ignored.WithLabelValues(ignoredTooLarge).Inc()
-				l.s.log.Info("ng reply too large for a datagram", zap.Stringer("to", from), zap.Int("bytes", len(reply)))
+				if ce := l.s.loglim.Check(l.s.log, zap.InfoLevel, from.Addr(), "ng reply too large for a datagram"); ce != nil {
+					ce.Write(zap.Stringer("to", from), zap.Int("bytes", len(reply)))
+				}
 				return
 			}
 			if _, err := l.conn.WriteToUDPAddrPort(reply, from); err != nil && !errors.Is(err, net.ErrClosed) {
@@ -189,7 +191,9 @@ func (l *tcpListener) serveConn(c *net.TCPConn, from netip.AddrPort) {
 		}
 		if len(buf) > max {
 			l.s.metrics.ignored.WithLabelValues(ignoredMalformed).Inc()
-			l.s.log.Info("ng tcp message too long", zap.Stringer("from", from), zap.Int("bytes", len(buf)))
+			if ce := l.s.loglim.Check(l.s.log, zap.InfoLevel, from.Addr(), "ng tcp message too long"); ce != nil {
+				ce.Write(zap.Stringer("from", from), zap.Int("bytes", len(buf)))
+			}
 			return
 		}
 		if err != nil {

@@ -332,9 +332,13 @@ func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
 	}
 	s.metrics.callEnded(d, answered)
 	info := bc.c.Info()
-	bc.log.Info("call ended", zap.String("disposition", string(d)), zap.Int("code", code), zap.String("reason", reason),
-		zap.Int("attempts", len(info.Attempts)), zap.Float64("duration_s", info.DurationS),
-		zap.Uint64("packets_a", info.Media[call.A].Packets), zap.Uint64("packets_b", info.Media[call.B].Packets))
+	// A stranger can have any number of calls refused: those lines are
+	// rate-limited by source (their CDRs are not).
+	if answered || s.loglim.Allow(bc.c.Source.Addr(), "call ended") {
+		bc.log.Info("call ended", zap.String("disposition", string(d)), zap.Int("code", code), zap.String("reason", reason),
+			zap.Int("attempts", len(info.Attempts)), zap.Float64("duration_s", info.DurationS),
+			zap.Uint64("packets_a", info.Media[call.A].Packets), zap.Uint64("packets_b", info.Media[call.B].Packets))
+	}
 	if s.cfg.OnEnd != nil {
 		s.cfg.OnEnd(info)
 	}
@@ -376,7 +380,9 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		body, err = bc.relayOffer(call.A, offer, true)
 		if err != nil {
 			res := refusal(err)
-			bc.log.Info("call refused", zap.Int("code", res.code), zap.Error(err))
+			if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused"); ce != nil {
+				ce.Write(zap.Int("code", res.code), zap.Error(err))
+			}
 			return res
 		}
 		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
