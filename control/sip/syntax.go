@@ -728,7 +728,7 @@ func checkHeaders(m *lexed, scratch []byte) (int, string, []byte) {
 		case hTo, hContact, hRoute, hRecordRoute:
 			_, ok = checkAddress(h.value, h.kind)
 		case hCallID:
-			ok = len(h.value) > 0 && bytes.IndexAny(h.value, " \t") < 0
+			ok = len(h.value) > 0 && !bytes.ContainsAny(h.value, " \t")
 		case hCSeq:
 			ok = checkCSeq(h.value)
 			if ok && !bytes.Equal(h.value[bytes.LastIndexAny(h.value, " \t")+1:], method) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -249,5 +250,27 @@ func BenchmarkAllowManySources(b *testing.B) {
 	for b.Loop() {
 		l.Allow(srcs[i&65535], "malformed SIP request")
 		i++
+	}
+}
+
+// TestTwoComponentsOneRegistry: the SIP and ng front ends each export
+// relayd_log_suppressed_total; one registry takes both.
+func TestTwoComponentsOneRegistry(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	sip := New(Config{Component: "sip", Burst: 1}, zap.NewNop())
+	ng := New(Config{Component: "ng", Burst: 1}, zap.NewNop())
+	defer sip.Close()
+	defer ng.Close()
+	reg.MustRegister(sip, ng)
+	for range 3 {
+		sip.Allow(srcA, "x")
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP relayd_log_suppressed_total Log lines a remote party triggered that were suppressed by the per-source log rate limit.
+# TYPE relayd_log_suppressed_total counter
+relayd_log_suppressed_total{component="ng"} 0
+relayd_log_suppressed_total{component="sip"} 2
+`), "relayd_log_suppressed_total"); err != nil {
+		t.Error(err)
 	}
 }
