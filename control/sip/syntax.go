@@ -128,6 +128,11 @@ func isToken(c byte) bool {
 	return false
 }
 
+// isDisplay: characters of an unquoted display name: tokens, and UTF-8,
+// which RFC 3261 wants quoted but user agents send as it is, and which
+// is no separator to misread.
+func isDisplay(c byte) bool { return isToken(c) || c >= 0x80 }
+
 // isValue: characters of a parameter value that is a token or a host
 // (an IPv6 reference, or an IPv6 address in received=).
 func isValue(c byte) bool { return isToken(c) || c == ':' || c == '[' || c == ']' }
@@ -502,7 +507,7 @@ func (p *scanner) address(brackets bool) (tag, ok bool) {
 		return p.params()
 	}
 	start := p.i
-	tok := p.run(isToken)
+	tok := p.run(isDisplay)
 	if len(tok) == 0 {
 		return false, false
 	}
@@ -524,7 +529,7 @@ func (p *scanner) address(brackets bool) (tag, ok bool) {
 		if p.eat('<') {
 			break
 		}
-		if !ws || len(p.run(isToken)) == 0 {
+		if !ws || len(p.run(isDisplay)) == 0 {
 			return false, false
 		}
 	}

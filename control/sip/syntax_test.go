@@ -26,6 +26,7 @@ func TestCheckAddress(t *testing.T) {
 		{"token1~` token2'+_ token3*%!.- <sip:mundane@example.com>;fromParam''~+*_!.-%=\"работающий\";tag=_token~1'+`*%!-.", hFrom, true, true},
 		{"\"BEL:\\\x07 NUL:\\\x00 DEL:\\\x7f\" <sip:1_unusual.URI~(to-be!sure)&isn't+it$/crazy?,/;;*@example.com>", hTo, true, false},
 		{`isbn:2983792873`, hTo, true, false},
+		{"J\xc3\xbcrgen M\xc3\xbcller <sip:j@example.com>;tag=7", hFrom, true, true}, // UTF-8 unquoted: taken
 		{`<name:John_Smith>`, hContact, true, false},
 		{`*`, hContact, true, false},
 		{`<sip:a@b>, "x" <sip:c@d>;expires=3`, hContact, true, false},
