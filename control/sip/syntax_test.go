@@ -1,8 +1,10 @@
 package sip
 
 import (
+	"bytes"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/emiago/sipgo/sip"
@@ -228,4 +230,51 @@ func BenchmarkVetInvite(b *testing.B) {
 			}
 		}
 	})
+}
+
+// FuzzVet: the pre-parser never panics; what it passes on, sipgo
+// parses, no longer than it came; what it answers is a SIP/2.0 response
+// to a request with a Via.
+func FuzzVet(f *testing.F) {
+	files, _ := filepath.Glob("testdata/torture/*/*.dat")
+	for _, p := range files {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	c, s := newTestConn()
+	from := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 9), Port: 5060}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b := make([]byte, 32768)
+		in := copy(b, data)
+		s.out = s.out[:0]
+		n, ok := c.vet(b, in, from)
+		if ok {
+			if n > in {
+				t.Fatalf("grew from %d to %d bytes", in, n)
+			}
+			if classify(firstLineOf(b[:n])) == isRequest {
+				if _, err := sip.ParseMessage(b[:n]); err != nil {
+					t.Fatalf("passed a request sipgo refuses: %v\n%q", err, b[:n])
+				}
+			}
+			return
+		}
+		if len(s.out) == 0 {
+			return // dropped
+		}
+		if !bytes.HasPrefix(s.out, []byte("SIP/2.0 ")) || !bytes.HasSuffix(s.out, []byte("\r\n\r\n")) {
+			t.Fatalf("answer %q", s.out)
+		}
+		if !viaLine.Match(data) {
+			t.Fatalf("answered %q without a Via", data)
+		}
+	})
+}
+
+func firstLineOf(b []byte) []byte {
+	l, _, _ := bytes.Cut(b, []byte{'\n'})
+	return bytes.TrimSuffix(l, []byte{'\r'})
 }
