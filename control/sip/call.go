@@ -223,7 +223,9 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	if t, exposed := bc.sdesExposed(call.A, req.Body()); exposed {
 		// The offer's keys crossed already; the answer's need not.
 		r := sdesRefusal(call.A, t)
-		bc.log.Info("call refused: SDES over a plain transport", zap.String("leg", "caller"), zap.String("transport", t))
+		if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused: SDES over a plain transport"); ce != nil {
+			ce.Write(zap.String("leg", "caller"), zap.String("transport", t))
+		}
 		bc.fail(r.disposition, r.code, r.reason, r.headers...)
 		return
 	}

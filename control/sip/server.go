@@ -818,11 +818,15 @@ func (s *Server) admit(req *sip.Request, tx sip.ServerTransaction, src netip.Add
 		switch auth.state {
 		case authBad:
 			s.metrics.refused(refusedCredentials)
-			log.Info("INVITE refused: credentials", zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			if ce := s.loglim.Check(log, zap.InfoLevel, src.Addr(), "INVITE refused: credentials"); ce != nil {
+				ce.Write(zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			}
 			respond(tx, req, sip.StatusForbidden, "Forbidden")
 		case authBadURI:
 			s.metrics.refused(refusedCredentials)
-			log.Info("INVITE refused: credentials", zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			if ce := s.loglim.Check(log, zap.InfoLevel, src.Addr(), "INVITE refused: credentials"); ce != nil {
+				ce.Write(zap.String("auth_user", auth.user), zap.String("why", auth.why))
+			}
 			respond(tx, req, sip.StatusBadRequest, "Digest URI Is Not The Request-URI")
 		default:
 			s.metrics.refused(refusedChallenged)
@@ -835,7 +839,9 @@ func (s *Server) admit(req *sip.Request, tx sip.ServerTransaction, src netip.Add
 			reason = refusedUser
 		}
 		s.metrics.refused(reason)
-		log.Info("INVITE refused: "+reason+" not allowed", zap.String("auth_user", f.AuthUser), zap.Error(err))
+		if ce := s.loglim.Check(log, zap.InfoLevel, src.Addr(), "INVITE refused: "+reason+" not allowed"); ce != nil {
+			ce.Write(zap.String("auth_user", f.AuthUser), zap.Error(err))
+		}
 		respond(tx, req, sip.StatusForbidden, "Forbidden")
 	default:
 		log.Warn("admission", zap.Error(err))
