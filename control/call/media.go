@@ -318,8 +318,9 @@ func (m *Media) applyLatch(fl *dataplane.Flow, signalled netip.AddrPort, in, out
 	case LatchStrict:
 		fl.ExpectSource = signalled
 	default:
-		// The signalled address and port: latching prefers them.
-		fl.ExpectSource = signalled
+		if signalled.IsValid() {
+			fl.ExpectSource = netip.AddrPortFrom(signalled.Addr(), 0)
+		}
 		if l, ok := m.learned[fl.Match]; ok && l.locked {
 			fl.ExpectSource = l.source
 		} else {

@@ -491,19 +491,19 @@ func TestNegotiateLatch(t *testing.T) {
 		ab, ba flowWant
 	}{
 		{"symmetric", LatchSymmetric, LatchSymmetric, false,
-			flowWant{caller, true, true, callee},
-			flowWant{callee, true, true, caller}},
+			flowWant{netip.AddrPortFrom(caller.Addr(), 0), true, true, callee},
+			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
 		{"symmetric, caller latched", LatchSymmetric, LatchSymmetric, true,
 			flowWant{natted, false, false, callee},
-			flowWant{callee, true, true, natted}},
+			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, natted}},
 		{"asymmetric caller", LatchAsymmetric, LatchSymmetric, false,
 			flowWant{netip.AddrPort{}, false, false, callee},
-			flowWant{callee, true, true, caller}},
+			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
 		{"asymmetric caller ignores a learned source", LatchAsymmetric, LatchSymmetric, true,
 			flowWant{netip.AddrPort{}, false, false, callee},
-			flowWant{callee, true, true, caller}},
+			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
 		{"strict callee", LatchSymmetric, LatchStrict, false,
-			flowWant{caller, true, true, callee},
+			flowWant{netip.AddrPortFrom(caller.Addr(), 0), true, true, callee},
 			flowWant{callee, false, false, caller}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
