@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -202,6 +203,14 @@ func TestStaleRemoved(t *testing.T) {
 		sleeper.Process.Kill()
 		ns.Close() // its name is gone by now: this releases the handle
 	})
+	// ip netns exec enters the namespace after Start returns: wait until
+	// the sleeper is in it, or New could look before it arrives.
+	for deadline := time.Now().Add(5 * time.Second); !slices.Contains(nsPids(ns.Path()), sleeper.Process.Pid); {
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeper never entered its namespace")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	// As a crash would, leave ns behind, not closed.
 	newPairT(t, Config{Prefix: prefix, Advert: 100 * time.Millisecond})
 	select {
