@@ -69,7 +69,7 @@ func TestTranscodeOffer(t *testing.T) {
 		noCodec bool // CanTranscode false
 	}{
 		{name: "adds G729 after the offer's codecs", offer: callerG711, opts: toG729,
-			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event 13/CN", lines: []string{"a=rtpmap:18 G729/8000", "a=fmtp:18 annexb=no", "m=audio 30002 RTP/AVP 0 8 18 101 13"}},
+			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event 13/CN", lines: []string{"a=rtpmap:18 G729/8000", "a=fmtp:18 annexb=no", " RTP/AVP 0 8 18 101 13"}},
 		{name: "annexb by policy", offer: callerG711,
 			opts: OfferOptions{Transcoding: true, Codecs: CodecPolicy{Transcode: []string{"g729"}, G729AnnexB: true}},
 			want: "0/PCMU 8/PCMA 18/G729 101/telephone-event 13/CN", lines: []string{"a=fmtp:18 annexb=yes"}},
