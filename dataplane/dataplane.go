@@ -92,10 +92,15 @@ type Flow struct {
 	Decrypt, Encrypt *SRTP
 	// Latch turns on symmetric RTP for endpoints behind NAT: the source is
 	// learned within the latch window from the flow's first packet, and
-	// then locked. RTP Bleed guard: when ExpectSource's address (the
-	// signalled one) is routable, only sources with that address are
-	// learned (any port); otherwise any source may be. Until locked the
-	// flow's packets are handled in userspace.
+	// then locked. ExpectSource is the signalled address and port (port 0:
+	// not known). RTP Bleed guard: the signalled address and port win at
+	// once and lock; when the signalled address is routable only sources
+	// with that address are accepted, and one with another port is learned
+	// only if the window ends without the exact one; otherwise (NAT) the
+	// first source is learned. Within the window a source replaces the
+	// learned one only if it ranks higher (exact, then address, then any):
+	// the first of a rank wins. Until locked the flow's packets are handled
+	// in userspace.
 	Latch bool
 	// Reverse, when valid, is the match of the flow that carries media
 	// back to this flow's source: its SendTo follows the learned source.

@@ -19,31 +19,53 @@ func TestLatch(t *testing.T) {
 		ok   bool
 		want latchResult
 	}
+	natted2 := netip.MustParseAddrPort("198.18.0.2:62000")
+	spoofed := netip.MustParseAddrPort("198.18.0.2:4999") // the caller's address, another port
+	privateNAT := netip.MustParseAddrPort("198.18.7.7:50000")
+	const learned, locked, both = latchLearned, latchLocked, latchLearned | latchLocked
 	for _, tc := range []struct {
 		name      string
 		signalled netip.AddrPort
 		steps     []step
 	}{
-		{"routable signalled address: only its address latches", routable, []step{
-			{attacker, 0, false, latchNone},       // first packet starts the window, rejected
-			{natted, 1e9, true, latchLearned},     // the caller behind NAT, new port
-			{attacker, 1.5e9, false, latchNone},   // RTP Bleed attempt
-			{natted, 2e9, true, latchNone},        // same source
-			{routable, 2.5e9, true, latchLearned}, // rebinding within the window
-			{routable, 3.5e9, true, latchLocked},  // window over: locked
-			{natted, 4e9, false, latchNone},       // locked: others refused
+		{"routable: the exact source wins at once over a spoof that came first", routable, []step{
+			{attacker, 0, false, latchNone},   // another address: refused; the window starts
+			{spoofed, 0.5e9, true, latchNone}, // accepted, but media does not go to it
+			{spoofed, 0.6e9, true, latchNone},
+			{routable, 1e9, true, both},        // the signalled address and port: learned and locked
+			{spoofed, 1.5e9, false, latchNone}, // RTP Bleed attempt after: refused
 			{routable, 5e9, true, latchNone},
 		}},
-		{"private signalled address: any source latches in the window", private, []step{
-			{natted, 0, true, latchLearned},
-			{attacker, 1e9, true, latchLearned}, // indistinguishable from a NAT rebinding
-			{natted, 2e9, true, latchLearned},
-			{natted, 4e9, true, latchLocked},
+		{"routable: a NAT that kept the address is learned when the window ends", routable, []step{
+			{natted, 0, true, latchNone},       // pending
+			{attacker, 1e9, false, latchNone},  // another address
+			{natted2, 1.5e9, false, latchNone}, // the same rank, later: the first wins
+			{natted, 2e9, true, latchNone},
+			{natted, 3.5e9, true, both}, // window over: learned and locked
+			{natted2, 4e9, false, latchNone},
+			{routable, 4.5e9, false, latchNone}, // locked: even the signalled port
+		}},
+		{"routable: strangers alone never latch", routable, []step{
+			{attacker, 0, false, latchNone},
+			{attacker, 4e9, false, latchNone},
+			{routable, 5e9, true, both}, // the real party, late
+		}},
+		{"private signalled address: the first source is learned, a later one is refused", private, []step{
+			{privateNAT, 0, true, learned},
+			{attacker, 1e9, false, latchNone}, // the same rank: indistinguishable, the first wins
+			{privateNAT, 2e9, true, latchNone},
+			{private, 2.5e9, true, both}, // the exact signalled source outranks it
+			{privateNAT, 3e9, false, latchNone},
+		}},
+		{"private signalled address: the learned source locks when the window ends", private, []step{
+			{privateNAT, 0, true, learned},
+			{privateNAT, 4e9, true, locked},
 			{attacker, 5e9, false, latchNone},
 		}},
 		{"no signalled address", netip.AddrPort{}, []step{
-			{natted, 0, true, latchLearned},
-			{natted, 10e9, true, latchLocked},
+			{natted, 0, true, learned},
+			{attacker, 1e9, false, latchNone},
+			{natted, 10e9, true, locked},
 			{attacker, 11e9, false, latchNone},
 		}},
 	} {

@@ -54,9 +54,11 @@ type flowState struct {
 	enc    *srtpflow.Encrypter
 
 	// Symmetric RTP latching (flow.Latch).
-	latchUntil int64          // end of the window (Unix ns); 0 before the first packet
-	learned    netip.AddrPort // the source learned so far
-	locked     bool           // the window is over: only learned is accepted
+	latchUntil  int64          // end of the window (Unix ns); 0 before the first packet
+	learned     netip.AddrPort // the source learned so far (media goes back to it)
+	pending     netip.AddrPort // accepted, learned if the window ends without a better one
+	learnedRank int8           // rank of learned or pending
+	locked      bool           // learning is over: only learned is accepted
 
 	packets, bytes, dropped uint64
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
@@ -178,19 +180,51 @@ func (f *flowState) count(body []byte, class rtp.Class, src netip.AddrPort, inLe
 	}
 }
 
-// latchResult says what latching did with a packet.
+// latchResult says what latching did with a packet: bits.
 type latchResult uint8
 
 const (
-	latchNone    latchResult = iota
-	latchLearned             // a new source was learned
-	latchLocked              // the window closed: the learned source is locked
+	latchNone    latchResult = 0
+	latchLearned latchResult = 1 << iota // a new source was learned
+	latchLocked                          // learning is over: only the learned source is accepted
 )
 
+// The ranks of a source against the signalled one, best last.
+const (
+	rankNone  int8 = iota // refused: another address than a routable signalled one
+	rankAny               // any source: the signalled address is not routable (NAT) or unknown
+	rankAddr              // the signalled address, another port
+	rankExact             // the signalled address and port
+)
+
+// rank ranks src against the flow's signalled address (ExpectSource).
+func (f *flowState) rank(src netip.AddrPort) int8 {
+	sig := f.flow.ExpectSource
+	switch {
+	case !sig.IsValid():
+		return rankAny
+	case sig.Port() != 0 && src == sig:
+		return rankExact
+	case src.Addr() == sig.Addr():
+		return rankAddr
+	case dataplane.Routable(sig.Addr()):
+		return rankNone
+	}
+	return rankAny
+}
+
 // latch applies symmetric RTP learning to a packet from src at now: it
-// reports whether the packet is accepted and what changed. Guard against
-// RTP Bleed: sources are learned only within window from the first packet,
-// and only from the signalled address when that address is routable.
+// reports whether the packet is accepted and what changed. It guards
+// against RTP Bleed (an attacker's packets making relayd send a stream to
+// the attacker):
+//   - the signalled address and port win at once and lock the flow;
+//   - a routable signalled address admits only itself: a source with its
+//     address and another port is accepted but learned (media sent to it)
+//     only when the window ends without the exact one;
+//   - otherwise (behind NAT) the first source is learned at once;
+//   - within the window a source replaces the learned one only if it
+//     ranks higher: the first of a rank wins, later ones are dropped;
+//   - after the window the learned source is locked.
 func (f *flowState) latch(src netip.AddrPort, now, window int64) (bool, latchResult) {
 	if f.locked {
 		return src == f.learned, latchNone
@@ -198,19 +232,37 @@ func (f *flowState) latch(src netip.AddrPort, now, window int64) (bool, latchRes
 	if f.latchUntil == 0 {
 		f.latchUntil = now + window
 	}
-	if now > f.latchUntil && f.learned.IsValid() {
-		f.locked = true
-		return src == f.learned, latchLocked
+	var res latchResult
+	if now > f.latchUntil {
+		if f.pending.IsValid() {
+			f.learned, f.pending = f.pending, netip.AddrPort{}
+			res |= latchLearned
+		}
+		if f.learned.IsValid() {
+			f.locked = true
+			return src == f.learned, res | latchLocked
+		}
 	}
-	sig := f.flow.ExpectSource
-	if sig.IsValid() && dataplane.Routable(sig.Addr()) && src.Addr() != sig.Addr() {
-		return false, latchNone
+	r := f.rank(src)
+	switch {
+	case r == rankNone:
+		return false, res
+	case src == f.learned || src == f.pending:
+		return true, res
+	case r == rankExact:
+		f.learned, f.pending, f.learnedRank, f.locked = src, netip.AddrPort{}, r, true
+		return true, res | latchLearned | latchLocked
+	case r <= f.learnedRank:
+		return false, res
+	case r == rankAddr && dataplane.Routable(f.flow.ExpectSource.Addr()):
+		// Media keeps going to the signalled address and port, where
+		// the real party is, until the window shows it does not send
+		// from there.
+		f.pending, f.learnedRank = src, r
+		return true, res
 	}
-	if src != f.learned {
-		f.learned = src
-		return true, latchLearned
-	}
-	return true, latchNone
+	f.learned, f.pending, f.learnedRank = src, netip.AddrPort{}, r
+	return true, res | latchLearned
 }
 
 // process handles one UDP payload that arrived at the flow's match from

@@ -840,16 +840,18 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 				counts[vDropSource]++
 				continue
 			}
-			if res == latchLearned && f.flow.Reverse.IsValid() {
+			if res&latchLearned != 0 {
 				// Media goes back where it comes from: at once here, and
 				// through the control plane in the data plane that carries
 				// the reverse flow.
-				if r := w.flows[f.flow.Reverse]; r != nil {
-					r.flow.SendTo = src
+				if f.flow.Reverse.IsValid() {
+					if r := w.flows[f.flow.Reverse]; r != nil {
+						r.flow.SendTo = f.learned
+					}
+					w.notifyLatched(f.flow.Match, f.learned, false)
 				}
-				w.notifyLatched(f.flow.Match, src, false)
 			}
-			if res == latchLocked {
+			if res&latchLocked != 0 {
 				w.notifyLatched(f.flow.Match, f.learned, true)
 			}
 		}

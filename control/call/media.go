@@ -318,9 +318,8 @@ func (m *Media) applyLatch(fl *dataplane.Flow, signalled netip.AddrPort, in, out
 	case LatchStrict:
 		fl.ExpectSource = signalled
 	default:
-		if signalled.IsValid() {
-			fl.ExpectSource = netip.AddrPortFrom(signalled.Addr(), 0)
-		}
+		// The signalled address and port: latching prefers them.
+		fl.ExpectSource = signalled
 		if l, ok := m.learned[fl.Match]; ok && l.locked {
 			fl.ExpectSource = l.source
 		} else {

@@ -491,19 +491,19 @@ func TestNegotiateLatch(t *testing.T) {
 		ab, ba flowWant
 	}{
 		{"symmetric", LatchSymmetric, LatchSymmetric, false,
-			flowWant{netip.AddrPortFrom(caller.Addr(), 0), true, true, callee},
-			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
+			flowWant{caller, true, true, callee},
+			flowWant{callee, true, true, caller}},
 		{"symmetric, caller latched", LatchSymmetric, LatchSymmetric, true,
 			flowWant{natted, false, false, callee},
-			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, natted}},
+			flowWant{callee, true, true, natted}},
 		{"asymmetric caller", LatchAsymmetric, LatchSymmetric, false,
 			flowWant{netip.AddrPort{}, false, false, callee},
-			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
+			flowWant{callee, true, true, caller}},
 		{"asymmetric caller ignores a learned source", LatchAsymmetric, LatchSymmetric, true,
 			flowWant{netip.AddrPort{}, false, false, callee},
-			flowWant{netip.AddrPortFrom(callee.Addr(), 0), true, true, caller}},
+			flowWant{callee, true, true, caller}},
 		{"strict callee", LatchSymmetric, LatchStrict, false,
-			flowWant{netip.AddrPortFrom(caller.Addr(), 0), true, true, callee},
+			flowWant{caller, true, true, callee},
 			flowWant{callee, false, false, caller}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

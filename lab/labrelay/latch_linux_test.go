@@ -11,12 +11,13 @@ import (
 )
 
 // TestRelayLatching: symmetric RTP with the RTP Bleed guard, end to end.
-// The caller signals its address with a wrong port (as behind a NAT); an
-// attacker host sends to the relay port first. Within the latch window the
-// relay learns the caller's real port only (the signalled address is
-// routable, so the attacker's packets are dropped), sends the callee's media
-// back there, and after the window locks the source and hands the flow back
-// to XDP, which keeps dropping the attacker.
+// The caller signals its address with a wrong port (as behind a NAT that
+// kept the address); an attacker host sends to the relay port first.
+// Within the latch window the attacker is dropped (the signalled address
+// is routable), the caller's media is relayed but the callee's keeps
+// going to the signalled port; when the window ends without a packet from
+// there, the caller's port is learned and locked, the callee's media goes
+// there, and the flow goes back to XDP, which keeps dropping the attacker.
 func TestRelayLatching(t *testing.T) {
 	l := lab.NewT(t)
 	if err := l.AddAttacker(); err != nil {
@@ -49,8 +50,11 @@ func TestRelayLatching(t *testing.T) {
 	if got, _ := callee.recv(1, 66, 0, 200*time.Millisecond); got != 0 {
 		t.Fatalf("callee received %d packets from the attacker", got)
 	}
-	// The caller starts: its port is learned, the callee's media goes back
-	// to it (not to the signalled port).
+	// The caller starts from its address but not the signalled port: its
+	// media reaches the callee, but within the window the callee's media
+	// still goes to the signalled port (where the real party would be,
+	// were these packets spoofed).
+	atSignalled := openLeg(t, l.Caller, signalled, a)
 	if err := caller.send(20, 1000, 1, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +64,28 @@ func TestRelayLatching(t *testing.T) {
 	if err := callee.send(20, 1000, 2, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := caller.recv(20, 2, 0, time.Second); got != 20 {
-		t.Fatalf("caller received %d of 20 packets at its real port (%v)", got, err)
+	if got, err := atSignalled.recv(20, 2, 0, time.Second); got != 20 {
+		t.Fatalf("the signalled port received %d of 20 packets within the window (%v)", got, err)
+	}
+	if got, _ := caller.recv(1, 2, 0, 100*time.Millisecond); got != 0 {
+		t.Fatalf("the unsignalled port received %d packets within the window", got)
 	}
 
-	// After the window: the next packet locks the source and the flows go
-	// back to XDP with the learned source.
+	// After the window, no packet having come from the signalled port:
+	// the next packet learns the caller's port and locks it, and the
+	// flows go back to XDP with the learned source.
 	time.Sleep(1200 * time.Millisecond)
 	if err := caller.send(10, 1000, 1, 20); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := callee.recv(10, 1, 20, time.Second); got != 10 {
 		t.Fatalf("after the window: callee received %d of 10", got)
+	}
+	if err := callee.send(10, 1000, 2, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := caller.recv(10, 2, 20, time.Second); got != 10 {
+		t.Fatalf("after the window: the caller's port received %d of 10 (%v)", got, err)
 	}
 	var f admin.Flow
 	deadline := time.Now().Add(3 * time.Second)
@@ -121,5 +135,119 @@ func TestRelayLatching(t *testing.T) {
 	}
 	if !strings.Contains(r.Log(), "source latched") {
 		t.Error("no 'source latched' in the log")
+	}
+}
+
+// TestRelayLatchingBleed: RTP Bleed attempts inside and after the latch
+// window, with and without a routable signalled address. The callee's
+// media never reaches the attacker, and once the real caller has sent,
+// nothing the attacker sends reaches the callee.
+func TestRelayLatchingBleed(t *testing.T) {
+	l := lab.NewT(t)
+	if err := l.AddAttacker(); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelayIn(t, l, Options{ExtraMedia: `latch_window = "1s"`})
+	real := netip.AddrPortFrom(l.CallerAddr4, 4000)
+	for i, tc := range []struct {
+		name      string
+		signalled netip.AddrPort // in the caller's SDP
+		spoof     func(t *testing.T, relay netip.AddrPort) *leg
+	}{
+		// The attacker spoofs the caller's address from another port (the
+		// caller's namespace stands in for a spoofing host) and is first.
+		{"routable, spoofed address first", real, func(t *testing.T, relay netip.AddrPort) *leg {
+			return openLeg(t, l.Caller, netip.AddrPortFrom(l.CallerAddr4, 4999), relay)
+		}},
+		// Behind NAT the SDP's address means nothing: the attacker
+		// comes from its own address, right after the caller.
+		{"behind NAT, attacker after the caller", netip.MustParseAddrPort("198.18.0.2:4000"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := netip.AddrPortFrom(l.RelayMedia4, uint16(33100+4*i)), netip.AddrPortFrom(l.RelayMedia4, uint16(33102+4*i))
+			calleeEP := netip.AddrPortFrom(l.CalleeAddr4, uint16(5100+i))
+			expect := tc.signalled
+			if tc.spoof == nil {
+				// A signalled address relayd cannot trust (not routable),
+				// never sent to: the callee waits for the caller's first
+				// packet.
+				expect = netip.MustParseAddrPort("10.200.0.5:4000")
+			}
+			up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: expect.String(), Latch: true, Reverse: b.String(),
+				SendFrom: b.String(), SendTo: calleeEP.String()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
+				SendFrom: a.String(), SendTo: expect.String()}); err != nil {
+				t.Fatal(err)
+			}
+			caller := openLeg(t, l.Caller, real, a)
+			callee := openLeg(t, l.Callee, calleeEP, b)
+			var attacker *leg
+			if tc.spoof != nil {
+				attacker = tc.spoof(t, a)
+				if err := attacker.send(10, 1000, 66, 0); err != nil {
+					t.Fatal(err)
+				}
+				// Before the caller: the callee's media goes to the
+				// signalled address and port, the real caller.
+				if err := callee.send(10, 1000, 2, 0); err != nil {
+					t.Fatal(err)
+				}
+				if got, _ := caller.recv(10, 2, 0, time.Second); got != 10 {
+					t.Fatalf("caller received %d of 10 before it sent", got)
+				}
+				// What remains possible (docs/security.md): before the real
+				// party's first packet, a spoofer of its address reaches
+				// the callee.
+				injected, _ := callee.recv(10, 66, 0, 300*time.Millisecond)
+				t.Logf("spoofed packets relayed to the callee before the caller's first: %d of 10", injected)
+			}
+			if err := caller.send(10, 1000, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := callee.recv(10, 1, 0, time.Second); got != 10 {
+				t.Fatalf("callee received %d of 10 from the caller", got)
+			}
+			if attacker == nil {
+				attacker = openLeg(t, l.Attacker, netip.AddrPortFrom(l.AttackerAddr4, 4000), a)
+			}
+			// Inside the window, after the caller.
+			if err := attacker.send(10, 1000, 66, 100); err != nil {
+				t.Fatal(err)
+			}
+			if err := callee.send(20, 1000, 2, 100); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := caller.recv(20, 2, 100, time.Second); got != 20 {
+				t.Errorf("inside the window: caller received %d of 20", got)
+			}
+			// After the window.
+			time.Sleep(1200 * time.Millisecond)
+			if err := caller.send(5, 1000, 1, 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := attacker.send(10, 1000, 66, 200); err != nil {
+				t.Fatal(err)
+			}
+			if err := callee.send(20, 1000, 2, 200); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := caller.recv(20, 2, 200, time.Second); got != 20 {
+				t.Errorf("after the window: caller received %d of 20", got)
+			}
+			if got, _ := callee.recv(1, 66, 100, 300*time.Millisecond); got != 0 {
+				t.Errorf("callee received %d attacker packets sent after the caller's first", got)
+			}
+			for _, first := range []uint16{0, 100, 200} {
+				if got, _ := attacker.recv(1, 2, first, 100*time.Millisecond); got != 0 {
+					t.Errorf("the attacker received %d of the callee's packets (from seq %d)", got, first)
+				}
+			}
+			if f := flowByID(t, r, up.ID); f.ExpectSource != real.String() || f.Latch {
+				t.Errorf("flow after the window: %+v, want locked on %s", f, real)
+			}
+		})
 	}
 }
