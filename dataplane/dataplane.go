@@ -94,7 +94,7 @@ type Flow struct {
 	// learned within the latch window from the flow's first packet, and
 	// then locked. ExpectSource is the signalled address and port (port 0:
 	// not known). RTP Bleed guard: the signalled address and port win at
-	// once and lock; when the signalled address is routable only sources
+	// once; when the signalled address is routable only sources
 	// with that address are accepted, and one with another port is learned
 	// only if the window ends without the exact one; otherwise (NAT) the
 	// first source is learned. Within the window a source replaces the

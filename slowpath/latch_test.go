@@ -28,13 +28,14 @@ func TestLatch(t *testing.T) {
 		signalled netip.AddrPort
 		steps     []step
 	}{
-		{"routable: the exact source wins at once over a spoof that came first", routable, []step{
+		{"routable: the exact source wins over a spoof that came first", routable, []step{
 			{attacker, 0, false, latchNone},   // another address: refused; the window starts
 			{spoofed, 0.5e9, true, latchNone}, // accepted, but media does not go to it
 			{spoofed, 0.6e9, true, latchNone},
-			{routable, 1e9, true, both},        // the signalled address and port: learned and locked
+			{routable, 1e9, true, learned},     // the signalled address and port: learned at once
 			{spoofed, 1.5e9, false, latchNone}, // RTP Bleed attempt after: refused
-			{routable, 5e9, true, latchNone},
+			{attacker, 2e9, false, latchNone},
+			{routable, 5e9, true, locked}, // window over
 		}},
 		{"routable: a NAT that kept the address is learned when the window ends", routable, []step{
 			{natted, 0, true, latchNone},       // pending
@@ -54,8 +55,9 @@ func TestLatch(t *testing.T) {
 			{privateNAT, 0, true, learned},
 			{attacker, 1e9, false, latchNone}, // the same rank: indistinguishable, the first wins
 			{privateNAT, 2e9, true, latchNone},
-			{private, 2.5e9, true, both}, // the exact signalled source outranks it
+			{private, 2.5e9, true, learned}, // the exact signalled source outranks it
 			{privateNAT, 3e9, false, latchNone},
+			{private, 3.5e9, true, locked},
 		}},
 		{"private signalled address: the learned source locks when the window ends", private, []step{
 			{privateNAT, 0, true, learned},

@@ -217,7 +217,8 @@ func (f *flowState) rank(src netip.AddrPort) int8 {
 // reports whether the packet is accepted and what changed. It guards
 // against RTP Bleed (an attacker's packets making relayd send a stream to
 // the attacker):
-//   - the signalled address and port win at once and lock the flow;
+//   - the signalled address and port win at once (nothing outranks
+//     them) and lock the flow when the window ends;
 //   - a routable signalled address admits only itself: a source with its
 //     address and another port is accepted but learned (media sent to it)
 //     only when the window ends without the exact one;
@@ -250,8 +251,18 @@ func (f *flowState) latch(src netip.AddrPort, now, window int64) (bool, latchRes
 	case src == f.learned || src == f.pending:
 		return true, res
 	case r == rankExact:
-		f.learned, f.pending, f.learnedRank, f.locked = src, netip.AddrPort{}, r, true
-		return true, res | latchLearned | latchLocked
+		// Learned at once, locked when the window ends (or now, if it
+		// has): nothing can outrank it, and the flow stays in userspace
+		// until then. Locking at once would also move the flow into XDP
+		// at its first packet; on a veth whose peer has GRO, XDP_TX from
+		// the very first frame stalled the peer's queue (ng replies and
+		// media lost: the two-relay Kamailio lab).
+		f.learned, f.pending, f.learnedRank = src, netip.AddrPort{}, r
+		if now > f.latchUntil {
+			f.locked = true
+			return true, res | latchLearned | latchLocked
+		}
+		return true, res | latchLearned
 	case r <= f.learnedRank:
 		return false, res
 	case r == rankAddr && dataplane.Routable(f.flow.ExpectSource.Addr()):
