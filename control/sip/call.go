@@ -34,6 +34,11 @@ var (
 
 // b2bCall is one call through the B2BUA.
 type b2bCall struct {
+	// persistMu makes each record's snapshot and write one step: two
+	// writers racing (the answer's, the shutdown's) could otherwise
+	// leave the older snapshot in the store.
+	persistMu sync.Mutex
+
 	s     *Server
 	c     *call.Call
 	log   *zap.Logger

@@ -80,6 +80,8 @@ func (bc *b2bCall) persist() error {
 	if st == nil {
 		return nil
 	}
+	bc.persistMu.Lock()
+	defer bc.persistMu.Unlock()
 	rev := bc.c.Media.Revision()
 	rec, ok := bc.record()
 	if !ok {

@@ -255,6 +255,17 @@ func TestRestartReinstallsSRTPFlows(t *testing.T) {
 	}
 	d.Ack(ctx)
 	waitFor(t, "userspace flows", func() bool { return h.us.Len() == 4 })
+	// Until the ACK is handled the call is not answered, and a restart
+	// may write it without the counters set below.
+	waitFor(t, "the ACK handled", func() bool {
+		calls := h.srv.calls()
+		if len(calls) != 1 {
+			return false
+		}
+		calls[0].mu.Lock()
+		defer calls[0].mu.Unlock()
+		return calls[0].negotiated
+	})
 	m := flowsOf(t, h.us)[0].Match
 	if err := h.us.SetStats(m, dataplane.Stats{Packets: 1000, Bytes: 200000}); err != nil {
 		t.Fatal(err)
