@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -166,7 +167,19 @@ func scrape(t *testing.T, url string) []byte {
 // finds nothing to complain about.
 func TestMetricsLifecycle(t *testing.T) {
 	l := newLifecycle(t)
-	if code := l.do(t, http.MethodPost, "/v1/flows", `{"match":"198.18.1.1:30050","send_from":"198.18.1.1:30052","send_to":"198.18.2.2:5000"}`, nil); code != http.StatusCreated {
+	// Two pairs the call does not hold (its ports are drawn at random).
+	held := map[uint16]bool{}
+	for _, st := range l.call.Media.Streams() {
+		for _, e := range st.Ends {
+			held[e.Port] = true
+		}
+	}
+	p := uint16(30050)
+	for held[p] || held[p+2] {
+		p += 4
+	}
+	body := fmt.Sprintf(`{"match":"198.18.1.1:%d","send_from":"198.18.1.1:%d","send_to":"198.18.2.2:5000"}`, p, p+2)
+	if code := l.do(t, http.MethodPost, "/v1/flows", body, nil); code != http.StatusCreated {
 		t.Fatalf("add static flow: %d", code)
 	}
 	b := scrape(t, l.srv.URL)
