@@ -89,6 +89,10 @@ type Media struct {
 	Ports       string `toml:"ports"`        // "A-B", A even, B odd; default 30000-39999
 	Timeout     string `toml:"timeout"`      // no media this long ends a call; default 60s
 	LatchWindow string `toml:"latch_window"` // symmetric RTP latching window; default 3s
+	// RebindAfter is how long a locked source must be silent, while
+	// packets from elsewhere arrive, before learning opens again (a NAT
+	// that moved the peer); default 5s, "0s" never.
+	RebindAfter string `toml:"rebind_after"`
 	// RTCPInterval is the mean interval of the RTCP reports relayd sends
 	// on each leg of a transcoded stream (it terminates RTCP there);
 	// default 5s, RFC 3550's minimum. From 100ms to 60s.
@@ -120,6 +124,7 @@ type Media struct {
 	PortMax         uint16         `toml:"-"` // last port of Ports (odd)
 	TimeoutDuration time.Duration  `toml:"-"` // parsed Timeout
 	LatchDuration   time.Duration  `toml:"-"` // parsed LatchWindow
+	RebindDuration  time.Duration  `toml:"-"` // parsed RebindAfter; 0: never
 	RTCPDuration    time.Duration  `toml:"-"` // parsed RTCPInterval
 	DenyPrefixes    []netip.Prefix `toml:"-"` // parsed DenyDestinations, masked
 }
@@ -148,6 +153,7 @@ func Default() *Config {
 			Ports:        "30000-39999",
 			Timeout:      "60s",
 			LatchWindow:  "3s",
+			RebindAfter:  "5s",
 			RTCPInterval: "5s",
 		},
 	}
@@ -374,6 +380,11 @@ func (c *Config) validate(lines map[string]int) error {
 		bad("media.latch_window", "%q is not a duration (like 3s)", m.LatchWindow)
 	} else if m.LatchDuration < 0 {
 		bad("media.latch_window", "%s is negative", m.LatchWindow)
+	}
+	if m.RebindDuration, err = time.ParseDuration(m.RebindAfter); err != nil {
+		bad("media.rebind_after", "%q is not a duration (like 5s; 0s: never)", m.RebindAfter)
+	} else if m.RebindDuration < 0 {
+		bad("media.rebind_after", "%s is negative", m.RebindAfter)
 	}
 	if m.RTCPDuration, err = time.ParseDuration(m.RTCPInterval); err != nil {
 		bad("media.rtcp_interval", "%q is not a duration (like 5s)", m.RTCPInterval)

@@ -35,9 +35,9 @@ func TestParseDefaults(t *testing.T) {
 			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536,
 		},
 		Media: Media{
-			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RTCPInterval: "5s",
+			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RebindAfter: "5s", RTCPInterval: "5s",
 			Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
-			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RTCPDuration: 5 * time.Second,
+			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RebindDuration: 5 * time.Second, RTCPDuration: 5 * time.Second,
 		},
 		SIP: SIP{AuthRealm: "relayd", AuthAlgorithms: []string{"SHA-256", "MD5"}},
 	}
@@ -136,6 +136,7 @@ func TestParseErrors(t *testing.T) {
 		{"timeout", minimal + "timeout = \"60\"\n", "media.timeout", 6, "not a duration"},
 		{"timeout zero", minimal + "timeout = \"0s\"\n", "media.timeout", 6, "not positive"},
 		{"latch", minimal + "latch_window = \"-1s\"\n", "media.latch_window", 6, "negative"},
+		{"rebind", minimal + "rebind_after = \"soon\"\n", "media.rebind_after", 6, "not a duration"},
 		{"dotted key", "media.address = \"x\"\n[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 1, "not an IP address"},
 	}
 	for _, tt := range tests {

@@ -86,14 +86,25 @@ type Manager struct {
 	log *zap.Logger
 	now func() time.Time
 
-	mu   sync.Mutex      // guards the following
-	idle map[uint64]bool // reported idle by the last sweep
+	mu     sync.Mutex                     // guards the following
+	idle   map[uint64]bool                // reported idle by the last sweep
+	locked map[netip.AddrPort]*lockedFlow // latching flows locked, by match
+}
+
+// lockedFlow is what Rebind needs of a latching flow that locked: the
+// source it was asked to expect (the signalled one), when it locked, and
+// its drop count at the last look (-1: not looked yet).
+type lockedFlow struct {
+	signalled netip.AddrPort
+	source    netip.AddrPort
+	at        time.Time
+	dropped   int64
 }
 
 // NewManager returns the manager of the registry's static flows (those it
 // adopted from the data planes at start included).
 func NewManager(reg *registry.Registry, log *zap.Logger) *Manager {
-	return &Manager{reg: reg, log: log, now: time.Now, idle: make(map[uint64]bool)}
+	return &Manager{reg: reg, log: log, now: time.Now, idle: make(map[uint64]bool), locked: make(map[netip.AddrPort]*lockedFlow)}
 }
 
 // check validates spec and returns the flow to install and its mode.
@@ -368,12 +379,19 @@ func (m *Manager) Latched(match, source netip.AddrPort, locked bool) {
 		return
 	}
 	if locked {
+		signalled := fl.ExpectSource
 		fl.Latch = false
 		fl.ExpectSource = source
 		if _, err := m.reg.Update(fl); err != nil {
 			m.log.Warn("lock latched source", zap.Uint64("id", fl.ID), zap.Stringer("source", source), zap.Error(err))
 			return
 		}
+		m.mu.Lock()
+		if prev, ok := m.locked[match]; ok {
+			signalled = prev.signalled // locked again after a rebinding
+		}
+		m.locked[match] = &lockedFlow{signalled: signalled, source: source, at: m.now(), dropped: -1}
+		m.mu.Unlock()
 		m.log.Info("source latched", zap.Uint64("id", fl.ID), zap.Stringer("match", match), zap.Stringer("source", source),
 			zap.String("path", string(path)))
 	}
@@ -390,4 +408,53 @@ func (m *Manager) Latched(match, source netip.AddrPort, locked bool) {
 		return
 	}
 	m.log.Debug("reverse flow follows the source", zap.Uint64("id", rfl.ID), zap.Stringer("send_to", source))
+}
+
+// Rebind opens learning again on the locked static flows whose source has
+// been silent for after while packets from other sources were dropped (a
+// NAT that moved the peer): each goes back to latching in userspace,
+// ranked against the source it was first asked to expect; its reverse
+// flow keeps sending to the old source until a new one is learned. stats
+// are the flows' statistics (Registry.AllStats).
+func (m *Manager) Rebind(stats map[netip.AddrPort]dataplane.Stats, after time.Duration) {
+	cutoff := m.now().Add(-after)
+	var reopen []netip.AddrPort
+	m.mu.Lock()
+	for match, l := range m.locked {
+		fl, _, ok := m.reg.Get(match)
+		if !ok || fl.Latch || fl.ExpectSource != l.source {
+			delete(m.locked, match) // removed, or changed through the API
+			continue
+		}
+		st, ok := stats[match]
+		if !ok {
+			continue
+		}
+		before := l.dropped
+		l.dropped = int64(st.Dropped)
+		last := st.LastSeen
+		if last.Before(l.at) {
+			last = l.at
+		}
+		if before >= 0 && l.dropped > before && last.Before(cutoff) {
+			reopen = append(reopen, match)
+		}
+	}
+	m.mu.Unlock()
+	for _, match := range reopen {
+		fl, _, ok := m.reg.Get(match)
+		m.mu.Lock()
+		l := m.locked[match]
+		m.mu.Unlock()
+		if !ok || l == nil {
+			continue
+		}
+		fl.Latch, fl.ExpectSource = true, l.signalled
+		if _, err := m.reg.Update(fl); err != nil {
+			m.log.Warn("rebind: reopen learning", zap.Uint64("id", fl.ID), zap.Error(err))
+			continue
+		}
+		m.log.Info("locked source silent, packets from elsewhere: learning again", zap.Uint64("id", fl.ID),
+			zap.Stringer("match", match), zap.Stringer("source", l.source), zap.Duration("silent_for", after))
+	}
 }

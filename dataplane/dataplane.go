@@ -102,6 +102,11 @@ type Flow struct {
 	// the first of a rank wins. Until locked the flow's packets are handled
 	// in userspace.
 	Latch bool
+	// LatchAddress, with Latch, trusts ExpectSource's address even when it
+	// is not routable: it was learned (an RTCP flow's is the address its
+	// stream's RTP flow learned), so sources from other addresses are
+	// refused. XDP does not carry it: latching runs in userspace.
+	LatchAddress bool
 	// Reverse, when valid, is the match of the flow that carries media
 	// back to this flow's source: its SendTo follows the learned source.
 	Reverse netip.AddrPort

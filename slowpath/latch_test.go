@@ -26,9 +26,10 @@ func TestLatch(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		signalled netip.AddrPort
+		trusted   bool // LatchAddress: the control plane vouches for the address
 		steps     []step
 	}{
-		{"routable: the exact source wins over a spoof that came first", routable, []step{
+		{"routable: the exact source wins over a spoof that came first", routable, false, []step{
 			{attacker, 0, false, latchNone},   // another address: refused; the window starts
 			{spoofed, 0.5e9, true, latchNone}, // accepted, but media does not go to it
 			{spoofed, 0.6e9, true, latchNone},
@@ -37,7 +38,7 @@ func TestLatch(t *testing.T) {
 			{attacker, 2e9, false, latchNone},
 			{routable, 5e9, true, locked}, // window over
 		}},
-		{"routable: a NAT that kept the address is learned when the window ends", routable, []step{
+		{"routable: a NAT that kept the address is learned when the window ends", routable, false, []step{
 			{natted, 0, true, latchNone},       // pending
 			{attacker, 1e9, false, latchNone},  // another address
 			{natted2, 1.5e9, false, latchNone}, // the same rank, later: the first wins
@@ -46,12 +47,12 @@ func TestLatch(t *testing.T) {
 			{natted2, 4e9, false, latchNone},
 			{routable, 4.5e9, false, latchNone}, // locked: even the signalled port
 		}},
-		{"routable: strangers alone never latch", routable, []step{
+		{"routable: strangers alone never latch", routable, false, []step{
 			{attacker, 0, false, latchNone},
 			{attacker, 4e9, false, latchNone},
 			{routable, 5e9, true, both}, // the real party, late
 		}},
-		{"private signalled address: the first source is learned, a later one is refused", private, []step{
+		{"private signalled address: the first source is learned, a later one is refused", private, false, []step{
 			{privateNAT, 0, true, learned},
 			{attacker, 1e9, false, latchNone}, // the same rank: indistinguishable, the first wins
 			{privateNAT, 2e9, true, latchNone},
@@ -59,12 +60,19 @@ func TestLatch(t *testing.T) {
 			{privateNAT, 3e9, false, latchNone},
 			{private, 3.5e9, true, locked},
 		}},
-		{"private signalled address: the learned source locks when the window ends", private, []step{
+		{"private signalled address: the learned source locks when the window ends", private, false, []step{
 			{privateNAT, 0, true, learned},
 			{privateNAT, 4e9, true, locked},
 			{attacker, 5e9, false, latchNone},
 		}},
-		{"no signalled address", netip.AddrPort{}, []step{
+		{"private address vouched for (RTCP after RTP): other addresses refused", private, true, []step{
+			{attacker, 0, false, latchNone},
+			{netip.AddrPortFrom(private.Addr(), 4999), 0.5e9, true, latchNone}, // its address: pending
+			{private, 1e9, true, learned},
+			{privateNAT, 1.5e9, false, latchNone},
+			{private, 3.5e9, true, locked},
+		}},
+		{"no signalled address", netip.AddrPort{}, false, []step{
 			{natted, 0, true, learned},
 			{attacker, 1e9, false, latchNone},
 			{natted, 10e9, true, locked},
@@ -72,7 +80,7 @@ func TestLatch(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &flowState{flow: dataplane.Flow{Match: netip.MustParseAddrPort("198.18.1.1:30000"), ExpectSource: tc.signalled, Latch: true}}
+			f := &flowState{flow: dataplane.Flow{Match: netip.MustParseAddrPort("198.18.1.1:30000"), ExpectSource: tc.signalled, Latch: true, LatchAddress: tc.trusted}}
 			for i, s := range tc.steps {
 				ok, res := f.latch(s.src, 1e18+s.at, window)
 				if ok != s.ok || res != s.want {

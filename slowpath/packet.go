@@ -207,10 +207,22 @@ func (f *flowState) rank(src netip.AddrPort) int8 {
 		return rankExact
 	case src.Addr() == sig.Addr():
 		return rankAddr
-	case dataplane.Routable(sig.Addr()):
+	case f.trusted():
 		return rankNone
 	}
 	return rankAny
+}
+
+// trusted reports whether only the signalled address may be learned: it
+// is routable, or the control plane vouches for it (LatchAddress).
+func (f *flowState) trusted() bool {
+	return f.flow.LatchAddress || dataplane.Routable(f.flow.ExpectSource.Addr())
+}
+
+// resetLatch forgets what latching learned: the next packet opens a new
+// window.
+func (f *flowState) resetLatch() {
+	f.latchUntil, f.learned, f.pending, f.learnedRank, f.locked = 0, netip.AddrPort{}, netip.AddrPort{}, rankNone, false
 }
 
 // latch applies symmetric RTP learning to a packet from src at now: it
@@ -265,7 +277,7 @@ func (f *flowState) latch(src netip.AddrPort, now, window int64) (bool, latchRes
 		return true, res | latchLearned
 	case r <= f.learnedRank:
 		return false, res
-	case r == rankAddr && dataplane.Routable(f.flow.ExpectSource.Addr()):
+	case r == rankAddr && f.trusted():
 		// Media keeps going to the signalled address and port, where
 		// the real party is, until the window shows it does not send
 		// from there.

@@ -650,6 +650,11 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if !f.flow.Encrypt.Equal(c.flow.Encrypt) {
 			f.enc = c.enc
 		}
+		// Latching again (a rebinding after the locked source fell
+		// silent) or against another expected source: a new window.
+		if c.flow.Latch && (!f.flow.Latch || f.flow.ExpectSource != c.flow.ExpectSource || f.flow.LatchAddress != c.flow.LatchAddress) {
+			f.resetLatch()
+		}
 		f.flow = c.flow
 	case opRemove, opGet:
 		f, ok := w.flows[c.flow.Match]

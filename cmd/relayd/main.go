@@ -259,6 +259,11 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		defer close(sweepDone)
 		mgr.RunIdleSweep(sweepCtx, sweepInterval, cfg.Media.TimeoutDuration)
 	}()
+	rebindDone := make(chan struct{})
+	go func() {
+		defer close(rebindDone)
+		runRebind(sweepCtx, cfg.Media.RebindDuration, reg, calls, mgr, log)
+	}()
 	log.Info("relayd ready", zap.String("admin", cfg.Admin.Listen))
 
 	runErr := waitStop(ctx, hup, reload, serveErr, b2b, ngf, log)
@@ -269,6 +274,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	<-wdDone
 	stopSweep()
 	<-sweepDone
+	<-rebindDone
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := ngf.stop(); err != nil {
@@ -299,9 +305,19 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 			log.Error("admin API stopped", zap.Error(err))
 			return err
 		case <-b2b.Done():
+			if ctx.Err() != nil {
+				// Stopped by the same signal: a shutdown, not a failure
+				// (select picks either ready case).
+				log.Info("shutting down")
+				return nil
+			}
 			log.Error("SIP B2BUA stopped", zap.Error(b2b.Error()))
 			return fmt.Errorf("SIP B2BUA stopped: %w", b2b.Error())
 		case <-ngf.Done():
+			if ctx.Err() != nil {
+				log.Info("shutting down")
+				return nil
+			}
 			log.Error("ng stopped", zap.Error(ngf.err))
 			return fmt.Errorf("ng stopped: %w", ngf.err)
 		}
@@ -327,4 +343,32 @@ func mediaInterfaces(cfg *config.Config) []registry.Interface {
 		})
 	}
 	return out
+}
+
+// rebindInterval is how often locked sources are checked for a NAT
+// rebinding: what a rebinding waits beyond media.rebind_after.
+const rebindInterval = 2 * time.Second
+
+// runRebind, until ctx is done, opens learning again on locked flows
+// (calls' and static ones) whose source has been silent for after while
+// packets from elsewhere were dropped. after 0: never.
+func runRebind(ctx context.Context, after time.Duration, reg *registry.Registry, calls *call.Table, mgr *control.Manager, log *zap.Logger) {
+	if after <= 0 {
+		return
+	}
+	t := time.NewTicker(rebindInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats, err := reg.AllStats()
+		if err != nil {
+			log.Warn("rebind check", zap.Error(err))
+		}
+		calls.Rebind(stats, after)
+		mgr.Rebind(stats, after)
+	}
 }

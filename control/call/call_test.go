@@ -349,3 +349,110 @@ func TestMediaLatching(t *testing.T) {
 	m.Close()
 	tb.Registry().Latched(aIn, public, true) // after the call: ignored
 }
+
+// TestMediaRebind: RTCP learns only the address RTP learned, and a locked
+// source that falls silent while packets come from elsewhere (a NAT that
+// moved the peer) opens learning again: only then, and only once per
+// silence.
+func TestMediaRebind(t *testing.T) {
+	xdp := dataplanetest.New(dataplane.PathXDP)
+	tb := newTable(t, xdp)
+	now := time.Unix(1_800_000_000, 0)
+	tb.now = func() time.Time { return now }
+	c := tb.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:a@x", "sip:b@y")
+	m := c.Media
+	if err := m.Ensure(0, relay4, relay4); err != nil {
+		t.Fatal(err)
+	}
+	signalled := netip.MustParseAddrPort("192.168.1.10:4000") // behind NAT
+	m.Edit(0, func(st *Stream) {
+		st.Ends[A].RTP = signalled
+		st.Ends[A].RTCP = netip.AddrPortFrom(signalled.Addr(), 4001)
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+		st.Ends[B].RTCP = netip.AddrPortFrom(calleeIP, 6001)
+	})
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	st := m.Streams()[0]
+	aIn, bIn := netip.AddrPortFrom(relay4, st.Ends[A].Port), netip.AddrPortFrom(relay4, st.Ends[B].Port)
+	aRTCP, bRTCP := rtcpOf(aIn), rtcpOf(bIn)
+	flow := func(match netip.AddrPort) dataplane.Flow {
+		t.Helper()
+		l, _ := xdp.List()
+		for _, fs := range l {
+			if fs.Flow.Match == match {
+				return fs.Flow
+			}
+		}
+		t.Fatalf("no flow %s", match)
+		return dataplane.Flow{}
+	}
+	if f := flow(aRTCP); !f.Latch || f.LatchAddress || f.ExpectSource != st.Ends[A].RTCP {
+		t.Fatalf("RTCP flow before RTP learned: %+v", f)
+	}
+	public := netip.MustParseAddrPort("198.18.0.2:61000")
+	tb.Registry().Latched(aIn, public, false)
+	// RTCP now latches on RTP's address only: the NAT's port + 1 first.
+	if f := flow(aRTCP); !f.Latch || !f.LatchAddress || f.ExpectSource != netip.MustParseAddrPort("198.18.0.2:61001") {
+		t.Errorf("RTCP flow after RTP learned %s: %+v", public, f)
+	}
+	// An RTCP source from another address is not used.
+	tb.Registry().Latched(aRTCP, netip.MustParseAddrPort("198.18.9.9:61001"), false)
+	if f := flow(bRTCP); f.SendTo != st.Ends[A].RTCP {
+		t.Errorf("callee->caller RTCP follows a source RTP never came from: %s", f.SendTo)
+	}
+	tb.Registry().Latched(aRTCP, netip.MustParseAddrPort("198.18.0.2:61005"), false)
+	if f := flow(bRTCP); f.SendTo != netip.MustParseAddrPort("198.18.0.2:61005") {
+		t.Errorf("callee->caller RTCP sends to %s, want RTP's address", f.SendTo)
+	}
+	tb.Registry().Latched(aIn, public, true)
+	if f := flow(aIn); f.Latch || f.ExpectSource != public {
+		t.Fatalf("after locking: %+v", f)
+	}
+
+	const after = 5 * time.Second
+	rebind := func(st dataplane.Stats) {
+		t.Helper()
+		if err := xdp.SetStats(aIn, st); err != nil {
+			t.Fatal(err)
+		}
+		stats, err := tb.Registry().AllStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.Rebind(stats, after)
+	}
+	locked := func(what string) {
+		t.Helper()
+		if f := flow(aIn); f.Latch || f.ExpectSource != public {
+			t.Fatalf("%s: the flow learns again: %+v", what, f)
+		}
+	}
+	rebind(dataplane.Stats{Packets: 100, Dropped: 0, LastSeen: now}) // the first look
+	now = now.Add(time.Second)
+	rebind(dataplane.Stats{Packets: 150, Dropped: 40, LastSeen: now})
+	locked("drops while the source is live (an attacker)")
+	now = now.Add(10 * time.Second)
+	rebind(dataplane.Stats{Packets: 150, Dropped: 40, LastSeen: now.Add(-10 * time.Second)})
+	locked("silent, but nothing from elsewhere (on hold)")
+	now = now.Add(time.Second)
+	rebind(dataplane.Stats{Packets: 150, Dropped: 45, LastSeen: now.Add(-11 * time.Second)})
+	f := flow(aIn)
+	if !f.Latch || f.ExpectSource != signalled {
+		t.Fatalf("silent with packets from elsewhere: %+v, want latching against the signalled %s", f, signalled)
+	}
+	if f := flow(bIn); f.SendTo != public {
+		t.Errorf("while learning again the callee's media goes to %s, want the old source %s", f.SendTo, public)
+	}
+	moved := netip.MustParseAddrPort("198.18.0.2:62000")
+	tb.Registry().Latched(aIn, moved, false)
+	tb.Registry().Latched(aIn, moved, true)
+	if f := flow(aIn); f.Latch || f.ExpectSource != moved {
+		t.Errorf("after learning again: %+v, want locked on %s", f, moved)
+	}
+	if f := flow(bIn); f.SendTo != moved {
+		t.Errorf("callee->caller sends to %s, want %s", f.SendTo, moved)
+	}
+	m.Close()
+}

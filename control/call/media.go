@@ -161,6 +161,11 @@ func (m *Media) Revision() uint64 {
 type learned struct {
 	source netip.AddrPort
 	locked bool
+
+	// For rebinding (Rebind), not persisted: when the lock was taken,
+	// and the flow's drop count at the last look (-1: not looked yet).
+	lockedAt time.Time
+	dropped  int64
 }
 
 // Ensure makes sure stream i exists (and the streams before it), with a
@@ -294,6 +299,16 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				sig = in.RTP
 			}
 			m.applyLatch(&rtcp, sig, in.Latch, out2.Latch)
+			if l, ok := m.learned[rtp.Match]; ok && rtcp.Latch {
+				// RTCP follows RTP: once the stream's RTP flow learned its
+				// source, only that address may send its RTCP (the
+				// signalled RTCP port first, else RTP's + 1).
+				port := sig.Port()
+				if sig.Addr() != l.source.Addr() {
+					port = l.source.Port() + 1
+				}
+				rtcp.ExpectSource, rtcp.LatchAddress = netip.AddrPortFrom(l.source.Addr(), port), true
+			}
 			out[rtcp.Match] = wanted{rtcp, from, dec, enc}
 		}
 	}
@@ -363,10 +378,66 @@ func (m *Media) latched(match, source netip.AddrPort, locked bool) error {
 		m.mu.Unlock()
 		return nil
 	}
-	m.learned[match] = learned{source, locked}
+	if isRTCP(match) {
+		if r, ok := m.learned[rtpOf(match)]; ok && r.source.Addr() != source.Addr() {
+			// Learned before the install that carries RTP's address
+			// reached the worker: the flow latches again under it.
+			m.mu.Unlock()
+			return fmt.Errorf("RTCP source not used: the stream's RTP comes from %s", r.source.Addr())
+		}
+	} else if r, ok := m.learned[rtcpOf(match)]; ok && r.source.Addr() != source.Addr() {
+		// RTP moved to another address: RTCP learns again, under it.
+		delete(m.learned, rtcpOf(match))
+	}
+	m.learned[match] = learned{source: source, locked: locked, lockedAt: m.t.now(), dropped: -1}
 	m.revision++
 	m.mu.Unlock()
 	return m.Sync()
+}
+
+// rebind opens learning again on the locked flows whose source has been
+// silent since before cutoff while packets from elsewhere were dropped
+// (a NAT that moved the peer to another port, or another address): each
+// such flow goes back to latching in userspace, ranked against the
+// signalled address as in its first window, and its reverse flow keeps
+// sending to the old source until a new one is learned. It reports the
+// flows reopened.
+func (m *Media) rebind(stats map[netip.AddrPort]dataplane.Stats, cutoff time.Time) []netip.AddrPort {
+	m.mu.Lock()
+	var reopened []netip.AddrPort
+	for match, l := range m.learned {
+		if !l.locked {
+			continue
+		}
+		st, ok := stats[match]
+		if !ok {
+			continue
+		}
+		dropped := int64(st.Dropped)
+		before := l.dropped
+		l.dropped = dropped
+		m.learned[match] = l
+		last := st.LastSeen
+		if last.Before(l.lockedAt) {
+			last = l.lockedAt
+		}
+		if before < 0 || dropped <= before || !last.Before(cutoff) {
+			continue
+		}
+		l.locked = false
+		m.learned[match] = l
+		reopened = append(reopened, match)
+	}
+	if len(reopened) == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	m.revision++
+	m.mu.Unlock()
+	if err := m.Sync(); err != nil {
+		m.t.log.Warn("rebind: reopen learning", zap.Error(err))
+	}
+	return reopened
 }
 
 type wanted struct {
@@ -581,4 +652,16 @@ func (m *Media) Close() []FlowStat {
 	}
 	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
 	return out
+}
+
+// Relay ports come in pairs: RTP on the even port, RTCP on the odd one
+// after it.
+func isRTCP(match netip.AddrPort) bool { return match.Port()%2 == 1 }
+
+func rtpOf(rtcp netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(rtcp.Addr(), rtcp.Port()-1)
+}
+
+func rtcpOf(rtp netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(rtp.Addr(), rtp.Port()+1)
 }

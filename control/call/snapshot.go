@@ -350,7 +350,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 		if m.learned == nil {
 			m.learned = make(map[netip.AddrPort]learned)
 		}
-		m.learned[l.Match] = learned{l.Source, l.Locked}
+		m.learned[l.Match] = learned{source: l.Source, locked: l.Locked, lockedAt: t.now(), dropped: -1}
 	}
 	for _, fc := range s.Media.Counted {
 		if m.last == nil {

@@ -184,6 +184,20 @@ func (t *Table) Len() int {
 	return len(t.calls)
 }
 
+// Rebind opens learning again, in every call, on the locked flows whose
+// source has been silent for after while packets from other sources were
+// dropped (see Media.rebind). stats are the flows' statistics
+// (Registry.AllStats).
+func (t *Table) Rebind(stats map[netip.AddrPort]dataplane.Stats, after time.Duration) {
+	cutoff := t.now().Add(-after)
+	for _, c := range t.List() {
+		for _, match := range c.Media.rebind(stats, cutoff) {
+			t.log.Info("locked source silent, packets from elsewhere: learning again",
+				zap.String("call", c.ID), zap.Stringer("match", match), zap.Duration("silent_for", after))
+		}
+	}
+}
+
 // Idle returns the answered calls none of whose flows has carried a
 // packet for idle (flows never used count from their installation).
 // Calls without flows are not idle.

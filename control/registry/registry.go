@@ -895,6 +895,34 @@ func (r *Registry) LastSeen(idle time.Duration) (map[netip.AddrPort]time.Time, e
 	return seen, errors.Join(errs...)
 }
 
+// AllStats returns every flow's statistics by match, over all data planes
+// (a match listed by two, while a flow moves, keeps the later LastSeen and
+// the sum of drops).
+func (r *Registry) AllStats() (map[netip.AddrPort]dataplane.Stats, error) {
+	out := make(map[netip.AddrPort]dataplane.Stats)
+	var errs []error
+	for path, p := range r.planes {
+		list, err := p.List()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s flows: %w", path, err))
+			continue
+		}
+		for _, fs := range list {
+			st, ok := out[fs.Flow.Match]
+			if !ok {
+				out[fs.Flow.Match] = fs.Stats
+				continue
+			}
+			st.Dropped += fs.Stats.Dropped
+			if fs.Stats.LastSeen.After(st.LastSeen) {
+				st.LastSeen = fs.Stats.LastSeen
+			}
+			out[fs.Flow.Match] = st
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // Created returns when the flow with this match was installed or adopted.
 func (r *Registry) Created(match netip.AddrPort) (time.Time, bool) {
 	r.mu.Lock()

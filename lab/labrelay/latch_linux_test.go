@@ -251,3 +251,109 @@ func TestRelayLatchingBleed(t *testing.T) {
 		})
 	}
 }
+
+// TestRelayRebinding: a NAT that moves the caller to another port mid-call.
+// While the locked source keeps sending, an attacker's packets never
+// reopen learning; once the locked source has been silent for
+// media.rebind_after with packets arriving from elsewhere, learning opens
+// again under the same ranking, the new port is learned and locked, and
+// the callee's media follows it, through XDP again.
+func TestRelayRebinding(t *testing.T) {
+	l := lab.NewT(t)
+	if err := l.AddAttacker(); err != nil {
+		t.Fatal(err)
+	}
+	r := startRelayIn(t, l, Options{ExtraMedia: "latch_window = \"500ms\"\nrebind_after = \"1s\""})
+	a, b := netip.AddrPortFrom(l.RelayMedia4, 33200), netip.AddrPortFrom(l.RelayMedia4, 33202)
+	// Behind NAT: the SDP's address is private, relayd learns the first
+	// source and trusts nothing else.
+	signalled := netip.MustParseAddrPort("10.200.0.5:4000")
+	first, moved := netip.AddrPortFrom(l.CallerAddr4, 4000), netip.AddrPortFrom(l.CallerAddr4, 4002)
+	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5200)
+	up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: signalled.String(), Latch: true, Reverse: b.String(),
+		SendFrom: b.String(), SendTo: calleeEP.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
+		SendFrom: a.String(), SendTo: signalled.String()}); err != nil {
+		t.Fatal(err)
+	}
+	caller := openLeg(t, l.Caller, first, a)
+	callee := openLeg(t, l.Callee, calleeEP, b)
+	attacker := openLeg(t, l.Attacker, netip.AddrPortFrom(l.AttackerAddr4, 4000), a)
+	if err := caller.send(10, 1000, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := callee.recv(10, 1, 0, time.Second); got != 10 {
+		t.Fatalf("callee received %d of 10 from the caller", got)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if err := caller.send(5, 1000, 1, 10); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if f := flowByID(t, r, up.ID); !f.Latch && f.ExpectSource == first.String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source never locked: %+v", flowByID(t, r, up.ID))
+		}
+	}
+
+	// The attacker sends for 4 s while the caller keeps talking (every
+	// 100 ms): the live source keeps its lock.
+	done := make(chan error, 1)
+	go func() { done <- attacker.send(200, 50, 66, 0) }()
+	if err := caller.send(40, 10, 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if f := flowByID(t, r, up.ID); f.Latch || f.ExpectSource != first.String() {
+		t.Fatalf("with the caller live the attacker reopened learning: %+v", f)
+	}
+	if got, _ := callee.recv(1, 66, 0, 200*time.Millisecond); got != 0 {
+		t.Errorf("callee received %d attacker packets", got)
+	}
+	if err := callee.send(10, 1000, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := caller.recv(10, 2, 0, time.Second); got != 10 {
+		t.Errorf("caller (first port) received %d of 10", got)
+	}
+
+	// The NAT moves the caller: the old port falls silent, the new one
+	// sends at 50 packets a second until relayd learns it.
+	movedLeg := openLeg(t, l.Caller, moved, a)
+	deadline := time.Now().Add(8 * time.Second)
+	seq := uint16(1000)
+	for {
+		if err := movedLeg.send(10, 50, 1, seq); err != nil {
+			t.Fatal(err)
+		}
+		seq += 10
+		if f := flowByID(t, r, up.ID); !f.Latch && f.ExpectSource == moved.String() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the moved caller was never learned: %+v", flowByID(t, r, up.ID))
+		}
+	}
+	if err := callee.send(10, 1000, 2, 100); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := movedLeg.recv(10, 2, 100, time.Second); got != 10 {
+		t.Errorf("caller (moved) received %d of 10 of the callee's packets", got)
+	}
+	for _, g := range []*leg{attacker, caller} {
+		if got, _ := g.recv(1, 2, 100, 100*time.Millisecond); got != 0 {
+			t.Errorf("%s received %d of the callee's packets after the move", g.local, got)
+		}
+	}
+	// Through XDP again.
+	if f := flowByID(t, r, up.ID); f.Path != "xdp" {
+		t.Errorf("flow after learning again runs in %s, want xdp", f.Path)
+	}
+}
