@@ -102,6 +102,7 @@ enum relay_counter {
 	COUNTER_DROP_WRONG_SOURCE,    /* not from the flow's expected source */
 	COUNTER_DROP_FLOW,            /* the flow's action is drop */
 	COUNTER_DROP_LOOP,            /* the rewritten destination is itself a flow's match */
+	COUNTER_DROP_RATE,            /* over the flow's packet-rate cap */
 	COUNTER_MAX,
 };
 
@@ -137,7 +138,13 @@ struct flow_value {
 	__u8 dst_addr[16];
 	__u8 expect_addr[16];
 	__be16 expect_port;
-	__u8 pad2[6];
+	/* Packet-rate cap, a token bucket (see police()). rate_mult is the
+	 * refill in 2^-16 packets per 2^-24 ns (pps * 2^40 / 1e9, rounded);
+	 * 0: no cap. rate_burst is the bucket's depth in packets. They sit in
+	 * what was padding, so the map layout is unchanged: flows a previous
+	 * version installed read as uncapped. */
+	__u16 rate_burst;
+	__u32 rate_mult;
 	__u64 ticks_mult; /* clock_rate * 2^32 / 1e9: ns to RTP timestamp units */
 };
 
@@ -162,7 +169,9 @@ struct flow_stats {
 	__u16 max_seq;
 	__u8 initialized;
 	__u8 have_transit;
-	__u32 pad;
+	/* Tokens of the rate cap's bucket in 2^-16 packets, as of
+	 * last_seen_ns (what was padding). */
+	__u32 rate_tokens;
 };
 
 struct {
@@ -329,13 +338,44 @@ struct pkt {
 	int v6;
 };
 
-/* Accounts a packet to its flow. Returns 0 when the packet may go on. */
-static __always_inline void account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
+#define RATE_ONE (1U << 16) /* one packet in bucket tokens */
+/* A bucket left alone this long is full whatever its rate (for a cap of
+ * at least rate_burst / 4.29 s); below it, elapsed * rate_mult fits 64
+ * bits for rate_mult < 2^32. */
+#define RATE_FULL_NS (1ULL << 32)
+
+/* police takes one packet's token from the flow's bucket, or reports that
+ * there is none (1: drop). The bucket is refilled lazily from the time of
+ * the flow's last accepted packet (last_seen_ns), which a refused packet
+ * leaves alone: no second timestamp, and no state written for a drop.
+ * Called with st->lock held. */
+static __always_inline int police(struct flow_stats *st, const struct flow_value *fv, __u64 now)
+{
+	__u64 full = (__u64)fv->rate_burst << 16;
+	__u64 elapsed = now - st->last_seen_ns;
+	__u64 avail = full;
+	/* Another CPU may have accepted a packet stamped after now. */
+	if ((__s64)elapsed < 0)
+		elapsed = 0;
+	if (elapsed < RATE_FULL_NS) {
+		avail = st->rate_tokens + ((elapsed * fv->rate_mult) >> 24);
+		if (avail > full)
+			avail = full;
+	}
+	if (avail < RATE_ONE)
+		return 1;
+	st->rate_tokens = avail - RATE_ONE;
+	return 0;
+}
+
+/* Accounts a packet to its flow. Returns 1 when the flow's rate cap
+ * refuses the packet (counted as dropped), 0 otherwise. */
+static __always_inline int account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
 {
 	__u32 idx = fv->stats_idx;
 	struct flow_stats *st = bpf_map_lookup_elem(&stats, &idx);
 	if (!st)
-		return;
+		return 0;
 
 	/* RTP header fields, read before taking the lock. RTCP (RFC 5761:
 	 * second byte 192..223) and short packets carry no RTP statistics. */
@@ -352,7 +392,13 @@ static __always_inline void account(struct pkt *p, struct flow_value *fv, int dr
 		}
 	}
 
+	__u32 rate_mult = fv->rate_mult;
+	int policed = 0;
 	bpf_spin_lock(&st->lock);
+	if (!dropped && rate_mult && police(st, fv, now)) {
+		dropped = 1;
+		policed = 1;
+	}
 	if (dropped) {
 		st->dropped++;
 	} else {
@@ -363,6 +409,7 @@ static __always_inline void account(struct pkt *p, struct flow_value *fv, int dr
 			rtp_update(st, fv->ticks_mult, ssrc, seq, ts, now);
 	}
 	bpf_spin_unlock(&st->lock);
+	return policed;
 }
 
 static __always_inline int addr_eq(const __u8 *a, const __u8 *b, int n)
@@ -491,8 +538,13 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 			return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
 	}
 
-	/* From here on the packet is ours. */
-	account(p, fv, 0, now);
+	/* From here on the packet is ours. The cap is applied here, after
+	 * the punt decisions, because what is punted is the userspace
+	 * shadow's to count (and to police); a flood of packets that would be
+	 * forwarded still costs only this far, never the rewrite or the
+	 * transmit. */
+	if (account(p, fv, 0, now))
+		return count(COUNTER_DROP_RATE, p->frame_len, XDP_DROP);
 
 	struct udphdr *udp = p->udp;
 	if ((void *)(udp + 1) > p->end)

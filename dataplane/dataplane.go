@@ -125,6 +125,38 @@ type Flow struct {
 	// planes ignore it but keep it with the flow, so that a control plane
 	// started again finds out which flows belong to calls.
 	Owner Owner
+	// RateCap bounds the packets the flow accepts, so that a flood of one
+	// media port costs little and goes no further; the zero value is no
+	// cap.
+	RateCap RateCap
+}
+
+// RateCap is a token bucket: a flow accepts a packet when the bucket
+// holds a token, and refills it at PPS tokens per second up to Burst. The
+// bucket starts full. What it refuses is dropped and counted (Stats.Dropped,
+// and the data plane's "rate" drop counter). Only packets that passed the
+// source check take tokens: a flood from elsewhere cannot starve the flow.
+type RateCap struct {
+	PPS   uint32 // refill, packets per second; 0: no cap
+	Burst uint32 // depth in packets: what may arrive at once after a quiet spell
+}
+
+// Bounds of a RateCap, as the XDP program stores it.
+const (
+	MaxRatePPS   = 1_000_000
+	MaxRateBurst = 65535
+)
+
+func (r RateCap) validate() error {
+	switch {
+	case r.PPS == 0 && r.Burst != 0:
+		return errors.New("rate cap: burst without a rate")
+	case r.PPS > MaxRatePPS:
+		return fmt.Errorf("rate cap: %d packets/s, at most %d", r.PPS, MaxRatePPS)
+	case r.PPS != 0 && (r.Burst == 0 || r.Burst > MaxRateBurst):
+		return fmt.Errorf("rate cap: burst %d, want 1 to %d", r.Burst, MaxRateBurst)
+	}
+	return nil
 }
 
 // Owner is the part of the control plane a flow belongs to.
@@ -332,7 +364,7 @@ func (f *Flow) Validate() error {
 	if f.ClockRate > MaxClockRate {
 		return fmt.Errorf("clock rate %d: at most %d", f.ClockRate, MaxClockRate)
 	}
-	return nil
+	return f.RateCap.validate()
 }
 
 // Stats are a flow's counters. The same fields mean the same thing whichever
@@ -340,7 +372,7 @@ func (f *Flow) Validate() error {
 type Stats struct {
 	Packets  uint64    // packets that matched the flow and were handled
 	Bytes    uint64    // their bytes at the IP layer (IP header included)
-	Dropped  uint64    // packets dropped (wrong source, drop action)
+	Dropped  uint64    // packets dropped (wrong source, drop action, over the rate cap, ...)
 	LastSeen time.Time // arrival of the last matching packet; zero if none
 
 	// RTP statistics (RFC 3550 appendix A), zero when ClockRate is 0.

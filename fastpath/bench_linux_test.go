@@ -36,12 +36,25 @@ func BenchmarkXDP(b *testing.B) {
 		{Match: ap(relay4, 30004), SendFrom: ap(relay4, 30006), SendTo: ap(callee4, 5000), Action: dataplane.Userspace},
 		// No clock rate: counters only, no RTP statistics (as for RTCP).
 		{Match: ap(relay4, 30008), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5002)},
+		// Capped high enough never to refuse a benchmark's packet...
+		{Match: ap(relay4, 30010), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000,
+			RateCap: dataplane.RateCap{PPS: dataplane.MaxRatePPS, Burst: dataplane.MaxRateBurst}},
+		// ... and low enough to refuse all but the first.
+		{Match: ap(relay4, 30012), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000,
+			RateCap: dataplane.RateCap{PPS: 1, Burst: 1}},
 	} {
 		if err := e.fp.Install(fl); err != nil {
 			b.Fatal(err)
 		}
 	}
 	payload := rtpPacket(1, 1, 160, 160) // G.711 20 ms: 200 B IP, 214 B frame
+	// The capped flow's one token goes to a first packet, before timing.
+	if err := inNS(e.ns, func() error {
+		_, _, err := e.fp.objs.RelayXdp.Benchmark(buildFrame(ap(caller4, 4000), ap(relay4, 30012), payload, frameOpts{}), 1, nil)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
 	// The yardstick: a minimal forwarder (fib lookup, MAC and TTL rewrite,
 	// DEVMAP redirect), timed the same way in the same run.
 	minProg, minPorts, minClose, err := minfwd.Load()
@@ -61,6 +74,8 @@ func BenchmarkXDP(b *testing.B) {
 		{"minimal_forwarder_ipv4", buildFrame(ap(relay4, 30002), ap(callee4, 5000), payload, frameOpts{}), xdpRedirect, minProg},
 		{"forward_ipv4", buildFrame(ap(caller4, 4000), ap(relay4, 30000), payload, frameOpts{}), xdpRedirect, nil},
 		{"forward_ipv4_no_rtp_stats", buildFrame(ap(caller4, 4000), ap(relay4, 30008), payload, frameOpts{}), xdpRedirect, nil},
+		{"forward_ipv4_rate_capped", buildFrame(ap(caller4, 4000), ap(relay4, 30010), payload, frameOpts{}), xdpRedirect, nil},
+		{"drop_rate", buildFrame(ap(caller4, 4000), ap(relay4, 30012), payload, frameOpts{}), xdpDrop, nil},
 		{"forward_ipv6", buildFrame(ap(caller6, 4000), ap(relay6, 30000), payload, frameOpts{}), xdpRedirect, nil},
 		{"punt_userspace", buildFrame(ap(caller4, 4000), ap(relay4, 30004), payload, frameOpts{}), xdpPass, nil},
 		{"pass_no_flow", buildFrame(ap(caller4, 4000), ap(relay4, 40000), payload, frameOpts{}), xdpPass, nil},

@@ -77,4 +77,5 @@ var counterInfo = [...]struct{ Verdict, Reason string }{
 	{"drop", "wrong_source"},
 	{"drop", "flow"},
 	{"drop", "loop"},
+	{"drop", "rate"},
 }

@@ -612,8 +612,21 @@ func valueOf(fl *dataplane.Flow, slot uint32) relayFlowValue {
 		v.ExpectAddr = addrBytes(fl.ExpectSource.Addr())
 		v.ExpectPort = htons(fl.ExpectSource.Port())
 	}
+	if fl.RateCap.PPS != 0 {
+		v.RateMult = rateMult(fl.RateCap.PPS)
+		v.RateBurst = uint16(fl.RateCap.Burst)
+	}
 	return v
 }
+
+// rateMult is the program's refill factor for a cap of pps packets per
+// second: tokens of 2^-16 packet per nanosecond, times 2^24 (rounded), so
+// that elapsed ns * rateMult >> 24 is the refill. Under 2^32 for
+// dataplane.MaxRatePPS; the rounding is under 0.0005 packets per second.
+func rateMult(pps uint32) uint32 { return uint32((uint64(pps)<<40 + 5e8) / 1e9) }
+
+// rateOf inverts rateMult (the steps of rateMult are over 1,000 apart).
+func rateOf(mult uint32) uint32 { return uint32((uint64(mult)*1e9 + 1<<39) >> 40) }
 
 func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
 	fl := dataplane.Flow{
@@ -635,6 +648,9 @@ func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
 	if v.Flags&uint8(relayFlowFlagsFLOW_F_LATCH) != 0 {
 		fl.Latch = true
 		fl.Action = dataplane.Forward
+	}
+	if v.RateMult != 0 {
+		fl.RateCap = dataplane.RateCap{PPS: rateOf(v.RateMult), Burst: uint32(v.RateBurst)}
 	}
 	return fl
 }

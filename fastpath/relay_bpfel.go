@@ -76,7 +76,7 @@ type relayFlowStats struct {
 	MaxSeq      uint16
 	Initialized uint8
 	HaveTransit uint8
-	Pad         uint32
+	RateTokens  uint32
 }
 
 type relayFlowValue struct {
@@ -94,7 +94,8 @@ type relayFlowValue struct {
 	DstAddr    [16]uint8
 	ExpectAddr [16]uint8
 	ExpectPort uint16
-	Pad2       [6]uint8
+	RateBurst  uint16
+	RateMult   uint32
 	TicksMult  uint64
 }
 
@@ -124,7 +125,8 @@ const (
 	relayRelayCounterCOUNTER_DROP_WRONG_SOURCE     relayRelayCounter = 20
 	relayRelayCounterCOUNTER_DROP_FLOW             relayRelayCounter = 21
 	relayRelayCounterCOUNTER_DROP_LOOP             relayRelayCounter = 22
-	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 23
+	relayRelayCounterCOUNTER_DROP_RATE             relayRelayCounter = 23
+	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 24
 )
 
 // Names of all BPF objects in the ELF.

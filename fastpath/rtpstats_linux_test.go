@@ -54,6 +54,9 @@ func TestXDPRTPStatistics(t *testing.T) {
 			fl := dataplane.Flow{
 				Match: ap(relay4, uint16(34000+4*i)), SendFrom: ap(relay4, uint16(34002+4*i)),
 				SendTo: ap(callee4, 5000), ClockRate: tc.clock,
+				// A cap that takes the bucket's code path and refuses
+				// nothing: the statistics must be as without it.
+				RateCap: dataplane.RateCap{PPS: 1000, Burst: 1000},
 			}
 			if err := e.fp.Install(fl); err != nil {
 				t.Fatal(err)
