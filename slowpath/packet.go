@@ -27,11 +27,12 @@ const (
 	vDropReplay                   // SRTP: replayed packet
 	vDropTranscode                // transcoding: not RTP of a payload type the flow converts, or malformed
 	vDropLoop                     // the destination is relayd itself (a relay address) or loopback
+	vDropRate                     // over the flow's packet-rate cap
 	vConsumed                     // RTCP that relayd terminates (transcoding): counted, not sent on
 	vMax
 )
 
-var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "loop", "rtcp_terminated"}
+var verdictNames = [vMax]string{"send", "wrong_source", "flow", "too_big", "family", "srtp_auth", "srtp_replay", "transcode", "loop", "rate", "rtcp_terminated"}
 
 const (
 	ipv4HeaderLen = 20
@@ -59,6 +60,12 @@ type flowState struct {
 	pending     netip.AddrPort // accepted, learned if the window ends without a better one
 	learnedRank int8           // rank of learned or pending
 	locked      bool           // learning is over: only learned is accepted
+
+	// The rate cap (flow.RateCap) as a generic cell rate algorithm: the
+	// theoretical arrival time of the next packet, and the step and
+	// tolerance of the cap they were computed for.
+	rateTAT, rateStep, rateTol int64
+	rateFor                    dataplane.RateCap
 
 	packets, bytes, dropped uint64
 	lastSeen                int64 // receive time (Unix ns) of the last packet, 0 if none
@@ -120,6 +127,34 @@ func (f *flowState) stats() dataplane.Stats {
 		st.OutSeq, st.OutTimestamp = f.tc.Position(st.OutAt)
 	}
 	return st
+}
+
+// admit applies the flow's rate cap to a packet arriving at now (Unix ns):
+// it reports whether the packet may go on. The generic cell rate
+// algorithm (ITU-T I.371), the XDP program's token bucket kept as one
+// timestamp: a
+// packet is refused when it comes earlier than one step per packet since
+// the bucket was last full allows, beyond the burst.
+func (f *flowState) admit(now int64) bool {
+	rc := f.flow.RateCap
+	if rc.PPS == 0 {
+		return true
+	}
+	if rc != f.rateFor {
+		f.rateFor = rc
+		f.rateStep = int64(1e9) / int64(rc.PPS)
+		f.rateTol = int64(rc.Burst-1) * f.rateStep
+	}
+	// The receive timestamps are wall clock time: after it stepped back,
+	// the next arrival would be beyond any the cap can have set.
+	if f.rateTAT-now > f.rateTol+f.rateStep {
+		f.rateTAT = now
+	}
+	if now < f.rateTAT-f.rateTol {
+		return false
+	}
+	f.rateTAT = max(f.rateTAT, now) + f.rateStep
+	return true
 }
 
 // sourceOK reports whether a packet from src passes the flow's source

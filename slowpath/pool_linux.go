@@ -860,6 +860,15 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 				w.notifyLatched(f.flow.Match, f.learned, true)
 			}
 		}
+		// Policed before the work a packet costs (decryption above all),
+		// and only what passes the source check: a flood from elsewhere
+		// takes none of the flow's rate. Latching flows checked theirs
+		// above.
+		if f.flow.RateCap.PPS != 0 && f.sourceOK(src) && !f.admit(ts) {
+			f.dropped++
+			counts[vDropRate]++
+			continue
+		}
 		if w.loops(f.dest(src)) {
 			f.dropped++
 			counts[vDropLoop]++

@@ -187,3 +187,106 @@ func TestRelayBatchTranscode(t *testing.T) {
 		t.Errorf("%v allocations per batch of transcoded packets, want 0", allocs)
 	}
 }
+
+// TestRelayBatchRateCap: a worker's flow flooded at 20 times a 20 ms
+// stream's packet rate forwards its burst and its cap over the flood's
+// time, within one packet, and drops the rest as "rate", while in the same
+// batches a 10 ms stream with a burst of RFC 4733 events (the same pattern
+// as the XDP test's) loses nothing, and a flood from a wrong source takes
+// nothing of a third flow's rate. The receive timestamps are the test's:
+// no real time passes.
+func TestRelayBatchRateCap(t *testing.T) {
+	w := &worker{log: zaptest.NewLogger(t), flows: map[netip.AddrPort]*flowState{}}
+	src := netip.MustParseAddrPort("198.18.0.2:4000")
+	mk := func(port uint16, rc dataplane.RateCap, expect netip.AddrPort) netip.AddrPort {
+		m := netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), port)
+		w.flows[m] = &flowState{flow: dataplane.Flow{
+			Match: m, SendFrom: netip.MustParseAddrPort("198.18.1.1:30100"),
+			SendTo: netip.MustParseAddrPort("198.18.2.2:5000"), ClockRate: 8000, RateCap: rc, ExpectSource: expect,
+		}}
+		return m
+	}
+	flood := mk(30000, dataplane.RateCap{PPS: 200, Burst: 200}, netip.AddrPort{})
+	legit := mk(30002, dataplane.RateCap{PPS: 400, Burst: 400}, netip.AddrPort{})
+	guarded := mk(30004, dataplane.RateCap{PPS: 200, Burst: 200}, src)
+	stranger := netip.MustParseAddrPort("198.18.0.9:4000")
+
+	type pkt struct {
+		src, dst netip.AddrPort
+		ts       int64
+	}
+	var pkts []pkt
+	var sent = map[netip.AddrPort]int{}
+	t0 := int64(1e18)
+	for ms := int64(0); ms < 1200; ms++ {
+		ts := t0 + ms*1e6
+		pkts = append(pkts, pkt{src, flood, ts}, pkt{stranger, guarded, ts})
+		if ms%10 != 0 {
+			continue
+		}
+		n := 1
+		switch {
+		case ms == 300 || ms == 800:
+			n = 4
+		case ms > 300 && ms < 800:
+			n = 2
+		}
+		for range n {
+			pkts = append(pkts, pkt{src, legit, ts})
+		}
+		if ms%20 == 0 {
+			pkts = append(pkts, pkt{src, guarded, ts})
+		}
+	}
+	for _, p := range pkts {
+		sent[p.dst]++
+	}
+	rx := newRxBatch()
+	tx := newTxBatch(-1, false)
+	seq := map[netip.AddrPort]uint16{}
+	for i := 0; i < len(pkts); i += batchSize {
+		n := min(batchSize, len(pkts)-i)
+		for j := range n {
+			p := pkts[i+j]
+			seq[p.dst]++
+			fillRx(rx, j, rtpPayload(1, seq[p.dst], uint32(seq[p.dst])*80), p.src, p.dst, p.ts)
+		}
+		w.relayBatch(rx, n, tx, nil)
+	}
+
+	// The flood's first packet finds the bucket full (200), and one more
+	// is due every 5 ms after it: 1,199 ms of flood.
+	fs := w.flows[flood].stats()
+	want := 200 + 1199/5
+	if d := int(fs.Packets) - want; d < -1 || d > 1 {
+		t.Errorf("flood: %d of %d forwarded, want %d (±1)", fs.Packets, sent[flood], want)
+	}
+	if fs.Packets+fs.Dropped != uint64(sent[flood]) {
+		t.Errorf("flood: %d forwarded and %d dropped of %d", fs.Packets, fs.Dropped, sent[flood])
+	}
+	if ls := w.flows[legit].stats(); ls.Packets != uint64(sent[legit]) || ls.Dropped != 0 {
+		t.Errorf("legitimate stream: %d of %d forwarded, %d dropped", ls.Packets, sent[legit], ls.Dropped)
+	}
+	// 60 from the expected source, 1,200 from a stranger.
+	if gs := w.flows[guarded].stats(); gs.Packets != 60 || gs.Dropped != 1200 {
+		t.Errorf("guarded flow: %d forwarded, %d dropped; want 60 and 1200 (the stranger's)", gs.Packets, gs.Dropped)
+	}
+	if got, want := w.counters[vDropRate].Load(), fs.Dropped; got != want {
+		t.Errorf("rate counter %d, want %d", got, want)
+	}
+	if got := w.counters[vDropSource].Load(); got != 1200 {
+		t.Errorf("wrong_source counter %d, want 1200", got)
+	}
+	t.Logf("flood: %d sent, %d forwarded, %d dropped", sent[flood], fs.Packets, fs.Dropped)
+
+	// A wall clock stepped back an hour does not shut the flow.
+	fillRx(rx, 0, rtpPayload(1, 9999, 0), src, flood, t0-3600e9)
+	w.relayBatch(rx, 1, tx, nil)
+	if st := w.flows[flood].stats(); st.Packets != fs.Packets+1 {
+		t.Errorf("after the clock stepped back: %d forwarded, want %d", st.Packets, fs.Packets+1)
+	}
+	allocs := testing.AllocsPerRun(100, func() { w.relayBatch(rx, 1, tx, nil) })
+	if allocs != 0 {
+		t.Errorf("%v allocations per batch, want 0", allocs)
+	}
+}
