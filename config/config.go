@@ -115,6 +115,17 @@ type Media struct {
 	// multicast, broadcast, unspecified and link-local addresses (see
 	// control/destpolicy). An offer or flow toward one is refused.
 	DenyDestinations []string `toml:"deny_destinations"`
+	// RateLimitFactor caps the packet rate of each flow at this multiple
+	// of its codec's (4: a 20 ms stream, 50 packets/s, is capped at 200,
+	// a 10 ms one at 400); what comes faster is dropped and counted. 0
+	// turns every cap off. From 2 to 100 otherwise.
+	RateLimitFactor uint32 `toml:"rate_limit_factor"`
+	// RateLimitDefaultPPS caps a flow whose codec rate relayd does not
+	// know (video and other streams, static flows); default 2000.
+	RateLimitDefaultPPS uint32 `toml:"rate_limit_default_pps"`
+	// RateLimitRTCPPPS caps the flow of an RTCP port (legs without
+	// rtcp-mux); default 100.
+	RateLimitRTCPPPS uint32 `toml:"rate_limit_rtcp_pps"`
 
 	Addr            netip.Addr     `toml:"-"` // parsed Address; invalid when unset
 	Addr6           netip.Addr     `toml:"-"` // parsed Address6; invalid when unset
@@ -155,6 +166,10 @@ func Default() *Config {
 			LatchWindow:  "3s",
 			RebindAfter:  "5s",
 			RTCPInterval: "5s",
+
+			RateLimitFactor:     4,
+			RateLimitDefaultPPS: 2000,
+			RateLimitRTCPPPS:    100,
 		},
 	}
 }
@@ -391,6 +406,7 @@ func (c *Config) validate(lines map[string]int) error {
 	} else if m.RTCPDuration < 100*time.Millisecond || m.RTCPDuration > time.Minute {
 		bad("media.rtcp_interval", "%s is not from 100ms to 60s", m.RTCPInterval)
 	}
+	c.validateRates(bad)
 	c.validateSIP(bad, warn)
 	c.validateState(bad)
 	c.validateNG(bad)

@@ -212,3 +212,28 @@ func (c *Config) OwnAddrs() []netip.Addr {
 	}
 	return out
 }
+
+// Bounds of the [media] rate_limit_* keys. A factor under 2 would drop a
+// stream's own telephone events sent besides its audio; the ceilings stay
+// within what the data planes store (dataplane.MaxRatePPS).
+const (
+	MinRateLimitFactor  = 2
+	MaxRateLimitFactor  = 100
+	MinRateLimitPPS     = 10
+	MaxRateLimitPPS     = 1_000_000
+	minRateLimitDefault = 50
+)
+
+// validateRates checks the [media] rate_limit_* keys.
+func (c *Config) validateRates(bad func(key, format string, args ...any)) {
+	m := &c.Media
+	if f := m.RateLimitFactor; f != 0 && (f < MinRateLimitFactor || f > MaxRateLimitFactor) {
+		bad("media.rate_limit_factor", "%d is not 0 (no caps) or from %d to %d", f, MinRateLimitFactor, MaxRateLimitFactor)
+	}
+	if p := m.RateLimitDefaultPPS; p < minRateLimitDefault || p > MaxRateLimitPPS {
+		bad("media.rate_limit_default_pps", "%d is not from %d to %d packets per second", p, minRateLimitDefault, MaxRateLimitPPS)
+	}
+	if p := m.RateLimitRTCPPPS; p < MinRateLimitPPS || p > MaxRateLimitPPS {
+		bad("media.rate_limit_rtcp_pps", "%d is not from %d to %d packets per second", p, MinRateLimitPPS, MaxRateLimitPPS)
+	}
+}

@@ -305,3 +305,34 @@ destinations = ["sip:198.18.2.2"]
 		t.Errorf("OwnAddrs() = %v: a wildcard listener is not an address", got)
 	}
 }
+
+func TestParseRateLimits(t *testing.T) {
+	c, err := Parse([]byte(ifaceBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Media; m.RateLimitFactor != 4 || m.RateLimitDefaultPPS != 2000 || m.RateLimitRTCPPPS != 100 {
+		t.Errorf("defaults: factor %d default %d rtcp %d", m.RateLimitFactor, m.RateLimitDefaultPPS, m.RateLimitRTCPPPS)
+	}
+	c, err = Parse([]byte(ifaceBase + "rate_limit_factor = 0\n"))
+	if err != nil || c.Media.RateLimitFactor != 0 {
+		t.Errorf("factor 0 (off): %v, %d", err, c.Media.RateLimitFactor)
+	}
+	for _, tc := range []struct{ line, key string }{
+		{"rate_limit_factor = 1", "media.rate_limit_factor"},
+		{"rate_limit_factor = 101", "media.rate_limit_factor"},
+		{"rate_limit_factor = -4", "media.rate_limit_factor"},
+		{"rate_limit_default_pps = 49", "media.rate_limit_default_pps"},
+		{"rate_limit_default_pps = 1000001", "media.rate_limit_default_pps"},
+		{"rate_limit_rtcp_pps = 0", "media.rate_limit_rtcp_pps"},
+	} {
+		_, err := Parse([]byte(ifaceBase + tc.line + "\n"))
+		if err == nil {
+			t.Errorf("%s: accepted", tc.line)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), "line 5") {
+			t.Errorf("%s: %v, want %s on line 5", tc.line, err, tc.key)
+		}
+	}
+}

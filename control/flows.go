@@ -118,6 +118,9 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 		ClockRate:    spec.ClockRate,
 		Latch:        spec.Latch,
 		Reverse:      spec.Reverse,
+		// relayd knows nothing of a static flow's codec: the default
+		// ceiling.
+		RateCap: m.reg.Rates().DefaultCap(),
 	}
 	if spec.Transcode != nil {
 		t := *spec.Transcode

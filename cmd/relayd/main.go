@@ -329,7 +329,9 @@ func waitStop(ctx context.Context, hup <-chan os.Signal, reload *reloader, serve
 // addresses, special-purpose addresses or the operator's denied
 // networks, whichever front end asks).
 func registryConfig(cfg *config.Config) registry.Config {
-	return registry.Config{Interfaces: mediaInterfaces(cfg), Own: cfg.OwnAddrs(), Deny: cfg.Media.DenyPrefixes}
+	m := &cfg.Media
+	return registry.Config{Interfaces: mediaInterfaces(cfg), Own: cfg.OwnAddrs(), Deny: m.DenyPrefixes,
+		Rates: registry.RatePolicy{Factor: m.RateLimitFactor, DefaultPPS: m.RateLimitDefaultPPS, RTCPPPS: m.RateLimitRTCPPPS}}
 }
 
 // mediaInterfaces returns the registry's media interfaces of the config,

@@ -665,6 +665,7 @@ func toWire(f control.FlowState) Flow {
 		Mode:         string(f.Path),
 		Action:       fl.Action.String(),
 		ClockRate:    fl.ClockRate,
+		RateCapPPS:   fl.RateCap.PPS,
 		Path:         string(f.Path),
 		Packets:      st.Packets,
 		Bytes:        st.Bytes,

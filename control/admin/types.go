@@ -79,6 +79,9 @@ type Flow struct {
 	Encrypt      *Crypto `json:"encrypt,omitempty"`
 	Latch        bool    `json:"latch,omitempty"`
 	Reverse      string  `json:"reverse,omitempty"`
+	// RateCapPPS is the flow's packet-rate cap (packets per second; a
+	// second's worth may come at once); absent: none.
+	RateCapPPS uint32 `json:"rate_cap_pps,omitempty"`
 	// Transcode and its counters, for a transcoding flow.
 	Transcode      *Transcode      `json:"transcode,omitempty"`
 	TranscodeStats *TranscodeStats `json:"transcode_stats,omitempty"`

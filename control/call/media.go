@@ -112,6 +112,12 @@ type Stream struct {
 	Mux       bool
 	ClockRate uint32 // RTP clock rate of the main codec
 	Disabled  bool   // rejected or removed (port 0): no flows
+	// Kind is the m= line's media (audio, video, ...) and Ptime the
+	// smallest a=ptime of the offer and the answer (0: none): what the
+	// flows' rate cap is a multiple of (registry.RatePolicy). Kind ""
+	// (a call restored from an older snapshot) gets the default ceiling.
+	Kind  string
+	Ptime int
 	// Transcode, when set, is the codec each leg uses (by Side): the RTP
 	// flows convert between them, the RTCP ports are sinks (relayd
 	// reports on each leg itself). Nil: plain relay. Never changed in
@@ -250,6 +256,7 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				SendTo:    out2.RTP,
 				Action:    dataplane.Forward,
 				ClockRate: st.ClockRate,
+				RateCap:   m.t.reg.Rates().MediaCap(st.Kind, st.Ptime),
 			}
 			m.applyLatch(&rtp, in.RTP, in.Latch, out2.Latch)
 			if tc := st.Transcode; tc != nil {
@@ -276,6 +283,7 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 			rtcp := rtp
 			rtcp.Match = netip.AddrPortFrom(in.Relay, in.Port+1)
 			rtcp.ClockRate = 0
+			rtcp.RateCap = m.t.reg.Rates().RTCPCap()
 			rtcp.Transcode = nil
 			// Across a transcoder the RTCP port is a sink: its flow
 			// still names where plain RTCP would go, as flows must.

@@ -449,6 +449,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 			fe.Mux = dec.offerMux && dec.sentMux && !mp.Demux && !mp.Reject
 			te.Mux = dec.sentMux
 			ms.ClockRate = st.ClockRate()
+			ms.Kind, ms.Ptime = st.Media, st.Ptime
 			sp.Port = int(te.Port)
 			switch {
 			case dec.terminate:
@@ -675,6 +676,9 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 			fe.Mux, te.Mux = ansMux, offMux
 			if c := st.ClockRate(); c != 0 {
 				ms.ClockRate = c
+			}
+			if st.Ptime > 0 && (ms.Ptime == 0 || st.Ptime < ms.Ptime) {
+				ms.Ptime = st.Ptime
 			}
 			ms.Transcode = tc
 			if tc != nil {

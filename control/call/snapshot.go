@@ -51,6 +51,8 @@ type StreamSnapshot struct {
 	Mux       bool       `json:"mux,omitempty"`
 	ClockRate uint32     `json:"clock_rate"`
 	Disabled  bool       `json:"disabled,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
+	Ptime     int        `json:"ptime,omitempty"`
 	// Transcode is Stream.Transcode: the codec of leg a, then of leg b;
 	// absent for plain relay.
 	Transcode []CodecSnap `json:"transcode,omitempty"`
@@ -168,7 +170,7 @@ func (m *Media) snapshot() MediaSnapshot {
 		// Mux on both legs is stored as the stream's, as before legs
 		// could differ.
 		both := st.muxed(A) && st.muxed(B)
-		ss := StreamSnapshot{Index: st.Index, Mux: both, ClockRate: st.ClockRate, Disabled: st.Disabled}
+		ss := StreamSnapshot{Index: st.Index, Mux: both, ClockRate: st.ClockRate, Disabled: st.Disabled, Kind: st.Kind, Ptime: st.Ptime}
 		for i, e := range st.Ends {
 			ss.Ends[i] = EndSnap{
 				Relay: e.Relay, Port: e.Port, RTP: e.RTP, RTCP: e.RTCP, Recv: keySnap(e.Recv), Send: keySnap(e.Send),
@@ -312,7 +314,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	}
 	m := t.NewMedia()
 	for _, ss := range s.Media.Streams {
-		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled}
+		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled, Kind: ss.Kind, Ptime: ss.Ptime}
 		for i, e := range ss.Ends {
 			recv, err := e.Recv.crypto()
 			if err != nil {

@@ -111,6 +111,9 @@ type Config struct {
 	// Deny are the operator's denied destination networks ([media]
 	// deny_destinations).
 	Deny []netip.Prefix
+	// Rates is how front ends cap their flows' packet rates; the zero
+	// value caps nothing.
+	Rates RatePolicy
 }
 
 func (c *Config) validate() error {
