@@ -38,6 +38,7 @@ func TestParseDefaults(t *testing.T) {
 			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RebindAfter: "5s", RTCPInterval: "5s",
 			Addr: netip.MustParseAddr("198.18.1.1"), PortMin: 30000, PortMax: 39999,
 			TimeoutDuration: 60 * time.Second, LatchDuration: 3 * time.Second, RebindDuration: 5 * time.Second, RTCPDuration: 5 * time.Second,
+			RateLimitFactor: 4, RateLimitDefaultPPS: 2000, RateLimitRTCPPPS: 100,
 		},
 		SIP: SIP{AuthRealm: "relayd", AuthAlgorithms: []string{"SHA-256", "MD5"}},
 	}
