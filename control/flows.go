@@ -71,6 +71,9 @@ type FlowSpec struct {
 	// Transcode, when set, converts the flow's RTP between codecs (see
 	// dataplane.Transcode); such a flow runs in userspace.
 	Transcode *dataplane.Transcode
+	// RateCap, when set, is the flow's packet-rate cap in packets per
+	// second (0: none); unset, the registry's default ceiling.
+	RateCap *uint32
 }
 
 // FlowState is a flow, where it runs and its statistics.
@@ -119,8 +122,11 @@ func (m *Manager) check(spec FlowSpec) (dataplane.Flow, dataplane.Path, error) {
 		Latch:        spec.Latch,
 		Reverse:      spec.Reverse,
 		// relayd knows nothing of a static flow's codec: the default
-		// ceiling.
+		// ceiling, unless the request says.
 		RateCap: m.reg.Rates().DefaultCap(),
+	}
+	if spec.RateCap != nil {
+		fl.RateCap = registry.CapOf(*spec.RateCap)
 	}
 	if spec.Transcode != nil {
 		t := *spec.Transcode

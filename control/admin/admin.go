@@ -582,6 +582,7 @@ func toSpec(req FlowRequest) (control.FlowSpec, error) {
 	if req.ClockRate != nil {
 		spec.ClockRate = *req.ClockRate
 	}
+	spec.RateCap = req.RateCapPPS
 	if req.Decrypt != nil {
 		spec.Decrypt = &control.Crypto{Suite: req.Decrypt.Suite, Key: req.Decrypt.Key}
 	}

@@ -26,6 +26,10 @@ type FlowRequest struct {
 	Reverse      string  `json:"reverse,omitempty"` // match of the flow that follows the learned source
 	// Transcode converts the flow's RTP between codecs (in userspace).
 	Transcode *Transcode `json:"transcode,omitempty"`
+	// RateCapPPS caps the flow's packet rate (a second's worth may come
+	// at once); default media.rate_limit_default_pps (none when caps are
+	// off); 0 = no cap.
+	RateCapPPS *uint32 `json:"rate_cap_pps,omitempty"`
 }
 
 // Transcode is the codec conversion of a flow: from is the codec arriving

@@ -28,10 +28,14 @@ const (
 	minCapPtime     = 5
 )
 
-func rateCap(pps uint32) dataplane.RateCap {
-	pps = min(pps, dataplane.MaxRatePPS)
+// CapOf returns the cap of pps packets per second with a second's worth
+// of burst (as much as a data plane holds); 0: no cap. Over
+// dataplane.MaxRatePPS it is a cap the flow's validation refuses.
+func CapOf(pps uint32) dataplane.RateCap {
 	return dataplane.RateCap{PPS: pps, Burst: min(pps, dataplane.MaxRateBurst)}
 }
+
+func rateCap(pps uint32) dataplane.RateCap { return CapOf(min(pps, dataplane.MaxRatePPS)) }
 
 // MediaCap returns the cap of a stream's RTP flow: audio (kind "audio")
 // with a packet time of ptime ms (0: none signalled) gets Factor times its

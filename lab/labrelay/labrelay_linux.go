@@ -39,6 +39,10 @@ type Options struct {
 	XDPMode    string // native (default) | generic
 	LogLevel   string // default info
 	ExtraMedia string // extra TOML appended to [media]
+	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
+	// Off by default: the lab's senders run far faster than any codec to
+	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
+	RateCaps bool
 	Ports      string // media.ports; default 30000-39999
 	Timeout    string // media.timeout; default 60s
 	Workers    int    // dataplane.workers; 0 (default): one per online CPU
@@ -188,6 +192,10 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 		}
 		return a.String()
 	}
+	rateCaps := "rate_limit_factor = 0\n"
+	if o.RateCaps {
+		rateCaps = ""
+	}
 	cfg := fmt.Sprintf(`[log]
 level = %q
 format = "json"
@@ -205,10 +213,10 @@ address = %q
 address6 = %q
 ports = %q
 timeout = %q
-%s
+%s%s
 %s
 `, o.LogLevel, r.Socket, o.Mode, o.XDPMode, strings.Join(ifaces, ", "),
-		r.PinPath, o.Workers, addr(o.Media4), addr(o.Media6), o.Ports, o.Timeout, o.ExtraMedia, o.Extra)
+		r.PinPath, o.Workers, addr(o.Media4), addr(o.Media6), o.Ports, o.Timeout, rateCaps, o.ExtraMedia, o.Extra)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
