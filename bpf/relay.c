@@ -139,10 +139,10 @@ struct flow_value {
 	__u8 expect_addr[16];
 	__be16 expect_port;
 	/* Packet-rate cap, a token bucket (see police()). rate_mult is the
-	 * refill in 2^-16 packets per 2^-24 ns (pps * 2^40 / 1e9, rounded);
-	 * 0: no cap. rate_burst is the bucket's depth in packets. They sit in
-	 * what was padding, so the map layout is unchanged: flows a previous
-	 * version installed read as uncapped. */
+	 * refill in tokens of 2^-16 packet per ns, times 2^24 (pps * 2^40 /
+	 * 1e9, rounded); 0: no cap. rate_burst is the bucket's depth in
+	 * packets. They sit in what was padding, so the map layout is
+	 * unchanged: flows a previous version installed read as uncapped. */
 	__u16 rate_burst;
 	__u32 rate_mult;
 	__u64 ticks_mult; /* clock_rate * 2^32 / 1e9: ns to RTP timestamp units */
