@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ import (
 // full work (lookups, fib, statistics under the lock, rewrite, checksums).
 // The kernel's timing of one run includes a clock read, the same for every
 // case; ns/op is the syscall's and meaningless here, ns/pkt is the
-// kernel's timing of the program.
+// kernel's timing of the program (the mean; median-ns/pkt the median run,
+// steadier on a busy machine).
 //
 //	go test -run '^$' -bench XDP ./fastpath/
 func BenchmarkXDP(b *testing.B) {
@@ -70,19 +72,23 @@ func BenchmarkXDP(b *testing.B) {
 		frame   []byte
 		verdict uint32
 		prog    *ebpf.Program
+		// refills: the capped flow's token refills every second, and a
+		// packet is forwarded now and then.
+		refills bool
 	}{
-		{"minimal_forwarder_ipv4", buildFrame(ap(relay4, 30002), ap(callee4, 5000), payload, frameOpts{}), xdpRedirect, minProg},
-		{"forward_ipv4", buildFrame(ap(caller4, 4000), ap(relay4, 30000), payload, frameOpts{}), xdpRedirect, nil},
-		{"forward_ipv4_no_rtp_stats", buildFrame(ap(caller4, 4000), ap(relay4, 30008), payload, frameOpts{}), xdpRedirect, nil},
-		{"forward_ipv4_rate_capped", buildFrame(ap(caller4, 4000), ap(relay4, 30010), payload, frameOpts{}), xdpRedirect, nil},
-		{"drop_rate", buildFrame(ap(caller4, 4000), ap(relay4, 30012), payload, frameOpts{}), xdpDrop, nil},
-		{"forward_ipv6", buildFrame(ap(caller6, 4000), ap(relay6, 30000), payload, frameOpts{}), xdpRedirect, nil},
-		{"punt_userspace", buildFrame(ap(caller4, 4000), ap(relay4, 30004), payload, frameOpts{}), xdpPass, nil},
-		{"pass_no_flow", buildFrame(ap(caller4, 4000), ap(relay4, 40000), payload, frameOpts{}), xdpPass, nil},
+		{"minimal_forwarder_ipv4", buildFrame(ap(relay4, 30002), ap(callee4, 5000), payload, frameOpts{}), xdpRedirect, minProg, false},
+		{"forward_ipv4", buildFrame(ap(caller4, 4000), ap(relay4, 30000), payload, frameOpts{}), xdpRedirect, nil, false},
+		{"forward_ipv4_no_rtp_stats", buildFrame(ap(caller4, 4000), ap(relay4, 30008), payload, frameOpts{}), xdpRedirect, nil, false},
+		{"forward_ipv4_rate_capped", buildFrame(ap(caller4, 4000), ap(relay4, 30010), payload, frameOpts{}), xdpRedirect, nil, false},
+		{"drop_rate", buildFrame(ap(caller4, 4000), ap(relay4, 30012), payload, frameOpts{}), xdpDrop, nil, true},
+		{"forward_ipv6", buildFrame(ap(caller6, 4000), ap(relay6, 30000), payload, frameOpts{}), xdpRedirect, nil, false},
+		{"punt_userspace", buildFrame(ap(caller4, 4000), ap(relay4, 30004), payload, frameOpts{}), xdpPass, nil, false},
+		{"pass_no_flow", buildFrame(ap(caller4, 4000), ap(relay4, 40000), payload, frameOpts{}), xdpPass, nil, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			const repeat = 1
 			var total time.Duration
+			runs := make([]time.Duration, 0, b.N)
 			err := inNS(e.ns, func() error {
 				b.ResetTimer()
 				for range b.N {
@@ -94,10 +100,11 @@ func BenchmarkXDP(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					if verdict != bc.verdict {
+					if verdict != bc.verdict && !(bc.refills && verdict == xdpRedirect) {
 						b.Fatalf("verdict %s, want %s", verdictName[verdict], verdictName[bc.verdict])
 					}
 					total += per * repeat
+					runs = append(runs, per)
 				}
 				return nil
 			})
@@ -105,6 +112,10 @@ func BenchmarkXDP(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*repeat), "ns/pkt")
+			// The median run: what the program costs when nothing else
+			// (an interrupt, another task on a busy machine) ran within.
+			slices.Sort(runs)
+			b.ReportMetric(float64(runs[len(runs)/2].Nanoseconds()), "median-ns/pkt")
 		})
 	}
 }
