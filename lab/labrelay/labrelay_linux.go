@@ -39,13 +39,13 @@ type Options struct {
 	XDPMode    string // native (default) | generic
 	LogLevel   string // default info
 	ExtraMedia string // extra TOML appended to [media]
+	Ports      string // media.ports; default 30000-39999
+	Timeout    string // media.timeout; default 60s
+	Workers    int    // dataplane.workers; 0 (default): one per online CPU
 	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
 	// Off by default: the lab's senders run far faster than any codec to
 	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
 	RateCaps bool
-	Ports      string // media.ports; default 30000-39999
-	Timeout    string // media.timeout; default 60s
-	Workers    int    // dataplane.workers; 0 (default): one per online CPU
 	// NS is the namespace relayd runs in; default the lab's relay. The
 	// bpffs and the admin socket live in the test's mount namespace, so
 	// they work from any network namespace.

@@ -48,8 +48,14 @@ func TestRelayRateCap(t *testing.T) {
 				floodTime = time.Since(t0)
 			}()
 			go func() { defer wg.Done(); otherErr = other.caller.send(nOther, 100, 2, 0) }()
-			go func() { defer wg.Done(); gotFlood, recvFloodErr = flooded.callee.recv(nFlood, 1, 0, 300*time.Millisecond) }()
-			go func() { defer wg.Done(); gotOther, recvOtherErr = other.callee.recv(nOther, 2, 0, 300*time.Millisecond) }()
+			go func() {
+				defer wg.Done()
+				gotFlood, recvFloodErr = flooded.callee.recv(nFlood, 1, 0, 300*time.Millisecond)
+			}()
+			go func() {
+				defer wg.Done()
+				gotOther, recvOtherErr = other.callee.recv(nOther, 2, 0, 300*time.Millisecond)
+			}()
 			wg.Wait()
 			for _, err := range []error{floodErr, otherErr, recvFloodErr, recvOtherErr} {
 				if err != nil {
