@@ -2,10 +2,12 @@ package fastpath
 
 import (
 	"math"
+	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/dataplane"
 )
@@ -338,5 +340,56 @@ func TestXDPRateCapIdle(t *testing.T) {
 	hi := 10 + float64(monoNow()-pre)*100/1e9 + 1
 	if n := float64(f.forwarded); n < 10 || n > hi {
 		t.Errorf("after a quiet spell: %d of 20 forwarded, want the burst of 10 (at most %.1f with a refill)", f.forwarded, hi)
+	}
+}
+
+// TestRateCapSurvivesRestart: the cap is in the pinned flow map, so a
+// relayd started again finds its flows capped as they were; a flow an older
+// relayd installed (no cap: zero in what was padding) is adopted uncapped,
+// and an Update caps it.
+func TestRateCapSurvivesRestart(t *testing.T) {
+	requireBPF(t)
+	log := zaptest.NewLogger(t)
+	pins := bpffsT(t)
+	cfg := Config{PinPath: pins, MaxFlows: 16, NeighbourWait: -1}
+	f, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	capped := dataplane.Flow{ID: 1, Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000),
+		ClockRate: 8000, RateCap: dataplane.RateCap{PPS: 400, Burst: 400}}
+	old := dataplane.Flow{ID: 2, Match: ap(relay4, 30004), SendFrom: ap(relay4, 30006), SendTo: ap(callee4, 5002), ClockRate: 8000}
+	for _, fl := range []dataplane.Flow{capped, old} {
+		if err := f.Install(fl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+
+	f, err = New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	caps := func() map[netip.AddrPort]dataplane.RateCap {
+		fs, err := f.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[netip.AddrPort]dataplane.RateCap{}
+		for _, x := range fs {
+			m[x.Flow.Match] = x.Flow.RateCap
+		}
+		return m
+	}
+	if got := caps(); got[capped.Match] != capped.RateCap || got[old.Match] != (dataplane.RateCap{}) {
+		t.Errorf("after the restart: caps %v", got)
+	}
+	old.RateCap = dataplane.RateCap{PPS: 200, Burst: 200}
+	if err := f.Update(old); err != nil {
+		t.Fatal(err)
+	}
+	if got := caps(); got[old.Match] != old.RateCap {
+		t.Errorf("after the update: caps %v", got)
 	}
 }
