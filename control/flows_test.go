@@ -581,3 +581,41 @@ func TestStaticFlowTakesCallPort(t *testing.T) {
 	}
 	c.End(call.Answered, 200, "")
 }
+
+// TestManagerRateCap: a static flow gets the default ceiling, or the cap
+// its request names (0: none); a cap beyond what the data planes hold is
+// invalid.
+func TestManagerRateCap(t *testing.T) {
+	cfg := testCfg
+	cfg.Rates = registry.RatePolicy{Factor: 4, DefaultPPS: 2000, RTCPPPS: 100}
+	m, err := newManager(cfg, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := func(v uint32) *uint32 { return &v }
+	for i, tc := range []struct {
+		req  *uint32
+		want dataplane.RateCap
+	}{
+		{nil, dataplane.RateCap{PPS: 2000, Burst: 2000}},
+		{u(0), dataplane.RateCap{}},
+		{u(300), dataplane.RateCap{PPS: 300, Burst: 300}},
+		{u(1_000_000), dataplane.RateCap{PPS: 1_000_000, Burst: dataplane.MaxRateBurst}},
+	} {
+		spec := goodSpec()
+		spec.Match = netip.AddrPortFrom(relayAddr, uint16(30100+4*i))
+		spec.RateCap = tc.req
+		fs, err := m.Add(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs.Flow.RateCap != tc.want {
+			t.Errorf("rate_cap_pps %v: cap %+v, want %+v", tc.req, fs.Flow.RateCap, tc.want)
+		}
+	}
+	spec := goodSpec()
+	spec.RateCap = u(1_000_001)
+	if _, err := m.Add(spec); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a cap over a million packets/s: %v, want ErrInvalid", err)
+	}
+}
