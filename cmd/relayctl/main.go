@@ -4,6 +4,7 @@
 //	relayctl flow get ID
 //	relayctl flow add --match A:P [--send-from A:P --send-to A:P] [--expect-source A:P]
 //	                  [--mode xdp|userspace] [--action forward|drop|reflect] [--clock-rate N]
+//	                  [--rate-cap-pps N]
 //	relayctl flow del ID
 //	relayctl calls
 //	relayctl call ID    (relayd's call id or either leg's SIP Call-ID)
@@ -45,6 +46,7 @@ commands:
   flow get ID                show one flow
   flow add --match A:P [--send-from A:P] [--send-to A:P] [--expect-source A:P]
            [--mode xdp|userspace] [--action forward|drop|reflect] [--clock-rate N]
+           [--rate-cap-pps N]
   flow del ID                remove a flow
   calls                      list calls in progress (SIP B2BUA)
   call ID                    show one call with its legs, attempts, flows and media (JSON);
@@ -291,6 +293,7 @@ func flowCmd(c *client, sub string, args []string, asJSON bool, stdout, stderr i
 		fs.StringVar(&req.Mode, "mode", "", "xdp (default) or userspace")
 		fs.StringVar(&req.Action, "action", "", "forward (default), drop or reflect")
 		clock := fs.Int64("clock-rate", -1, "RTP clock rate in Hz (default 8000; 0: no RTP statistics)")
+		rateCap := fs.Int64("rate-cap-pps", -1, "packet-rate cap, packets per second (default media.rate_limit_default_pps; 0: none)")
 		if err := fs.Parse(args); err != nil {
 			return usageError{err.Error()}
 		}
@@ -306,6 +309,13 @@ func flowCmd(c *client, sub string, args []string, asJSON bool, stdout, stderr i
 			}
 			cr := uint32(*clock)
 			req.ClockRate = &cr
+		}
+		if *rateCap >= 0 {
+			if *rateCap > 1<<32-1 {
+				return usageError{"flow add: --rate-cap-pps too large"}
+			}
+			rc := uint32(*rateCap)
+			req.RateCapPPS = &rc
 		}
 		var f admin.Flow
 		if err := c.do("POST", "/v1/flows", req, &f); err != nil {

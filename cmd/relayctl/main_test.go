@@ -47,7 +47,7 @@ func ctl(t *testing.T, api string, args ...string) (int, string, string) {
 func TestFlowCommands(t *testing.T) {
 	srv, xdp := newServer(t)
 	code, out, errs := ctl(t, srv.URL, "flow", "add", "--match", "198.18.1.1:30000", "--send-from", "198.18.1.1:30002",
-		"--send-to", "198.18.2.2:5000", "--expect-source", "198.18.0.2:4000", "--clock-rate", "48000")
+		"--send-to", "198.18.2.2:5000", "--expect-source", "198.18.0.2:4000", "--clock-rate", "48000", "--rate-cap-pps", "300")
 	if code != 0 {
 		t.Fatalf("flow add: exit %d, stderr %q", code, errs)
 	}
@@ -55,7 +55,8 @@ func TestFlowCommands(t *testing.T) {
 		t.Errorf("flow add table:\n%s", out)
 	}
 	fs, _ := xdp.List()
-	if len(fs) != 1 || fs[0].Flow.ClockRate != 48000 || fs[0].Flow.ExpectSource != netip.MustParseAddrPort("198.18.0.2:4000") {
+	if len(fs) != 1 || fs[0].Flow.ClockRate != 48000 || fs[0].Flow.ExpectSource != netip.MustParseAddrPort("198.18.0.2:4000") ||
+		fs[0].Flow.RateCap != (dataplane.RateCap{PPS: 300, Burst: 300}) {
 		t.Fatalf("data plane flows = %+v", fs)
 	}
 
