@@ -251,8 +251,13 @@ type Resume struct {
 	// (cycles<<16 | number): with SRTP on the output, the cycles are the
 	// rollover counter of its encryption.
 	Seq uint32
-	// Timestamp is the RTP timestamp of the first frame.
+	// Timestamp is the RTP timestamp of the first frame, were it sent
+	// at At (Unix ns; 0: whenever it is sent). A first frame sent later
+	// moves it on by the time since, at 8 kHz, so that the timestamps
+	// follow the clock across the outage however long the first packet
+	// takes to arrive.
 	Timestamp uint32
+	At        int64
 }
 
 // Codec is one side of a transcoding flow.

@@ -285,6 +285,7 @@ func resumeAt(f FlowSnapshot, ptime uint8, now time.Time) dataplane.Resume {
 		Valid:     true,
 		Seq:       f.OutSeq + uint32(elapsed/per) + resumeMargin,
 		Timestamp: f.OutTS + uint32(elapsed/(int64(time.Second)/8000)),
+		At:        now.UnixNano(),
 	}
 }
 

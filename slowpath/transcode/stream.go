@@ -176,6 +176,7 @@ type Stream struct {
 	qn     int
 	seq    uint32 // extended: cycles<<16 | the next packet's number
 	initTs uint32
+	initAt int64 // when initTs holds (Unix ns; 0: at the first frame)
 
 	st Stats
 }
@@ -223,7 +224,7 @@ func New(t dataplane.Transcode, ssrc uint32) (*Stream, error) {
 	s.qbuf = make([]byte, queueLen*slotSize)
 	s.slot = slotSize
 	if r := t.Resume; r.Valid {
-		s.seq, s.initTs = r.Seq, r.Timestamp
+		s.seq, s.initTs, s.initAt = r.Seq, r.Timestamp, r.At
 	} else {
 		s.seq, s.initTs = rand.Uint32()&0xffff, rand.Uint32()
 	}
@@ -252,7 +253,7 @@ func (s *Stream) Stats() Stats { return s.st }
 // with a gap, never numbers or times going back.
 func (s *Stream) Position(now int64) (seq, ts uint32) {
 	if !s.started {
-		return s.seq, s.initTs
+		return s.seq, s.firstTs(now)
 	}
 	return s.seq, s.rtpTime(now)
 }
@@ -366,11 +367,20 @@ func (s *Stream) newSource(ssrc uint32, seq uint16, ts uint32, now int64) {
 		s.flush()
 		s.markNext = true
 	} else {
-		s.pos = s.initTs
+		s.pos = s.firstTs(now)
 		s.markNext = true
 	}
 	s.started, s.inSSRC, s.nextSeq, s.recvBits, s.badSeq, s.lost = true, ssrc, seq, 0, -1, false
 	s.offset = s.pos - ts
+}
+
+// firstTs is the output timestamp of a first frame sent at now: a resumed
+// stream's moved on by the time since its resume point.
+func (s *Stream) firstTs(now int64) uint32 {
+	if s.initAt != 0 && now > s.initAt {
+		return s.initTs + uint32((now-s.initAt)/sampleNs)
+	}
+	return s.initTs
 }
 
 // advance moves the input sequence on by one packet.

@@ -491,4 +491,22 @@ func TestResume(t *testing.T) {
 	if seq, _ := s.Position(r2.now); seq != resume.Seq+uint32(len(r2.out)) || seq>>16 != 4 {
 		t.Errorf("position %#x after %d packets from %#x; want the cycles carried (4)", seq, len(r2.out), resume.Seq)
 	}
+
+	// Installed 600 ms before its first input: the timestamps follow the
+	// clock from the resume point, not from the first frame.
+	resume.At = t0 - 600*ms
+	s3, err := New(dataplane.Transcode{In: pcmu(20), Out: pcma(20), Resume: resume}, outSSRC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s3.Close)
+	want := resume.Timestamp + 600*8
+	if _, ts := s3.Position(t0); ts != want {
+		t.Errorf("position 600 ms after the resume point: timestamp %d, want %d", ts, want)
+	}
+	r3 := newRun(t, s3)
+	r3.script(audio20(2))
+	if first := r3.out[0]; first.Timestamp != want {
+		t.Errorf("first packet 600 ms after the resume point: timestamp %d, want %d", first.Timestamp, want)
+	}
 }
