@@ -33,6 +33,9 @@ func (d *Decrypter) DecryptRTP(dst, src []byte) ([]byte, error) {
 	if cap(dst) < len(src) {
 		return nil, ErrShortBuffer
 	}
+	if d.t.cm != nil {
+		return d.t.cm.decrypt(dst[:0:cap(dst)], src, hl)
+	}
 	d.t.replayed = false
 	out, err := d.t.ctx.DecryptRTP(dst[:0], src, &d.t.rtpHdr)
 	if err != nil {

@@ -30,11 +30,15 @@ func (e *Encrypter) RTCPOverhead() int { return e.t.rtcpOver }
 // capacity) for in-place encryption. Errors: ErrShort, ErrMalformed,
 // ErrShortBuffer, ErrExhausted.
 func (e *Encrypter) EncryptRTP(dst, src []byte) ([]byte, error) {
-	if _, err := rtpHeaderLength(src); err != nil {
+	hl, err := rtpHeaderLength(src)
+	if err != nil {
 		return nil, err
 	}
 	if cap(dst) < len(src)+e.t.rtpOver {
 		return nil, ErrShortBuffer
+	}
+	if e.t.cm != nil {
+		return e.t.cm.encrypt(dst[:0:cap(dst)], src, hl)
 	}
 	out, err := e.t.ctx.EncryptRTP(dst[:0], src, &e.t.rtpHdr)
 	if err != nil {

@@ -74,6 +74,10 @@ type Config struct {
 	// with: a flow taken over after a restart continues its stream's
 	// packet index (RFC 3711 section 3.3.1) instead of restarting at 0.
 	SSRC, ROC uint32
+
+	// pionRTP makes the AES-CM suites protect RTP with pion as the GCM
+	// suites do, for the tests and benchmarks that compare the two.
+	pionRTP bool
 }
 
 // ConfigFromCrypto returns the Config for an SDES attribute, refusing session
@@ -119,6 +123,7 @@ func (c *Config) profile() (srtp.ProtectionProfile, error) {
 // transform is what Decrypter and Encrypter share.
 type transform struct {
 	ctx      *srtp.Context
+	cm       *cmRTP // RTP of the AES-CM suites; nil: pion does RTP too
 	rtpOver  int // bytes SRTP adds to RTP: tag + MKI
 	rtcpOver int // bytes SRTCP adds to RTCP: tag + index + MKI
 
@@ -155,11 +160,27 @@ func (t *transform) init(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("create SRTP context for %s: %w", cfg.Suite, err)
 	}
-	if cfg.ROC != 0 {
-		ctx.SetROC(cfg.SSRC, cfg.ROC)
-	}
 	t.ctx = ctx
+	// The GCM suites stay with pion: it seals with crypto/cipher's GCM,
+	// whose assembly leaves little to gain.
+	if !cfg.Suite.AEAD() && !cfg.pionRTP {
+		if t.cm, err = newCMRTP(cfg); err != nil {
+			return fmt.Errorf("derive SRTP keys for %s: %w", cfg.Suite, err)
+		}
+	}
+	if cfg.ROC != 0 {
+		t.setROC(cfg.SSRC, cfg.ROC)
+	}
 	return nil
+}
+
+// setROC sets the rollover counter SRTP stream ssrc continues with.
+func (t *transform) setROC(ssrc, roc uint32) {
+	if t.cm != nil {
+		t.cm.setROC(ssrc, roc)
+		return
+	}
+	t.ctx.SetROC(ssrc, roc)
 }
 
 // flaggingDetector is pion's sliding-window detector that also records a

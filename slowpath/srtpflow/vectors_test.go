@@ -197,7 +197,7 @@ func TestRFC3711KeyDerivation(t *testing.T) {
 			}
 			const roc, seq, ssrc = 7, 0x1234, 0xdeadbeef
 			pkt := rtpPacket(seq, ssrc)
-			e.t.ctx.SetROC(ssrc, roc)
+			e.t.setROC(ssrc, roc)
 			got, err := e.EncryptRTP(make([]byte, 0, 256), pkt)
 			if err != nil {
 				t.Fatal(err)
@@ -217,7 +217,7 @@ func TestRFC3711KeyDerivation(t *testing.T) {
 				t.Fatalf("SRTCP:\ngot  %x\nwant %x", gotR, wantR)
 			}
 			d, _ := NewDecrypter(cfg)
-			d.t.ctx.SetROC(ssrc, roc)
+			d.t.setROC(ssrc, roc)
 			if p, err := d.DecryptRTP(make([]byte, 0, 256), want); err != nil || !bytes.Equal(p, pkt) {
 				t.Fatalf("decrypt reference SRTP: %v", err)
 			}

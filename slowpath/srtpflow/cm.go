@@ -1,0 +1,283 @@
+package srtpflow
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/sha1" //nolint:gosec // HMAC-SHA1 is what RFC 3711 specifies
+	"crypto/subtle"
+	"encoding/binary"
+	"hash"
+
+	"github.com/pion/transport/v5/replaydetector"
+)
+
+// cmRTP is the SRTP (not SRTCP) transform of the AES-CM/HMAC-SHA1 suites,
+// RFC 3711 sections 4.1.1 and 4.2, done with crypto/aes, crypto/hmac and
+// crypto/subtle directly. It replaces pion for RTP packets because pion's
+// AES-CM calls the block cipher through a pooled 16-byte buffer and XORs one
+// block at a time; here the packet's whole keystream is generated into a
+// per-context buffer and XORed in one call. The rollover counter estimation
+// and the replay window follow pion's (context.go, srtp.go) so that both
+// paths accept and reject the same packets; TestDifferential checks that.
+type cmRTP struct {
+	block  cipher.Block
+	mac    hash.Hash // HMAC-SHA1 under the session auth key; Reset keeps the keyed state
+	salt   [16]byte  // session salt, 112 bits, then two zero bytes for the block counter
+	tagLen int
+	mki    []byte
+
+	states map[uint32]*cmState
+	last   *cmState // the SSRC of the previous packet, to skip the map
+	spare  *cmState // state for an SSRC seen but not yet authenticated
+
+	ks  [keystreamChunk]byte
+	sum [sha1.Size]byte
+	roc [4]byte
+}
+
+// keystreamChunk is how much keystream is generated per pass: more than a
+// 1500-byte packet's payload, so a packet takes one pass.
+const keystreamChunk = 1536
+
+// cmState is one SSRC's rollover state (pion's srtpSSRCState): index is the
+// highest packet index seen, ROC<<16 | SEQ.
+type cmState struct {
+	ssrc      uint32
+	index     uint64
+	processed bool // rolloverHasProcessed
+	replay    replaydetector.CheckAccepter
+}
+
+const (
+	seqNumMedian = 1 << 15
+	seqNumMax    = 1 << 16
+	maxROC       = 1<<32 - 1
+)
+
+// newCMRTP derives the SRTP session keys from the master key and salt with
+// the RFC 3711 section 4.3 KDF (key_derivation_rate 0).
+func newCMRTP(cfg Config) (*cmRTP, error) {
+	ekey, err := sessionKey(0, cfg.Key, cfg.Salt, len(cfg.Key))
+	if err != nil {
+		return nil, err
+	}
+	akey, err := sessionKey(1, cfg.Key, cfg.Salt, sha1.Size)
+	if err != nil {
+		return nil, err
+	}
+	salt, err := sessionKey(2, cfg.Key, cfg.Salt, len(cfg.Salt))
+	if err != nil {
+		return nil, err
+	}
+	blk, err := aes.NewCipher(ekey)
+	if err != nil {
+		return nil, err
+	}
+	c := &cmRTP{
+		block:  blk,
+		mac:    hmac.New(sha1.New, akey),
+		tagLen: cfg.Suite.RTPTagLen(),
+		mki:    append([]byte(nil), cfg.MKI...),
+		states: make(map[uint32]*cmState),
+	}
+	copy(c.salt[:], salt)
+	return c, nil
+}
+
+// sessionKey is the AES-CM PRF of RFC 3711 section 4.3.3: the keystream under the
+// master key with IV = (master salt XOR label<<48) || 0x0000.
+func sessionKey(label byte, key, salt []byte, n int) ([]byte, error) {
+	blk, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	iv := make([]byte, aes.BlockSize)
+	copy(iv, salt)
+	iv[7] ^= label
+	out := make([]byte, n)
+	cipher.NewCTR(blk, iv).XORKeyStream(out, out)
+	return out, nil
+}
+
+func newCMState(ssrc uint32) *cmState {
+	return &cmState{ssrc: ssrc, replay: replaydetector.New(ReplayWindow, 1<<48-1).(replaydetector.CheckAccepter)}
+}
+
+// state returns ssrc's state; keep says to record a new one at once (the
+// sender side). Without keep a new SSRC gets the spare state, recorded by
+// commit only once a packet of it authenticates, so forged packets with
+// made-up SSRCs neither grow the map nor allocate.
+func (c *cmRTP) state(ssrc uint32, keep bool) (*cmState, bool) {
+	if s := c.last; s != nil && s.ssrc == ssrc {
+		return s, true
+	}
+	if s, ok := c.states[ssrc]; ok {
+		c.last = s
+		return s, true
+	}
+	if keep {
+		s := newCMState(ssrc)
+		c.states[ssrc] = s
+		c.last = s
+		return s, false
+	}
+	if c.spare == nil {
+		c.spare = newCMState(ssrc)
+	}
+	// The spare's replay window was never written: only accepted packets
+	// write it, and an accepted spare is handed over to the map.
+	s := c.spare
+	s.ssrc, s.index, s.processed = ssrc, 0, false
+	return s, false
+}
+
+func (c *cmRTP) commit(s *cmState) {
+	c.states[s.ssrc] = s
+	c.last = s
+	c.spare = nil
+}
+
+// setROC makes ssrc's stream continue with rollover counter roc (pion's
+// Context.SetROC).
+func (c *cmRTP) setROC(ssrc, roc uint32) {
+	s, _ := c.state(ssrc, true)
+	s.index = uint64(roc) << 16
+	s.processed = false
+}
+
+// nextROC guesses the packet's ROC from the highest index seen (RFC 3711
+// section 3.3.1; pion's srtpSSRCState.nextRolloverCount, same arithmetic).
+func (s *cmState) nextROC(seq uint16) (roc uint32, diff int64, overflow bool) {
+	sq := int32(seq)
+	localROC := uint32(s.index >> 16)
+	localSeq := int32(s.index & (seqNumMax - 1))
+	roc = localROC
+	var d int32
+	if s.processed {
+		switch {
+		case s.index <= seqNumMedian:
+			d = sq - localSeq
+		case localSeq < seqNumMedian:
+			if sq-localSeq > seqNumMedian {
+				roc, d = localROC-1, sq-localSeq-seqNumMax
+			} else {
+				d = sq - localSeq
+			}
+		default:
+			if localSeq-seqNumMedian > sq {
+				roc, d = localROC+1, sq-localSeq+seqNumMax
+			} else {
+				d = sq - localSeq
+			}
+		}
+	}
+	return roc, int64(d), roc == 0 && localROC == maxROC
+}
+
+func (s *cmState) update(seq uint16, diff int64) {
+	switch {
+	case !s.processed:
+		s.index |= uint64(seq)
+		s.processed = true
+	case diff > 0:
+		s.index += uint64(diff)
+	}
+}
+
+// xorKeystream XORs the AES-CM keystream of the packet (ssrc, roc, seq) onto
+// src into dst (which may be src).
+func (c *cmRTP) xorKeystream(dst, src []byte, ssrc, roc uint32, seq uint16) {
+	var iv [16]byte
+	iv = c.salt
+	hi := binary.BigEndian.Uint64(iv[0:]) ^ uint64(ssrc)
+	lo := binary.BigEndian.Uint64(iv[8:]) ^ (uint64(roc)<<16|uint64(seq))<<16
+	// The low 16 bits of lo are the block counter (zero in the IV); a
+	// packet has far fewer than 2^16 blocks, so it never carries into
+	// the index bits.
+	for len(src) > 0 {
+		n := min(len(src), keystreamChunk)
+		for off := 0; off < n; off += aes.BlockSize {
+			b := c.ks[off : off+aes.BlockSize]
+			binary.BigEndian.PutUint64(b, hi)
+			binary.BigEndian.PutUint64(b[8:], lo)
+			c.block.Encrypt(b, b)
+			lo++
+		}
+		subtle.XORBytes(dst[:n], src[:n], c.ks[:n])
+		dst, src = dst[n:], src[n:]
+	}
+}
+
+// tag computes the HMAC-SHA1 of authenticated||ROC into c.sum.
+func (c *cmRTP) tag(authenticated []byte, roc uint32) []byte {
+	c.mac.Reset()
+	c.mac.Write(authenticated)
+	binary.BigEndian.PutUint32(c.roc[:], roc)
+	c.mac.Write(c.roc[:])
+	return c.mac.Sum(c.sum[:0])[:c.tagLen]
+}
+
+// encrypt protects the RTP packet src (header length hl) into dst, whose
+// capacity the caller checked.
+func (c *cmRTP) encrypt(dst, src []byte, hl int) ([]byte, error) {
+	ssrc := binary.BigEndian.Uint32(src[8:])
+	seq := binary.BigEndian.Uint16(src[2:])
+	s, _ := c.state(ssrc, true)
+	roc, diff, ovf := s.nextROC(seq)
+	if ovf {
+		return nil, ErrExhausted
+	}
+	s.update(seq, diff)
+	n := len(src)
+	out := dst[:n+len(c.mki)+c.tagLen]
+	copy(out[:hl], src[:hl])
+	c.xorKeystream(out[hl:n], src[hl:], ssrc, roc, seq)
+	copy(out[n:], c.mki)
+	copy(out[n+len(c.mki):], c.tag(out[:n], roc))
+	return out, nil
+}
+
+// decrypt authenticates and decrypts the SRTP packet src (header length
+// hl, length checked by the caller) into dst.
+func (c *cmRTP) decrypt(dst, src []byte, hl int) ([]byte, error) {
+	ssrc := binary.BigEndian.Uint32(src[8:])
+	seq := binary.BigEndian.Uint16(src[2:])
+	s, known := c.state(ssrc, false)
+	roc, diff, _ := s.nextROC(seq)
+	tok := s.replay.CheckSeq(uint64(roc)<<16 | uint64(seq))
+	if !tok.Passed() {
+		return nil, ErrReplay
+	}
+	if isCryptex(src) {
+		// pion refuses cryptex (RFC 9335) unless negotiated; neither
+		// side negotiates it.
+		return nil, ErrMalformed
+	}
+	n := len(src) - len(c.mki) - c.tagLen
+	if len(c.mki) > 0 && !hmac.Equal(src[n:n+len(c.mki)], c.mki) {
+		return nil, ErrUnknownMKI
+	}
+	if !hmac.Equal(c.tag(src[:n], roc), src[len(src)-c.tagLen:]) {
+		return nil, ErrAuth
+	}
+	out := dst[:n]
+	copy(out[:hl], src[:hl])
+	c.xorKeystream(out[hl:], src[hl:n], ssrc, roc, seq)
+	s.replay.Accept(tok)
+	s.update(seq, diff)
+	if !known {
+		c.commit(s)
+	}
+	return out, nil
+}
+
+// isCryptex reports whether the RTP packet b (header checked) carries an
+// RFC 9335 encrypted header extension.
+func isCryptex(b []byte) bool {
+	if b[0]&0x10 == 0 {
+		return false
+	}
+	p := binary.BigEndian.Uint16(b[rtpHeaderLen+4*int(b[0]&0x0f):])
+	return p == 0xc0de || p == 0xc2de
+}
