@@ -12,12 +12,17 @@ import (
 
 // newPair returns an Encrypter and a Decrypter sharing fresh keys.
 func newPair(tb testing.TB, s sdes.Suite, mki []byte) (*Encrypter, *Decrypter) {
+	return newPairPath(tb, s, mki, false)
+}
+
+// newPairPath is newPair with pion protecting RTP if pion is set.
+func newPairPath(tb testing.TB, s sdes.Suite, mki []byte, pion bool) (*Encrypter, *Decrypter) {
 	tb.Helper()
 	c, err := sdes.Generate(1, s)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := Config{Suite: s, Key: c.Key, Salt: c.Salt, MKI: mki}
+	cfg := Config{Suite: s, Key: c.Key, Salt: c.Salt, MKI: mki, pionRTP: pion}
 	e, err := NewEncrypter(cfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -287,47 +292,54 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkEncryptDecryptRTP(b *testing.B) {
+// benchPaths runs f for each suite, and for the AES-CM suites once more with
+// pion protecting RTP, so that one run compares the two paths.
+func benchPaths(b *testing.B, f func(b *testing.B, s sdes.Suite, pion bool)) {
 	for _, s := range sdes.Suites {
-		b.Run(s.String(), func(b *testing.B) {
-			e, d := newPair(b, s, nil)
-			plain := rtpPacket(0, 42)
-			buf := make([]byte, 0, 256)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(plain)))
-			seq := uint16(0)
-			for b.Loop() {
-				seq++
-				p := buf[:172]
-				copy(p, plain)
-				binary.BigEndian.PutUint16(p[2:], seq)
-				enc, err := e.EncryptRTP(p, p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := d.DecryptRTP(enc, enc); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(s.String(), func(b *testing.B) { f(b, s, false) })
+		if !s.AEAD() {
+			b.Run(s.String()+"/pion", func(b *testing.B) { f(b, s, true) })
+		}
 	}
 }
 
-func BenchmarkEncryptRTP(b *testing.B) {
-	for _, s := range sdes.Suites {
-		b.Run(s.String(), func(b *testing.B) {
-			e, _ := newPair(b, s, nil)
-			plain := rtpPacket(0, 42)
-			out := make([]byte, 0, 256)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(plain)))
-			for b.Loop() {
-				if _, err := e.EncryptRTP(out, plain); err != nil {
-					b.Fatal(err)
-				}
+func BenchmarkEncryptDecryptRTP(b *testing.B) {
+	benchPaths(b, func(b *testing.B, s sdes.Suite, pion bool) {
+		e, d := newPairPath(b, s, nil, pion)
+		plain := rtpPacket(0, 42)
+		buf := make([]byte, 0, 256)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(plain)))
+		seq := uint16(0)
+		for b.Loop() {
+			seq++
+			p := buf[:172]
+			copy(p, plain)
+			binary.BigEndian.PutUint16(p[2:], seq)
+			enc, err := e.EncryptRTP(p, p)
+			if err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+			if _, err := d.DecryptRTP(enc, enc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkEncryptRTP(b *testing.B) {
+	benchPaths(b, func(b *testing.B, s sdes.Suite, pion bool) {
+		e, _ := newPairPath(b, s, nil, pion)
+		plain := rtpPacket(0, 42)
+		out := make([]byte, 0, 256)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(plain)))
+		for b.Loop() {
+			if _, err := e.EncryptRTP(out, plain); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkEncryptDecryptRTCP(b *testing.B) {
