@@ -176,3 +176,34 @@ func randRTP(rng *rand.Rand, seq uint16, ssrc uint32) []byte {
 	}
 	return append(p, randBytes(rng, size)...)
 }
+
+// TestCMRejectsAllocateNothing: on the AES-CM path, replays and forged
+// packets under made-up SSRCs allocate nothing and leave no state behind.
+func TestCMRejectsAllocateNothing(t *testing.T) {
+	e, d := newPair(t, sdes.AES_CM_128_HMAC_SHA1_80, nil)
+	enc, err := e.EncryptRTP(make([]byte, 0, 256), rtpPacket(1, 42))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]byte, 0, 256)
+	if _, err := d.DecryptRTP(out, enc); err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Clone(enc)
+	ssrc := uint32(1000)
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := d.DecryptRTP(out, enc); err != ErrReplay {
+			t.Fatalf("replay: %v", err)
+		}
+		ssrc++
+		binary.BigEndian.PutUint32(forged[8:], ssrc)
+		if _, err := d.DecryptRTP(out, forged); err != ErrAuth {
+			t.Fatalf("forged SSRC %d: %v", ssrc, err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocs per rejected pair", n)
+	}
+	if got := len(d.t.cm.states); got != 1 {
+		t.Errorf("%d SSRC states after forgeries, want 1", got)
+	}
+}

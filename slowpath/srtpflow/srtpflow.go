@@ -1,7 +1,15 @@
 // Package srtpflow holds the per-flow SRTP transforms of the userspace data
 // plane: a one-way Decrypter (SRTP->RTP, SRTCP->RTCP) and a one-way Encrypter
 // (RTP->SRTP, RTCP->SRTCP), built from an SDES suite, master key and master
-// salt, on top of github.com/pion/srtp/v3.
+// salt.
+//
+// SRTCP, and SRTP of the AEAD_AES_*_GCM suites, go through
+// github.com/pion/srtp/v3. SRTP of the AES_CM suites, the packets that
+// carry the media, goes through this package's own transform (cm.go) on
+// crypto/aes, crypto/hmac and crypto/subtle: pion encrypts AES-CM one
+// 16-byte block per call through a pooled buffer, which costs about a sixth
+// of the per-packet CPU. Both follow the same rollover-counter and replay
+// rules; TestDifferential holds them to the same output.
 //
 // A flow's worker owns its transforms: they keep per-SSRC rollover counters
 // and replay windows and take no locks, so a Decrypter or Encrypter must not
@@ -17,8 +25,9 @@
 // ErrMalformed, ErrShortBuffer, ErrUnknownMKI, ErrExhausted) for the worker to
 // count by identity; the packet is then to be dropped. Pion allocates one
 // small object per replayed packet and per packet with an unauthenticated new
-// SSRC before rejecting it; accepted packets cost no allocation once the
-// SSRC is known.
+// SSRC before rejecting it (SRTCP and the GCM suites); the AES_CM SRTP path
+// allocates for neither, only for the state of an SSRC it keeps. Accepted
+// packets cost no allocation once the SSRC is known.
 //
 // Replay protection is always on, for SRTP and SRTCP, with a window of
 // ReplayWindow packets (libsrtp's default is 128 as well).
