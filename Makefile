@@ -89,7 +89,7 @@ fuzz:
 		control/sdp:FuzzRewrite control/ng/bencode:FuzzDecode control/ng/bencode:FuzzRoundTrip \
 		control/ng:FuzzServeDatagram control/ng:FuzzParseRequest control/ng:FuzzCallEngine \
 		rtp:FuzzHeaderUnmarshal rtp:FuzzRTCPUnmarshal rtp:FuzzReceiverStats rtp:FuzzStreamAnalyzer sdes:FuzzParse \
-		voipgen/sipua:FuzzParseSDP voipgen/gen:FuzzParseEndpoints slowpath/transcode:FuzzPush control/sip:FuzzDatagram control/sip:FuzzVet; do \
+		voipgen/sipua:FuzzParseSDP voipgen/gen:FuzzParseEndpoints slowpath/transcode:FuzzPush slowpath/srtpflow:FuzzDifferential control/sip:FuzzDatagram control/sip:FuzzVet; do \
 		echo "== $$t"; unshare -n sh -c "ip link set lo up && exec $(GO) test -run '^$$' -fuzz '^$${t#*:}$$' -fuzztime $(FUZZTIME) ./$${t%%:*}/"; \
 	done
 

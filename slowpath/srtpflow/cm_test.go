@@ -15,9 +15,19 @@ import (
 // side on random streams and requires the same SRTP bytes, the same
 // accepted plaintext and the same verdicts.
 func TestDifferential(t *testing.T) {
+	accepted, sent := 0, 0
 	for seed := uint64(1); seed <= 24; seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { differential(t, seed, 300) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a, s := differential(t, seed, 300)
+			accepted, sent = accepted+a, sent+s
+		})
 	}
+	// Most packets are genuine and new: a low count would mean the streams
+	// exercise little but the reject paths.
+	if accepted < sent/2 {
+		t.Fatalf("%d of %d packets accepted", accepted, sent)
+	}
+	t.Logf("%d of %d sent packets accepted", accepted, sent)
 }
 
 // FuzzDifferential is TestDifferential from a fuzzed seed.
@@ -33,7 +43,8 @@ func FuzzDifferential(f *testing.F) {
 // jump ahead, go back, or wrap; payloads of 0 to 1400 bytes; CSRCs and a
 // header extension now and then. The receiving side sees the packets
 // slightly reordered, some twice (replays), some with one bit flipped.
-func differential(t *testing.T, seed uint64, n int) {
+// It returns how many packets the receivers accepted and how many were sent.
+func differential(t *testing.T, seed uint64, n int) (accepted, sent int) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	suites := []sdes.Suite{sdes.AES_CM_128_HMAC_SHA1_80, sdes.AES_CM_128_HMAC_SHA1_32,
 		sdes.AES_256_CM_HMAC_SHA1_80, sdes.AES_256_CM_HMAC_SHA1_32}
@@ -70,13 +81,13 @@ func differential(t *testing.T, seed uint64, n int) {
 
 	// Sender: both encrypters see the same packets in the same order.
 	seq := uint16(rng.Uint32())
-	var sent [][]byte
+	var out [][]byte
 	for range n {
 		switch r := rng.IntN(40); {
 		case r == 0:
 			seq += uint16(1 + rng.IntN(30000)) // a jump, sometimes past a wrap
 		case r == 1:
-			seq -= uint16(1 + rng.IntN(20)) // the sender goes back: replays
+			seq -= uint16(1 + rng.IntN(4)) // the sender goes back: replays
 		default:
 			seq++
 		}
@@ -90,16 +101,16 @@ func differential(t *testing.T, seed uint64, n int) {
 			t.Fatalf("encrypt seq %d len %d: own %v %x\npion %v %x", seq, len(pkt), errF, a, errP, b)
 		}
 		if errF == nil {
-			sent = append(sent, a)
+			out = append(out, a)
 		}
 	}
 
 	// Receiver: reordered, replayed and tampered copies.
 	var recv [][]byte
-	for i := 0; i < len(sent); i++ {
-		p := sent[i]
-		if i+1 < len(sent) && rng.IntN(10) == 0 {
-			recv = append(recv, sent[i+1])
+	for i := 0; i < len(out); i++ {
+		p := out[i]
+		if i+1 < len(out) && rng.IntN(10) == 0 {
+			recv = append(recv, out[i+1])
 			i++
 		}
 		switch r := rng.IntN(12); {
@@ -117,7 +128,6 @@ func differential(t *testing.T, seed uint64, n int) {
 		}
 		recv = append(recv, p)
 	}
-	accepted := 0
 	for i, p := range recv {
 		a, errF := fd.DecryptRTP(make([]byte, 0, len(p)), p)
 		b, errP := pd.DecryptRTP(make([]byte, 0, len(p)), p)
@@ -128,9 +138,7 @@ func differential(t *testing.T, seed uint64, n int) {
 			accepted++
 		}
 	}
-	if accepted < len(sent)/2 {
-		t.Fatalf("only %d of %d packets accepted: the stream is not exercising the accept path", accepted, len(sent))
-	}
+	return accepted, len(out)
 }
 
 // sameReject: both paths give the same sentinel, except where pion refuses
