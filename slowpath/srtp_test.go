@@ -167,11 +167,6 @@ func TestProcessSRTPAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkProcessSRTP compares the worker's per-packet cost for a plain
-// flow and SRTP flows (decrypt: SRTP->RTP; encrypt: RTP->SRTP), 172-byte
-// packets, in one run:
-//
-//	go test -run '^$' -bench ProcessSRTP ./slowpath/
 // cpuPerOp locks the benchmark to its thread and returns a function that
 // reports the thread's CPU time per op as cpu-ns/op: ns/op without the time
 // the thread waited for a CPU, most of the spread between runs on a shared
@@ -192,6 +187,13 @@ func threadCPU() int64 {
 	return ts.Nano()
 }
 
+// BenchmarkProcessSRTP compares the worker's per-packet cost for a plain
+// flow and SRTP flows (decrypt: SRTP->RTP; encrypt: RTP->SRTP), 172-byte
+// packets, in one run:
+//
+//	go test -run '^$' -bench ProcessSRTP ./slowpath/
+//
+// cpu-ns/op is the figure to compare on a busy machine (docs/bench.md).
 func BenchmarkProcessSRTP(b *testing.B) {
 	src := netip.MustParseAddrPort("198.18.0.2:4000")
 	run := func(b *testing.B, f *flowState, pkt func(seq uint16) []byte) {

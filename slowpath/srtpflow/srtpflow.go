@@ -6,10 +6,11 @@
 // SRTCP, and SRTP of the AEAD_AES_*_GCM suites, go through
 // github.com/pion/srtp/v3. SRTP of the AES_CM suites, the packets that
 // carry the media, goes through this package's own transform (cm.go) on
-// crypto/aes, crypto/hmac and crypto/subtle: pion encrypts AES-CM one
-// 16-byte block per call through a pooled buffer, which costs about a sixth
-// of the per-packet CPU. Both follow the same rollover-counter and replay
-// rules; TestDifferential holds them to the same output.
+// crypto/aes, crypto/hmac and crypto/subtle: pion runs AES-CM through a
+// pooled buffer, XORing 16 bytes at a time, and parses and tracks each
+// packet behind interfaces, together about a sixth of the per-packet CPU.
+// Both follow the same rollover-counter and replay rules; TestDifferential
+// holds them to the same output.
 //
 // A flow's worker owns its transforms: they keep per-SSRC rollover counters
 // and replay windows and take no locks, so a Decrypter or Encrypter must not
@@ -133,8 +134,8 @@ func (c *Config) profile() (srtp.ProtectionProfile, error) {
 type transform struct {
 	ctx      *srtp.Context
 	cm       *cmRTP // RTP of the AES-CM suites; nil: pion does RTP too
-	rtpOver  int // bytes SRTP adds to RTP: tag + MKI
-	rtcpOver int // bytes SRTCP adds to RTCP: tag + index + MKI
+	rtpOver  int    // bytes SRTP adds to RTP: tag + MKI
+	rtcpOver int    // bytes SRTCP adds to RTCP: tag + index + MKI
 
 	rtpHdr  rtp.Header  // reused per packet
 	rtcpHdr rtcp.Header // reused per packet
