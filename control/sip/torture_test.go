@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/relayd/relayd/control/call"
+	"github.com/relayd/relayd/internal/siptorture"
 )
 
 // tortureCase is one line of testdata/torture/expect.txt.
@@ -473,22 +473,7 @@ func TestTortureGarbage(t *testing.T) {
 	const n = 600
 	msgs := make([][]byte, n)
 	for i := range msgs {
-		switch i % 3 {
-		case 0:
-			b := make([]byte, 1+rng.IntN(1400))
-			for j := range b {
-				b[j] = byte(rng.Uint32())
-			}
-			msgs[i] = b
-		case 1:
-			msgs[i] = mangle(rng, base[rng.IntN(len(base))])
-		case 2:
-			noise := make([]byte, rng.IntN(300))
-			for j := range noise {
-				noise[j] = noiseChars[rng.IntN(len(noiseChars))]
-			}
-			msgs[i] = append([]byte("INVITE sip:x@y SIP/2.0\r\nVia: "), noise...)
-		}
+		msgs[i] = siptorture.Garbage(rng, base, i)
 	}
 
 	var mu sync.Mutex
@@ -575,10 +560,6 @@ func TestTortureGarbage(t *testing.T) {
 	}
 }
 
-// noiseChars are what the noise after a Via is made of: SIP's
-// delimiters and a few of its words' letters.
-const noiseChars = " \t\r\n;,:=/<>\"@SIPUDPabc0123456789.z9hG4bK"
-
 // readsAsRequest is the test's own reading of what may get an answer: a
 // first line "token SP ...", and a Via header line.
 func readsAsRequest(m []byte) bool {
@@ -596,36 +577,4 @@ func readsAsRequest(m []byte) bool {
 		return false
 	}
 	return viaLine.Match(m)
-}
-
-// mangle returns a copy of m with a few random edits of the kinds that
-// break parsers: bytes changed, cut, doubled or inserted, line ends
-// broken, white space added.
-func mangle(rng *rand.Rand, m []byte) []byte {
-	b := bytes.Clone(m)
-	for range 1 + rng.IntN(4) {
-		if len(b) == 0 {
-			break
-		}
-		i := rng.IntN(len(b))
-		switch rng.IntN(7) {
-		case 0:
-			b[i] = byte(rng.Uint32())
-		case 1:
-			b = b[:i]
-		case 2:
-			j := min(len(b), i+1+rng.IntN(40))
-			b = slices.Delete(b, i, j)
-		case 3:
-			j := min(len(b), i+1+rng.IntN(40))
-			b = slices.Insert(b, i, b[i:j]...)
-		case 4:
-			b = slices.Insert(b, i, []byte{" \t;,:=<>\"\r\n"[rng.IntN(11)]}...)
-		case 5:
-			b = bytes.Replace(b, []byte("\r\n"), []byte("\n"), 1+rng.IntN(3))
-		case 6:
-			b = slices.Insert(b, i, ' ', ' ')
-		}
-	}
-	return b
 }
