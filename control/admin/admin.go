@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -95,7 +96,12 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collectors.NewGoCollector(),
+		// The live heap marked by the last GC (go_gc_heap_live_bytes) on
+		// top of the default set: it is the heap after GC, a leak's
+		// measure, without forcing a collection from outside (the runtime
+		// collects at least every two minutes).
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&collector{mgr: mgr, observers: cfg.Observers, calls: cfg.Calls, cdr: cfg.CDRStats, log: log},
 		buildInfo(cfg.Version),

@@ -296,6 +296,7 @@ func TestMetrics(t *testing.T) {
 		`relayd_flows{path="userspace"} 0`,
 		`relayd_xdp_attached{interface="veth0",mode="native"} 1`,
 		`go_goroutines`,
+		"\ngo_gc_heap_live_bytes ",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
