@@ -512,6 +512,8 @@ type benchCalls struct {
 	toCallee []netip.AddrPort // call i: where the caller sends (relay port, A leg), from the 200's SDP
 	toCaller []netip.AddrPort // answered call j: where the callee sends (relay port, B leg), from the INVITE's SDP
 	answered atomic.Int64
+	// calleeCalls counts the INVITEs the answerer took (with an SDP offer).
+	calleeCalls atomic.Int64
 
 	actx    context.Context
 	acancel context.CancelFunc
@@ -536,6 +538,7 @@ func (s *benchCalls) start(ctx context.Context, maxCalls int) error {
 		Signal: &sipua.Signal{
 			Media: func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) },
 			Peer: func(j int, a netip.AddrPort) {
+				s.calleeCalls.Add(1)
 				s.mu.Lock()
 				if j < len(s.toCaller) {
 					s.toCaller[j] = a
@@ -662,18 +665,20 @@ func (b *fwdBench) callPaths(n int, enc []*srtpflow.Encrypter, toCallee, toCalle
 }
 
 // close hangs every call up (BYE from the callers) and stops the answerer.
-func (s *benchCalls) close() {
-	start, n := time.Now(), 0
+// It returns the callers' reports of the batches that ended in time.
+func (s *benchCalls) close() (all []sipua.CallReport) {
+	start := time.Now()
 	for _, bt := range s.batches {
 		bt.cancel()
 	}
 	for _, bt := range s.batches {
 		select {
 		case reps := <-bt.done:
-			n += len(reps)
+			all = append(all, reps...)
 		case <-time.After(30 * time.Second):
 		}
 	}
+	n := len(all)
 	if s.acancel != nil {
 		s.acancel()
 		select {
@@ -684,6 +689,7 @@ func (s *benchCalls) close() {
 	if n > 0 {
 		fmt.Fprintf(s.cfg.Progress, "  %d SIP calls hung up in %v\n", n, time.Since(start).Round(time.Millisecond))
 	}
+	return all
 }
 
 // benchRelaydSIP runs the sweep through relayd in mode name with its

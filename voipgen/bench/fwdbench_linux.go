@@ -1004,6 +1004,7 @@ type fwdSendJob struct {
 
 type fwdSendResult struct {
 	packets, errors, encErrors, cycles uint64
+	rev                                uint64 // of packets: the reverse streams' (callee -> caller)
 	elapsed                            time.Duration
 }
 
@@ -1178,6 +1179,9 @@ func (s *fwdSender) sendmmsg(res *fwdSendResult, fd int, hs []mmsghdr) {
 			hs = hs[1:]
 		default:
 			res.packets += uint64(r)
+			if fd == s.rfd {
+				res.rev += uint64(r)
+			}
 			hs = hs[r:]
 		}
 	}

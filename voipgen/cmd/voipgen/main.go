@@ -6,6 +6,7 @@
 //	voipgen answer --sip ADDR:PORT --personality answer|ring|reject:CODE|silent
 //	voipgen bench [--calls 250,500,...] [--with-rtpengine] [--out DIR] [--json]
 //	voipgen fwtest [--quick] [--out DIR] [--json]
+//	voipgen soak [--calls 1000] [--duration 10m] [--json] [--out FILE]
 //
 // Subcommands use the standard flag package, one FlagSet each: it accepts
 // --flag as well as -flag, needs no dependency, and the few flags here do not
@@ -34,6 +35,7 @@ commands:
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   bench  lab comparison: relayd XDP vs userspace vs SRTP (and rtpengine) over concurrent calls: CPU, loss, table and plots (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
+  soak   lab soak: SIP calls with media through relayd's XDP for minutes under spoofed media and malformed SIP: loss, heap, goroutines (root)
 
 Run "voipgen <command> -h" for the flags of a command.
 `
@@ -65,6 +67,8 @@ func main() {
 		err = runBench(ctx, os.Args[2:], os.Stdout)
 	case "demo":
 		err = runDemo(ctx, os.Args[2:], os.Stdout)
+	case "soak":
+		err = runSoak(ctx, os.Args[2:], os.Stdout)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
