@@ -407,7 +407,11 @@ func (s *callSlots) put(i int) {
 func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := cfg.start(ctx); err != nil {
+	// The socket outlives ctx until every call returned: a call ended by
+	// ctx still sends its BYE and reads the answer.
+	tctx, tcancel := context.WithCancel(context.Background())
+	defer tcancel()
+	if err := cfg.start(tctx); err != nil {
 		return nil, err
 	}
 	defer cfg.close()
@@ -635,7 +639,10 @@ func ParseAnswer(args []string, out io.Writer) (AnswerConfig, error) {
 func AnswerCalls(ctx context.Context, cfg AnswerConfig, ready chan<- struct{}) ([]CallReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
-	if err := cfg.start(ctx); err != nil {
+	// As in PlaceCalls: the calls ctx ends still send their BYEs.
+	tctx, tcancel := context.WithCancel(context.Background())
+	defer tcancel()
+	if err := cfg.start(tctx); err != nil {
 		return nil, err
 	}
 	defer cfg.close()
