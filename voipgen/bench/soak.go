@@ -105,7 +105,7 @@ func ParseSoak(args []string, out io.Writer) (SoakConfig, error) {
 	fs.IntVar(&c.SIPGarbageRate, "sip-garbage-rate", 100, "malformed SIP datagrams per second from the stranger (0: none)")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the attacks' randomness (0: a random one, printed)")
 	fs.Float64Var(&c.HeapTolerance, "heap-tolerance", 0.05, "the most the heap after GC (its floor) may grow between the two windows, relative")
-	fs.IntVar(&c.GoroutineTol, "goroutine-tolerance", 20, "the most the mean goroutine count may differ between the two windows")
+	fs.IntVar(&c.GoroutineTol, "goroutine-tolerance", 10, "the most the mean goroutine count may differ between the two windows")
 	fs.StringVar(&c.Relayd, "relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	fs.StringVar(&c.TortureDir, "torture-dir", "", "torture messages (default: control/sip/testdata/torture above the working directory)")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
@@ -208,6 +208,12 @@ type SoakDirection struct {
 	// relay's egress ring full, the sink's socket full. On a busy machine
 	// these are where the softirqs ran late.
 	LabDropped uint64 `json:"lab_dropped"`
+	// LabDrops is LabDropped by counter.
+	LabDrops map[string]uint64 `json:"lab_drops,omitempty"`
+	// Nominal is what the calls' streams would have sent in this
+	// direction at their rate over the run; Sent falls short of it when
+	// the sender's thread got the CPU late.
+	Nominal uint64 `json:"nominal"`
 }
 
 // SoakChunk is one chunk of media.
@@ -453,12 +459,24 @@ func (r *SoakReport) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "soak: %v calls for %v through relayd's XDP, seed %d, %.0f s in all\n", r.Config["calls"], r.Config["duration"], r.Seed, r.ElapsedS)
 	fmt.Fprintf(w, "calls: %d placed, %d up in %.1f s, %d held by relayd at the end, %d INVITEs reached the answerer, %d hung up\n",
 		r.Calls.Placed, r.Calls.Up, r.Calls.SetupS, r.Calls.HeldEnd, r.Calls.Answered, r.Calls.HungUp)
+	if r.Calls.Failures != "" {
+		fmt.Fprintf(w, "  first call failure: %s\n", r.Calls.Failures)
+	}
 	fmt.Fprintln(w, "media (the paced sender -> relayd XDP -> the sink):")
-	fmt.Fprintln(tw, "direction\tsent\treceived\tlost\tchunks with loss\tof it dropped by the lab (veth rings, sink)\t")
+	fmt.Fprintln(tw, "direction\tsent\tof nominal\treceived\tlost\tchunks with loss\tof it dropped by the lab (veth rings, sink)\t")
 	for _, d := range r.Media {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d of %d\t%d\t\n", d.Name, d.Sent, d.Received, d.Lost, d.ChunksWithLoss, len(r.Chunks), d.LabDropped)
+		pct := 0.0
+		if d.Nominal > 0 {
+			pct = 100 * float64(d.Sent) / float64(d.Nominal)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f%%\t%d\t%d\t%d of %d\t%d\t\n", d.Name, d.Sent, pct, d.Received, d.Lost, d.ChunksWithLoss, len(r.Chunks), d.LabDropped)
 	}
 	tw.Flush()
+	for _, d := range r.Media {
+		if len(d.LabDrops) > 0 {
+			fmt.Fprintf(w, "  %s, the lab's drops: %s\n", d.Name, fmtCounts(d.LabDrops))
+		}
+	}
 	fmt.Fprintf(w, "heap after GC (go_gc_heap_live_bytes, least over the GCs in each window): %.2f MB (%d GCs, %.0f-%.0f s; mean %.2f, max %.2f) -> %.2f MB (%d GCs, %.0f-%.0f s; mean %.2f, max %.2f): x%.4f (tolerance %.0f%%)\n",
 		r.Heap.Base/1e6, r.Heap.BaseN, r.Heap.BaseFromS, r.Heap.BaseToS, r.Heap.BaseMean/1e6, r.Heap.BaseMax/1e6,
 		r.Heap.End/1e6, r.Heap.EndN, r.Heap.EndFromS, r.Heap.EndToS, r.Heap.EndMean/1e6, r.Heap.EndMax/1e6, r.Heap.Ratio, 100*r.Heap.Tolerance)

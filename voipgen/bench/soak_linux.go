@@ -228,6 +228,7 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	rep.ElapsedS = elapsed.Seconds()
 	for k := range rep.Media {
 		rep.Media[k].Lost = int64(rep.Media[k].Sent) - int64(rep.Media[k].Received)
+		rep.Media[k].Nominal = uint64(float64(n) * float64(time.Second/fwdPtime) * elapsed.Seconds())
 	}
 	// Answers in flight, and anything relayd lets through late.
 	time.Sleep(time.Second)
@@ -235,7 +236,13 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	dropsAfter := labDrops(l)
 	for k, keys := range labDropKeys {
 		for _, key := range keys {
-			rep.Media[k].LabDropped += dropsAfter[key] - dropsBefore[key]
+			if d := dropsAfter[key] - dropsBefore[key]; d > 0 {
+				if rep.Media[k].LabDrops == nil {
+					rep.Media[k].LabDrops = map[string]uint64{}
+				}
+				rep.Media[k].LabDrops[key] = d
+				rep.Media[k].LabDropped += d
+			}
 		}
 	}
 	if media != nil {
