@@ -12,7 +12,7 @@ func TestParseSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Calls != 1000 || c.Duration != 10*time.Minute || c.Baseline != 2*time.Minute || c.HeapTolerance != 0.05 || c.window() != time.Minute {
+	if c.Calls != 1000 || c.Duration != 10*time.Minute || c.Baseline != 2*time.Minute || c.HeapTolerance != 0.05 || c.window() != 2*time.Minute {
 		t.Errorf("defaults %+v", c)
 	}
 	c, err = ParseSoak([]string{"--calls", "100", "--duration", "60s", "--baseline", "36s", "--sample", "1s"}, &bytes.Buffer{})
@@ -97,7 +97,7 @@ func TestSoakJudge(t *testing.T) {
 	flat := func(float64) float64 { return 4e6 }
 	r := soakReportFor(cfg, flat)
 	r.judge(cfg, cfg.Duration)
-	if !r.Pass || r.Heap.Base != 4e6 || r.Heap.End != 4e6 || r.Heap.BaseN != 6 || r.Heap.BaseMean != 6e6 || r.Gorout.Base != 30 {
+	if !r.Pass || r.Heap.Base != 6e6 || r.Heap.End != 6e6 || r.Heap.BaseN != 6 || r.Heap.BaseMin != 4e6 || r.Heap.BaseMax != 8e6 || r.Gorout.Base != 30 {
 		t.Fatalf("a steady run: %+v %+v %v", r.Heap, r.Gorout, r.Problems)
 	}
 	for _, tc := range []struct {
@@ -138,6 +138,12 @@ func TestSoakJudge(t *testing.T) {
 		if r.Pass || !strings.Contains(strings.Join(r.Problems, "; "), tc.want) {
 			t.Errorf("%s: pass %v, problems %q, want %q", tc.name, r.Pass, r.Problems, tc.want)
 		}
+	}
+	// A heap that shrank is no leak.
+	r = soakReportFor(cfg, func(t float64) float64 { return 4e6 * (1 - t/300) })
+	r.judge(cfg, cfg.Duration)
+	if !r.Pass || r.Heap.Ratio >= 0.95 {
+		t.Errorf("a shrinking heap: pass %v, ratio %.3f, %q", r.Pass, r.Heap.Ratio, r.Problems)
 	}
 	var buf bytes.Buffer
 	r.WriteText(&buf)
