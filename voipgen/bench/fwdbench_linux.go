@@ -92,6 +92,10 @@ type fwdBench struct {
 	// relayTop, when set, is TOML added to the next relayd's
 	// configuration after its sections (such as [ng]).
 	relayTop string
+	// relayCaps keeps the next relayd's packet-rate caps on (the lab
+	// relays' default is off: the benchmarks' flows run far faster than
+	// a codec).
+	relayCaps bool
 	// xcMat is the transcode mode's audio (nil without the mode).
 	xcMat *transcodeMaterial
 
@@ -758,7 +762,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 		return err
 	}
 	// warn: relayd logs every idle flow at info level.
-	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop}
+	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps}
 	if m.Kind != "xdp" {
 		o.Mode, o.Workers = "userspace", m.Workers
 	}

@@ -53,7 +53,7 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 		"calls": n, "duration": cfg.Duration.String(), "baseline": cfg.Baseline.String(), "window": cfg.window().String(),
 		"sample": cfg.Sample.String(), "chunk": cfg.Chunk.String(), "attack_pps": cfg.AttackPPS, "invite_rate": cfg.InviteRate,
 		"sip_garbage_rate": cfg.SIPGarbageRate, "heap_tolerance": cfg.HeapTolerance, "goroutine_tolerance": cfg.GoroutineTol,
-		"media": "G.711 20 ms, a stream each way per call (100 pps per call), 172-byte RTP", "relayd": "dataplane.mode = xdp, SIP B2BUA, one route allowing the caller only",
+		"media": "G.711 20 ms, a stream each way per call (100 pps per call), 172-byte RTP", "relayd": "dataplane.mode = xdp, SIP B2BUA, one route allowing the caller only, packet-rate caps on (the default)",
 	}}
 	rep.Media[0].Name, rep.Media[1].Name = "caller -> callee", "callee -> caller"
 	fmt.Fprintf(cfg.Progress, "soak: %d calls for %v, seed %d (replay: --seed %d)\n", n, cfg.Duration, cfg.Seed, cfg.Seed)
@@ -70,6 +70,10 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	m := benchMode("xdp")
 	b.relayPorts = benchSIPRelayPorts
 	b.relayExtra = "latch_window = \"50ms\"\n" + soakSIPConfig(l)
+	// relayd as deployed: every call's flows capped at a multiple of its
+	// codec's rate, which the calls' media stays under and a flood from
+	// a wrong source must take nothing of.
+	b.relayCaps = true
 	if err := b.startRelay(m); err != nil {
 		return rep, err
 	}
