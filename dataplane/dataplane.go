@@ -467,6 +467,19 @@ type Observer interface {
 	Interfaces() []Interface
 }
 
+// EgressObserver is implemented by data planes that see the frames the
+// kernel refuses to send out of a device after XDP redirected them.
+type EgressObserver interface {
+	Egress() []Egress
+}
+
+// Egress is the redirect health of one egress device.
+type Egress struct {
+	Device         string
+	RedirectErrors uint64 // frames redirected toward the device that the kernel refused (and dropped)
+	Fallback       bool   // the flows toward the device are relayed in userspace for now
+}
+
 // PuntRelay relays, in userspace, the packets of XDP flows that the XDP
 // program passes to the kernel (next hop not resolved yet, fragments, IP
 // options, over MTU, a change of address family, STUN/DTLS). The XDP data

@@ -43,6 +43,8 @@ type Fastpath struct {
 
 	nhMu sync.Mutex               // guards nh
 	nh   map[netip.Addr]time.Time // destinations whose next hop was resolved, and when
+
+	mon *redirMon // nil when redirect failures cannot be watched
 }
 
 // nhFresh is how long a destination whose next hop resolved is not looked
@@ -101,6 +103,14 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		f.Close()
 		return nil, err
 	}
+	mon, err := startRedirMon(f.objs.TxPorts, f.Interfaces(), log.Named("redirmon"))
+	if err != nil {
+		log.Warn("redirect failures are not watched: frames a device refuses after the XDP redirect are lost unnoticed, "+
+			"and flows toward it are not moved to userspace", zap.Error(err))
+	}
+	f.mu.Lock()
+	f.mon = mon
+	f.mu.Unlock()
 	return f, nil
 }
 
@@ -448,6 +458,9 @@ func (f *Fastpath) Close() error {
 	}
 	f.closed = true
 	var errs []error
+	if f.mon != nil {
+		errs = append(errs, f.mon.close())
+	}
 	for _, l := range f.links {
 		errs = append(errs, l.Close())
 	}
@@ -526,6 +539,18 @@ func (f *Fastpath) Interfaces() []dataplane.Interface {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]dataplane.Interface(nil), f.ifaces...)
+}
+
+// Egress implements dataplane.EgressObserver: nil when the redirect
+// monitor does not run.
+func (f *Fastpath) Egress() []dataplane.Egress {
+	f.mu.Lock()
+	mon := f.mon
+	f.mu.Unlock()
+	if mon == nil {
+		return nil
+	}
+	return mon.egress()
 }
 
 // Counters implements dataplane.Observer: the global counters summed over

@@ -22,6 +22,10 @@ var (
 		"Flows installed (static and call flows), by data path.", []string{"path"}, nil)
 	attachedDesc = prometheus.NewDesc("relayd_xdp_attached",
 		"1 for each interface the XDP program is attached to, with its mode.", []string{"interface", "mode"}, nil)
+	redirectErrorsDesc = prometheus.NewDesc("relayd_xdp_redirect_errors_total",
+		"Frames XDP redirected toward a device that the kernel refused to send (and dropped), by egress device.", []string{"device"}, nil)
+	fallbackDesc = prometheus.NewDesc("relayd_xdp_egress_fallback",
+		"1 while the flows toward a device are relayed in userspace because it refuses redirected frames, by egress device.", []string{"device"}, nil)
 	portsDesc = prometheus.NewDesc("relayd_media_ports",
 		"Relay media ports (RTP and RTCP) of each media interface's port range, by state.", []string{"interface", "state"}, nil)
 	slotsUsedDesc = prometheus.NewDesc("relayd_flow_slots_used",
@@ -61,7 +65,7 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc} {
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc} {
 		ch <- d
 	}
 	if c.calls != nil {
@@ -122,6 +126,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, i := range o.Interfaces() {
 			attached[[2]string{i.Name, i.Mode}] = true
+		}
+		if eo, ok := o.(dataplane.EgressObserver); ok {
+			for _, e := range eo.Egress() {
+				fallback := 0.0
+				if e.Fallback {
+					fallback = 1
+				}
+				ch <- prometheus.MustNewConstMetric(redirectErrorsDesc, prometheus.CounterValue, float64(e.RedirectErrors), e.Device)
+				ch <- prometheus.MustNewConstMetric(fallbackDesc, prometheus.GaugeValue, fallback, e.Device)
+			}
 		}
 	}
 	for _, k := range order {

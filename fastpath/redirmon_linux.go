@@ -1,0 +1,474 @@
+package fastpath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+)
+
+// The redirect monitor (bpf/redirmon.c) sees the frames the kernel
+// refuses to send after the relay program redirected them: the program
+// has counted them forwarded by then, and without the monitor they are
+// lost without a trace (a veth whose peer has neither an XDP program nor
+// GRO refuses every one). On the first refusal toward a device the
+// monitor takes the device out of tx_ports, so that the program punts the
+// flows toward it (punt/no_egress) and the userspace workers relay them
+// through the kernel's stack, which does not need the device's XDP
+// transmit. Every probeInterval the redirect probe sends one frame into
+// each such device through XDP; when the device takes it, the device goes
+// back into tx_ports and its flows back to XDP.
+
+// probeInterval is how often a device in fallback is probed. A probe costs
+// one 60-byte frame on the device's link and one bpf syscall.
+const probeInterval = time.Second
+
+// fallbackWarnEvery limits the warning about a device that refuses
+// redirected frames to one a minute per device; the others are logged at
+// debug level and counted in the next warning.
+const fallbackWarnEvery = time.Minute
+
+// probeEtherType is IEEE 802's local experimental EtherType: the probe
+// frame means nothing to any receiver, which drops it.
+const probeEtherType = 0x88B5
+
+// tracefsRoot is where systemd mounts tracefs; the tracepoints' ids and
+// formats are read there.
+const tracefsRoot = "/sys/kernel/tracing"
+
+type egressDevice struct {
+	name    string
+	ifindex int
+	kind    string // netlink link type: "veth", "device", ...
+	probe   []byte // the probe frame
+
+	fallback   bool
+	since      time.Time
+	err        int32 // the refusal's negative errno
+	lastWarn   time.Time
+	suppressed int
+}
+
+type redirMon struct {
+	log     *zap.Logger
+	objs    redirmonObjects
+	txPorts *ebpf.Map
+	links   []link.Link
+	events  *ringbuf.Reader
+
+	mu   sync.Mutex // guards devs' state
+	devs map[int]*egressDevice
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// loadRedirmonSpec returns the monitor's collection spec; tests replace it.
+var loadRedirmonSpec = loadRedirmon
+
+// startRedirMon loads and attaches the redirect monitor for ifaces, whose
+// egress entries are in txPorts. The monitor is private to this process:
+// nothing of it is pinned, and a restart starts it afresh.
+func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Logger) (*redirMon, error) {
+	tracefs, err := ensureTracefs(log)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := loadRedirmonSpec()
+	if err != nil {
+		return nil, fmt.Errorf("load BPF spec: %w", err)
+	}
+	m := &redirMon{log: log, txPorts: txPorts, devs: make(map[int]*egressDevice), stop: make(chan struct{})}
+	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+		return nil, explainLoad(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			m.close()
+		}
+	}()
+	relayID, err := mapID(txPorts)
+	if err != nil {
+		return nil, err
+	}
+	probeID, err := mapID(m.objs.ProbePorts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.objs.Config.Put(uint32(0), redirmonRedirmonConfig{RelayMapId: relayID, ProbeMapId: probeID}); err != nil {
+		return nil, fmt.Errorf("configure the redirect monitor: %w", err)
+	}
+	for _, i := range ifaces {
+		d, err := newEgressDevice(i)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.objs.ProbePorts.Put(uint32(i.Index), redirmonBpfDevmapVal{Ifindex: uint32(i.Index)}); err != nil {
+			return nil, fmt.Errorf("add %s to the probe's redirect map: %w", i.Name, err)
+		}
+		if err := m.objs.Devices.Put(uint32(i.Index), uint32(redirmonDevFlagsDEV_F_RELAY|redirmonDevFlagsDEV_F_ARMED)); err != nil {
+			return nil, fmt.Errorf("arm the redirect monitor for %s: %w", i.Name, err)
+		}
+		m.devs[i.Index] = d
+	}
+
+	// Which tracepoints exist depends on the kernel (see redirmon.c); at
+	// least one of the enqueue-time ones does on every kernel relayd runs on.
+	attached := 0
+	for _, tp := range []struct {
+		name   string
+		prog   *ebpf.Program
+		fields []tpField
+	}{
+		{"xdp_devmap_xmit", m.objs.DevmapXmit, devmapXmitFields},
+		{"xdp_redirect_err", m.objs.RedirectErr, redirectErrFields},
+		{"xdp_redirect_map_err", m.objs.RedirectErr, redirectErrFields},
+	} {
+		format := filepath.Join(tracefs, "events", "xdp", tp.name, "format")
+		b, err := os.ReadFile(format)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read tracepoint format: %w", err)
+		}
+		if err := checkFormat(string(b), tp.fields); err != nil {
+			return nil, fmt.Errorf("tracepoint xdp/%s: %w", tp.name, err)
+		}
+		l, err := link.Tracepoint("xdp", tp.name, tp.prog, nil)
+		if err != nil {
+			return nil, fmt.Errorf("attach to tracepoint xdp/%s: %w", tp.name, err)
+		}
+		m.links = append(m.links, l)
+		attached++
+	}
+	if attached == 0 {
+		return nil, fmt.Errorf("no xdp tracepoint in %s", tracefs)
+	}
+	if m.events, err = ringbuf.NewReader(m.objs.Events); err != nil {
+		return nil, fmt.Errorf("read the redirect monitor's events: %w", err)
+	}
+	ok = true
+	m.wg.Add(2)
+	go m.readEvents()
+	go m.probeLoop()
+	return m, nil
+}
+
+func mapID(m *ebpf.Map) (uint32, error) {
+	info, err := m.Info()
+	if err != nil {
+		return 0, fmt.Errorf("map info: %w", err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		return 0, errors.New("map info: the kernel reports no map id")
+	}
+	return uint32(id), nil
+}
+
+func newEgressDevice(i dataplane.Interface) (*egressDevice, error) {
+	nl, err := netlink.LinkByIndex(i.Index)
+	if err != nil {
+		return nil, fmt.Errorf("interface %s: %w", i.Name, err)
+	}
+	d := &egressDevice{name: i.Name, ifindex: i.Index, kind: nl.Type()}
+	// Ethernet header to the device's own address (a switch does not send
+	// a frame back out of the port it came in on), the ifindex the probe
+	// program redirects to, a marker, padding to the minimum frame size.
+	frame := make([]byte, 60)
+	mac := nl.Attrs().HardwareAddr
+	if len(mac) == 6 {
+		copy(frame[0:6], mac)
+		copy(frame[6:12], mac)
+	}
+	binary.BigEndian.PutUint16(frame[12:14], probeEtherType)
+	binary.NativeEndian.PutUint32(frame[14:18], uint32(i.Index))
+	copy(frame[18:], "relayd redirect probe")
+	d.probe = frame
+	return d, nil
+}
+
+// readEvents takes the program's reports of a first refusal.
+func (m *redirMon) readEvents() {
+	defer m.wg.Done()
+	var rec ringbuf.Record
+	for {
+		if err := m.events.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return
+			}
+			m.log.Warn("read redirect monitor event", zap.Error(err))
+			continue
+		}
+		if len(rec.RawSample) < 8 {
+			continue
+		}
+		ifindex := binary.NativeEndian.Uint32(rec.RawSample[0:4])
+		errno := int32(binary.NativeEndian.Uint32(rec.RawSample[4:8]))
+		m.refused(int(ifindex), errno)
+	}
+}
+
+// refused puts the device into fallback: out of tx_ports, so that the
+// relay program punts what it would redirect there.
+func (m *redirMon) refused(ifindex int, errno int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d := m.devs[ifindex]
+	if d == nil || d.fallback {
+		return
+	}
+	if err := m.txPorts.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		m.log.Error("cannot take the device out of the redirect map; frames toward it are lost",
+			zap.String("device", d.name), zap.Error(err))
+		return
+	}
+	now := time.Now()
+	d.fallback, d.since, d.err = true, now, errno
+	fields := []zap.Field{zap.String("device", d.name), zap.Int("ifindex", ifindex),
+		zap.String("error", errnoString(errno)), zap.String("likely_cause", d.cause(errno)),
+		zap.Duration("probe_interval", probeInterval)}
+	if now.Sub(d.lastWarn) < fallbackWarnEvery {
+		d.suppressed++
+		m.log.Debug("device refuses redirected frames again; its flows are relayed in userspace", fields...)
+		return
+	}
+	if d.suppressed > 0 {
+		fields = append(fields, zap.Int("times_since_last_warning", d.suppressed))
+	}
+	d.lastWarn, d.suppressed = now, 0
+	m.log.Warn("device refuses redirected frames; its flows are relayed in userspace until the redirect probe finds it takes them again", fields...)
+}
+
+// cause says what makes a device refuse redirected frames, as far as the
+// kernel's error tells.
+func (d *egressDevice) cause(errno int32) string {
+	if d.kind == "veth" {
+		return "the veth's peer has neither an XDP program nor GRO: a veth takes redirected frames only when its peer has one of them " +
+			"(attach an XDP program to the peer, or ethtool -K PEER gro on)"
+	}
+	switch -errno {
+	case int32(unix.EOPNOTSUPP):
+		return "the driver does not offer XDP transmit (ndo_xdp_xmit) in its current configuration"
+	case int32(unix.ENETDOWN):
+		return "the device is down"
+	case int32(unix.ENXIO), int32(unix.ENOSPC), int32(unix.EBUSY):
+		return "the driver has no XDP transmit queue ready (some need an XDP program of their own attached, or more channels)"
+	}
+	return "the driver refused the frames"
+}
+
+func errnoString(errno int32) string {
+	if errno >= 0 {
+		return strconv.Itoa(int(errno))
+	}
+	name := unix.ErrnoName(unix.Errno(-errno))
+	if -errno == int32(unix.EOPNOTSUPP) {
+		name = "EOPNOTSUPP" // the kernel's name for it; ENOTSUP is the same number
+	}
+	return fmt.Sprintf("%d (%s)", errno, name)
+}
+
+func (m *redirMon) probeLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.mu.Lock()
+		for _, d := range m.devs {
+			if d.fallback {
+				m.probeLocked(d)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// probeLocked runs the redirect probe on d and, when d took the frame,
+// puts it back into tx_ports.
+func (m *redirMon) probeLocked(d *egressDevice) {
+	accepted, err := m.probe(d)
+	if err != nil {
+		m.log.Warn("redirect probe failed; the device stays in fallback", zap.String("device", d.name), zap.Error(err))
+		return
+	}
+	if !accepted {
+		return
+	}
+	// Armed before the device goes back: a refusal right after is reported.
+	if err := m.objs.Devices.Put(uint32(d.ifindex), uint32(redirmonDevFlagsDEV_F_RELAY|redirmonDevFlagsDEV_F_ARMED)); err != nil {
+		m.log.Warn("cannot re-arm the redirect monitor; the device stays in fallback", zap.String("device", d.name), zap.Error(err))
+		return
+	}
+	if err := m.txPorts.Put(uint32(d.ifindex), relayBpfDevmapVal{Ifindex: uint32(d.ifindex)}); err != nil {
+		m.log.Warn("cannot put the device back into the redirect map; it stays in fallback", zap.String("device", d.name), zap.Error(err))
+		return
+	}
+	d.fallback = false
+	m.log.Info("device takes redirected frames again; its flows are back on XDP",
+		zap.String("device", d.name), zap.Duration("fallback_for", time.Since(d.since).Round(time.Millisecond)))
+}
+
+// probe sends d's probe frame into d through XDP (BPF_PROG_TEST_RUN in
+// live-frame mode redirects and flushes within the syscall) and reports
+// whether d took it: whether the monitor saw no refusal of it.
+func (m *redirMon) probe(d *egressDevice) (bool, error) {
+	before, err := m.probeErrors(d.ifindex)
+	if err != nil {
+		return false, err
+	}
+	if _, err := m.objs.RedirectProbe.Run(&ebpf.RunOptions{
+		Data:   d.probe,
+		Repeat: 1,
+		Flags:  unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+	}); err != nil {
+		return false, fmt.Errorf("run the probe program: %w", err)
+	}
+	after, err := m.probeErrors(d.ifindex)
+	if err != nil {
+		return false, err
+	}
+	return after == before, nil
+}
+
+func (m *redirMon) probeErrors(ifindex int) (uint64, error) {
+	var per []uint64
+	if err := m.objs.ProbeErrors.Lookup(uint32(ifindex), &per); err != nil {
+		return 0, fmt.Errorf("read probe errors: %w", err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// egress reports every device's refusals and whether it is in fallback.
+func (m *redirMon) egress() []dataplane.Egress {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]dataplane.Egress, 0, len(m.devs))
+	var per []redirmonEgressErrors
+	for _, d := range m.devs {
+		e := dataplane.Egress{Device: d.name, Fallback: d.fallback}
+		if err := m.objs.RedirectErrors.Lookup(uint32(d.ifindex), &per); err == nil {
+			for _, p := range per {
+				e.RedirectErrors += p.Frames
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// close stops the monitor. Devices in fallback go back into tx_ports:
+// without relayd nothing relays what the program punts, and the redirect
+// is their only chance (the next start probes them again at once).
+func (m *redirMon) close() error {
+	if m.events != nil {
+		close(m.stop)
+		m.events.Close()
+		m.wg.Wait()
+	}
+	m.mu.Lock()
+	for _, d := range m.devs {
+		if d.fallback {
+			if err := m.txPorts.Put(uint32(d.ifindex), relayBpfDevmapVal{Ifindex: uint32(d.ifindex)}); err == nil {
+				d.fallback = false
+			}
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, l := range m.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, m.objs.Close())
+	return errors.Join(errs...)
+}
+
+// ensureTracefs returns where tracefs is mounted, mounting it on
+// tracefsRoot when nothing is (systemd does at boot; a mount in a private
+// mount namespace is as good: relayd only reads it).
+func ensureTracefs(log *zap.Logger) (string, error) {
+	for _, dir := range []string{tracefsRoot, "/sys/kernel/debug/tracing"} {
+		var st unix.Statfs_t
+		if unix.Statfs(dir, &st) == nil && st.Type == unix.TRACEFS_MAGIC {
+			return dir, nil
+		}
+	}
+	if err := unix.Mount("tracefs", tracefsRoot, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return "", fmt.Errorf("tracefs is not mounted and mounting it on %s failed: %w", tracefsRoot, err)
+	}
+	log.Info("mounted tracefs", zap.String("path", tracefsRoot))
+	return tracefsRoot, nil
+}
+
+// tpField is a field of a tracepoint's record as redirmon.c reads it.
+type tpField struct {
+	name         string
+	offset, size int
+}
+
+var redirectErrFields = []tpField{{"prog_id", 8, 4}, {"act", 12, 4}, {"ifindex", 16, 4}, {"err", 20, 4},
+	{"to_ifindex", 24, 4}, {"map_id", 28, 4}, {"map_index", 32, 4}}
+
+var devmapXmitFields = []tpField{{"from_ifindex", 8, 4}, {"act", 12, 4}, {"to_ifindex", 16, 4},
+	{"drops", 20, 4}, {"sent", 24, 4}, {"err", 28, 4}}
+
+// checkFormat checks a tracepoint's format file against the fields the
+// program reads.
+func checkFormat(format string, want []tpField) error {
+	have := make(map[string]tpField)
+	for _, line := range strings.Split(format, "\n") {
+		// field:int err;	offset:20;	size:4;	signed:1;
+		var f tpField
+		for _, part := range strings.Split(strings.TrimSpace(line), ";") {
+			k, v, ok := strings.Cut(strings.TrimSpace(part), ":")
+			if !ok {
+				continue
+			}
+			switch k {
+			case "field":
+				decl := strings.Fields(v)
+				if len(decl) > 0 {
+					f.name = decl[len(decl)-1]
+				}
+			case "offset":
+				f.offset, _ = strconv.Atoi(v)
+			case "size":
+				f.size, _ = strconv.Atoi(v)
+			}
+		}
+		if f.name != "" {
+			have[f.name] = f
+		}
+	}
+	for _, w := range want {
+		if h, ok := have[w.name]; !ok || h != w {
+			return fmt.Errorf("field %s at offset %d size %d, the program reads offset %d size %d", w.name, h.offset, h.size, w.offset, w.size)
+		}
+	}
+	return nil
+}
