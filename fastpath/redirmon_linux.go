@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -69,6 +71,10 @@ type redirMon struct {
 	txPorts *ebpf.Map
 	links   []link.Link
 	events  *ringbuf.Reader
+	// ns is the network namespace of the caller of startRedirMon: a
+	// DEVMAP entry names an ifindex of its writer's namespace, and
+	// relayd's tests run the data plane in a namespace of their own.
+	ns netns.NsHandle
 
 	mu   sync.Mutex // guards devs' state
 	devs map[int]*egressDevice
@@ -92,8 +98,13 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("load BPF spec: %w", err)
 	}
-	m := &redirMon{log: log, txPorts: txPorts, devs: make(map[int]*egressDevice), stop: make(chan struct{})}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("network namespace: %w", err)
+	}
+	m := &redirMon{log: log, txPorts: txPorts, ns: ns, devs: make(map[int]*egressDevice), stop: make(chan struct{})}
 	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+		ns.Close()
 		return nil, explainLoad(err)
 	}
 	ok := false
@@ -287,6 +298,12 @@ func errnoString(errno int32) string {
 
 func (m *redirMon) probeLoop() {
 	defer m.wg.Done()
+	// The thread stays locked in the namespace; it ends with the goroutine.
+	runtime.LockOSThread()
+	if err := netns.Set(m.ns); err != nil {
+		m.log.Error("redirect probe cannot enter the data plane's network namespace: devices in fallback stay there", zap.Error(err))
+		return
+	}
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()
 	for {
@@ -391,21 +408,45 @@ func (m *redirMon) close() error {
 		m.events.Close()
 		m.wg.Wait()
 	}
+	var errs []error
 	m.mu.Lock()
-	for _, d := range m.devs {
-		if d.fallback {
-			if err := m.txPorts.Put(uint32(d.ifindex), relayBpfDevmapVal{Ifindex: uint32(d.ifindex)}); err == nil {
+	errs = append(errs, inNamespace(m.ns, func() error {
+		for _, d := range m.devs {
+			if d.fallback {
+				if err := m.txPorts.Put(uint32(d.ifindex), relayBpfDevmapVal{Ifindex: uint32(d.ifindex)}); err != nil {
+					return fmt.Errorf("put %s back into the redirect map: %w", d.name, err)
+				}
 				d.fallback = false
 			}
 		}
-	}
+		return nil
+	}))
 	m.mu.Unlock()
-	var errs []error
+	m.ns.Close()
 	for _, l := range m.links {
 		errs = append(errs, l.Close())
 	}
 	errs = append(errs, m.objs.Close())
 	return errors.Join(errs...)
+}
+
+// inNamespace runs fn on a thread in ns.
+func inNamespace(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	if orig.Equal(ns) {
+		return fn()
+	}
+	if err := netns.Set(ns); err != nil {
+		return err
+	}
+	defer netns.Set(orig)
+	return fn()
 }
 
 // ensureTracefs returns where tracefs is mounted, mounting it on

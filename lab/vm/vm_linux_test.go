@@ -207,7 +207,7 @@ func TestRelayOnDebianKernel(t *testing.T) {
 		tests    []string
 	}{
 		{"srtp_forwarding", false, []string{"TestRelaySRTP", "TestRelayForwarding"}},
-		{"slowpath_restarts_sip", true, []string{"TestRelayUnresolvedNeighbour", "TestRelayStopAndDetach", "TestRelayUserspace", "TestRelayInterfaceRecreated", "TestSIPCallsThroughXDP", "TestNGMedia"}},
+		{"slowpath_restarts_sip", true, []string{"TestRelayUnresolvedNeighbour", "TestRelayStopAndDetach", "TestRelayUserspace", "TestRelayInterfaceRecreated", "TestSIPCallsThroughXDP", "TestNGMedia", "TestRelayRedirectRefused"}},
 	} {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,199 @@
+package fastpath
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+)
+
+// The formats of Debian 12's 6.1 and of 6.18 (the same for these fields).
+const (
+	redirectErrFormat = `name: xdp_redirect_map_err
+ID: 484
+format:
+	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
+	field:unsigned char common_flags;	offset:2;	size:1;	signed:0;
+	field:unsigned char common_preempt_count;	offset:3;	size:1;	signed:0;
+	field:int common_pid;	offset:4;	size:4;	signed:1;
+
+	field:int prog_id;	offset:8;	size:4;	signed:1;
+	field:u32 act;	offset:12;	size:4;	signed:0;
+	field:int ifindex;	offset:16;	size:4;	signed:1;
+	field:int err;	offset:20;	size:4;	signed:1;
+	field:int to_ifindex;	offset:24;	size:4;	signed:1;
+	field:u32 map_id;	offset:28;	size:4;	signed:0;
+	field:int map_index;	offset:32;	size:4;	signed:1;
+
+print fmt: "prog_id=%d action=%s ifindex=%d to_ifindex=%d err=%d map_id=%d map_index=%d", REC->prog_id
+`
+	devmapXmitFormat = `name: xdp_devmap_xmit
+ID: 481
+format:
+	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
+	field:unsigned char common_flags;	offset:2;	size:1;	signed:0;
+	field:unsigned char common_preempt_count;	offset:3;	size:1;	signed:0;
+	field:int common_pid;	offset:4;	size:4;	signed:1;
+
+	field:int from_ifindex;	offset:8;	size:4;	signed:1;
+	field:u32 act;	offset:12;	size:4;	signed:0;
+	field:int to_ifindex;	offset:16;	size:4;	signed:1;
+	field:int drops;	offset:20;	size:4;	signed:1;
+	field:int sent;	offset:24;	size:4;	signed:1;
+	field:int err;	offset:28;	size:4;	signed:1;
+
+print fmt: "ndo_xdp_xmit from_ifindex=%d to_ifindex=%d action=%s sent=%d drops=%d err=%d", REC->from_ifindex
+`
+)
+
+func TestCheckFormat(t *testing.T) {
+	if err := checkFormat(redirectErrFormat, redirectErrFields); err != nil {
+		t.Errorf("xdp_redirect_err: %v", err)
+	}
+	if err := checkFormat(devmapXmitFormat, devmapXmitFields); err != nil {
+		t.Errorf("xdp_devmap_xmit: %v", err)
+	}
+	if err := checkFormat(devmapXmitFormat, redirectErrFields); err == nil {
+		t.Error("xdp_devmap_xmit's format passed for xdp_redirect_err's fields")
+	}
+	moved := strings.Replace(redirectErrFormat, "map_id;\toffset:28", "map_id;\toffset:36", 1)
+	if err := checkFormat(moved, redirectErrFields); err == nil || !strings.Contains(err.Error(), "map_id") {
+		t.Errorf("a moved map_id: %v, want an error naming it", err)
+	}
+}
+
+// TestRedirectMonitor runs the relay program in live-frame mode (the
+// kernel redirects and flushes for real) toward out0, whose peer out1 has
+// neither GRO nor an XDP program: the redirect monitor sees the refusal,
+// counts it, takes out0 out of tx_ports (the next frame is punted:
+// no_egress), and the probe keeps it out. With an XDP program on out1 the
+// probe finds out0 takes redirected frames, and it goes back.
+func TestRedirectMonitor(t *testing.T) {
+	e := newTestEnv(t)
+	var mon *redirMon
+	if err := inNS(e.ns, func() error {
+		var err error
+		// in0 too: on 6.1 a refusal is the relay's when the frame came
+		// from a device of the relay's.
+		mon, err = startRedirMon(e.fp.objs.TxPorts, []dataplane.Interface{{Name: "in0", Index: e.in}, {Name: "out0", Index: e.out}}, zaptest.NewLogger(t))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mon.close() })
+	fl := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000)}
+	if err := e.fp.Install(fl); err != nil {
+		t.Fatal(err)
+	}
+	frame := buildFrame(ap(caller4, 4000), fl.Match, rtpPacket(1, 1, 160, 160), frameOpts{})
+	live := func() {
+		t.Helper()
+		if err := inNS(e.ns, func() error {
+			_, err := e.fp.objs.RelayXdp.Run(&ebpf.RunOptions{
+				Data:    frame,
+				Repeat:  1,
+				Flags:   unix.BPF_F_TEST_XDP_LIVE_FRAMES,
+				Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(e.in)},
+			})
+			return err
+		}); err != nil {
+			t.Fatalf("live run: %v", err)
+		}
+	}
+	state := func() dataplane.Egress {
+		t.Helper()
+		eg := mon.egress()
+		var out0 *dataplane.Egress
+		for i := range eg {
+			switch {
+			case eg[i].Device == "out0":
+				out0 = &eg[i]
+			case eg[i].RedirectErrors != 0 || eg[i].Fallback:
+				t.Fatalf("%+v: only out0 refuses redirected frames", eg[i])
+			}
+		}
+		if len(eg) != 2 || out0 == nil {
+			t.Fatalf("egress %+v, want in0 and out0", eg)
+		}
+		return *out0
+	}
+	waitFallback := func(want bool, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for state().Fallback != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("fallback still %t after %s", !want, within)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	inTxPorts := func() bool {
+		var v relayBpfDevmapVal
+		err := e.fp.objs.TxPorts.Lookup(uint32(e.out), &v)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	before := e.counters(t)
+	live()
+	waitFallback(true, 2*time.Second)
+	if st := state(); st.RedirectErrors != 1 {
+		t.Errorf("%d redirect errors counted, want 1", st.RedirectErrors)
+	}
+	if inTxPorts() {
+		t.Error("out0 still in tx_ports in fallback")
+	}
+	live()
+	after := e.counters(t)
+	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
+		t.Errorf("%d frames redirected, want 1 (the refused one)", d)
+	}
+	if d := after["punt/no_egress"] - before["punt/no_egress"]; d != 1 {
+		t.Errorf("%d frames punted for no_egress in fallback, want 1", d)
+	}
+	// A probe (every second) finds out0 still refusing.
+	time.Sleep(probeInterval + probeInterval/2)
+	if st := state(); !st.Fallback || st.RedirectErrors != 1 || inTxPorts() {
+		t.Errorf("out0 after a refused probe: %+v, in tx_ports %t; want fallback, still 1 error (the probe's are not counted)", st, inTxPorts())
+	}
+
+	// An XDP program on the peer makes out0 take redirected frames.
+	if err := inNS(e.ns, func() error {
+		peer, err := netlink.LinkByName("out1")
+		if err != nil {
+			return err
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: e.fp.objs.RelayXdp, Interface: peer.Attrs().Index})
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { l.Close() })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFallback(false, 3*probeInterval)
+	if !inTxPorts() {
+		t.Fatal("out0 not back in tx_ports after a successful probe")
+	}
+	before = e.counters(t)
+	live()
+	time.Sleep(50 * time.Millisecond)
+	after = e.counters(t)
+	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
+		t.Errorf("after recovery: %d frames redirected, want 1", d)
+	}
+	if st := state(); st.Fallback || st.RedirectErrors != 1 {
+		t.Errorf("after recovery: %+v, want no fallback and no new error", st)
+	}
+}
