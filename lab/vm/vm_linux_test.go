@@ -189,8 +189,9 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 // Debian 12's kernel: a real relayd in network namespaces, native and
 // generic XDP on veth, IPv4 and IPv6, an interface re-created between two
 // starts (the pinned link severed), the punt of a packet to an unresolved
-// neighbour, the userspace relay steered by sk_lookup, SRTP, and SIP calls
-// through the B2BUA with SIPp and over ng, IPv4 and IPv6. Restarts that keep media and calls run
+// neighbour, the userspace relay steered by sk_lookup, a veth that refuses
+// redirected frames (its flows moved to userspace and back), SRTP, and SIP
+// calls through the B2BUA with SIPp and over ng, IPv4 and IPv6. Restarts that keep media and calls run
 // under the same kernel in lab/appliance, with systemd.
 //
 // The lab tests are split between two guests that run in parallel, of
