@@ -31,6 +31,11 @@ type capPlane struct {
 
 func (c capPlane) Capacity() (int, int) { return c.Len(), c.max }
 
+// Egress reports one device in fallback after 7 refused frames, one healthy.
+func (c capPlane) Egress() []dataplane.Egress {
+	return []dataplane.Egress{{Device: "r1", RedirectErrors: 7, Fallback: true}, {Device: "r0"}}
+}
+
 type lifecycle struct {
 	*fixture
 	calls *call.Table
@@ -163,7 +168,7 @@ func scrape(t *testing.T, url string) []byte {
 }
 
 // TestMetricsLifecycle: call flows count in relayd_flows and /healthz;
-// ports, flow slots, CDR counters and build info are exported; promtool
+// ports, flow slots, redirect health, CDR counters and build info are exported; promtool
 // finds nothing to complain about.
 func TestMetricsLifecycle(t *testing.T) {
 	l := newLifecycle(t)
@@ -195,6 +200,10 @@ func TestMetricsLifecycle(t *testing.T) {
 		`relayd_cdr_post_errors_total 2`,
 		`relayd_cdr_dropped_total 1`,
 		`relayd_cdr_write_errors_total 3`,
+		`relayd_xdp_redirect_errors_total{device="r1"} 7`,
+		`relayd_xdp_egress_fallback{device="r1"} 1`,
+		`relayd_xdp_redirect_errors_total{device="r0"} 0`,
+		`relayd_xdp_egress_fallback{device="r0"} 0`,
 		`relayd_build_info{goversion="go`,
 		`version="1.2.3-test"} 1`,
 	} {
