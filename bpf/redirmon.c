@@ -125,6 +125,12 @@ static __always_inline void relay_refused(__u32 ifindex, int err, __u64 frames)
 		e->frames += frames;
 		e->err = err;
 	}
+	/* Drops without an error are a driver's transmit ring full: the
+	 * device takes redirected frames, only not that many at once, and
+	 * userspace would not drain the ring faster. They are counted, and
+	 * reported only with an error (the driver refused the bulk). */
+	if (err == 0)
+		return;
 	/* One event per arming: relayd re-arms the device when it puts it
 	 * back into tx_ports. Two CPUs may both see the flag and report
 	 * twice; relayd takes the second as a no-op. */

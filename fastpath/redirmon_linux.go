@@ -36,8 +36,15 @@ import (
 // back into tx_ports and its flows back to XDP.
 
 // probeInterval is how often a device in fallback is probed. A probe costs
-// one 60-byte frame on the device's link and one bpf syscall.
-const probeInterval = time.Second
+// one 60-byte frame on the device's link and one bpf syscall. A device
+// that refuses again within flapWindow of going back to XDP is probed half
+// as often each time, down to once every maxProbeInterval: each return
+// costs the frames refused before the fallback.
+const (
+	probeInterval    = time.Second
+	maxProbeInterval = 32 * time.Second
+	flapWindow       = 10 * time.Second
+)
 
 // fallbackWarnEvery limits the warning about a device that refuses
 // redirected frames to one a minute per device; the others are logged at
@@ -61,6 +68,9 @@ type egressDevice struct {
 	fallback   bool
 	since      time.Time
 	err        int32 // the refusal's negative errno
+	interval   time.Duration
+	nextProbe  time.Time
+	restored   time.Time // when the device last went back to XDP
 	lastWarn   time.Time
 	suppressed int
 }
@@ -225,6 +235,7 @@ func (m *redirMon) readEvents() {
 				return
 			}
 			m.log.Warn("read redirect monitor event", zap.Error(err))
+			time.Sleep(100 * time.Millisecond)
 			continue
 		}
 		if len(rec.RawSample) < 8 {
@@ -252,9 +263,15 @@ func (m *redirMon) refused(ifindex int, errno int32) {
 	}
 	now := time.Now()
 	d.fallback, d.since, d.err = true, now, errno
+	if !d.restored.IsZero() && now.Sub(d.restored) < flapWindow {
+		d.interval = min(2*d.interval, maxProbeInterval)
+	} else {
+		d.interval = probeInterval
+	}
+	d.nextProbe = now.Add(d.interval)
 	fields := []zap.Field{zap.String("device", d.name), zap.Int("ifindex", ifindex),
 		zap.String("error", errnoString(errno)), zap.String("likely_cause", d.cause(errno)),
-		zap.Duration("probe_interval", probeInterval)}
+		zap.Duration("probe_interval", d.interval)}
 	if now.Sub(d.lastWarn) < fallbackWarnEvery {
 		d.suppressed++
 		m.log.Debug("device refuses redirected frames again; its flows are relayed in userspace", fields...)
@@ -313,8 +330,10 @@ func (m *redirMon) probeLoop() {
 		case <-t.C:
 		}
 		m.mu.Lock()
+		now := time.Now()
 		for _, d := range m.devs {
-			if d.fallback {
+			if d.fallback && !now.Before(d.nextProbe) {
+				d.nextProbe = now.Add(d.interval)
 				m.probeLocked(d)
 			}
 		}
@@ -342,7 +361,7 @@ func (m *redirMon) probeLocked(d *egressDevice) {
 		m.log.Warn("cannot put the device back into the redirect map; it stays in fallback", zap.String("device", d.name), zap.Error(err))
 		return
 	}
-	d.fallback = false
+	d.fallback, d.restored = false, time.Now()
 	m.log.Info("device takes redirected frames again; its flows are back on XDP",
 		zap.String("device", d.name), zap.Duration("fallback_for", time.Since(d.since).Round(time.Millisecond)))
 }

@@ -10,7 +10,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
@@ -77,15 +80,18 @@ func TestCheckFormat(t *testing.T) {
 // neither GRO nor an XDP program: the redirect monitor sees the refusal,
 // counts it, takes out0 out of tx_ports (the next frame is punted:
 // no_egress), and the probe keeps it out. With an XDP program on out1 the
-// probe finds out0 takes redirected frames, and it goes back.
+// probe finds out0 takes redirected frames, and it goes back; without it
+// again, out0 falls back again and is probed less often.
 func TestRedirectMonitor(t *testing.T) {
 	e := newTestEnv(t)
+	core, logs := observer.New(zap.DebugLevel)
+	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
 	var mon *redirMon
 	if err := inNS(e.ns, func() error {
 		var err error
 		// in0 too: on 6.1 a refusal is the relay's when the frame came
 		// from a device of the relay's.
-		mon, err = startRedirMon(e.fp.objs.TxPorts, []dataplane.Interface{{Name: "in0", Index: e.in}, {Name: "out0", Index: e.out}}, zaptest.NewLogger(t))
+		mon, err = startRedirMon(e.fp.objs.TxPorts, []dataplane.Interface{{Name: "in0", Index: e.in}, {Name: "out0", Index: e.out}}, log)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -170,17 +176,14 @@ func TestRedirectMonitor(t *testing.T) {
 	}
 
 	// An XDP program on the peer makes out0 take redirected frames.
+	var peerXDP link.Link
 	if err := inNS(e.ns, func() error {
 		peer, err := netlink.LinkByName("out1")
 		if err != nil {
 			return err
 		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: e.fp.objs.RelayXdp, Interface: peer.Attrs().Index})
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { l.Close() })
-		return nil
+		peerXDP, err = link.AttachXDP(link.XDPOptions{Program: e.fp.objs.RelayXdp, Interface: peer.Attrs().Index})
+		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +200,35 @@ func TestRedirectMonitor(t *testing.T) {
 	}
 	if st := state(); st.Fallback || st.RedirectErrors != 1 {
 		t.Errorf("after recovery: %+v, want no fallback and no new error", st)
+	}
+
+	// The peer loses its program again at once: the monitor was re-armed,
+	// the device falls back again, and as it flaps it is probed half as
+	// often.
+	if err := peerXDP.Close(); err != nil {
+		t.Fatal(err)
+	}
+	live()
+	waitFallback(true, 2*time.Second)
+	if st := state(); st.RedirectErrors != 2 {
+		t.Errorf("after the second refusal: %d errors, want 2", st.RedirectErrors)
+	}
+	mon.mu.Lock()
+	interval := mon.devs[e.out].interval
+	mon.mu.Unlock()
+	if interval != 2*probeInterval {
+		t.Errorf("probe interval %s after a refusal within %s of the return, want %s", interval, flapWindow, 2*probeInterval)
+	}
+	// One warning a minute: the second refusal is logged at debug level.
+	levels := map[zapcore.Level]int{}
+	for _, en := range logs.FilterMessageSnippet("refuses redirected frames").All() {
+		levels[en.Level]++
+		if en.ContextMap()["device"] != "out0" {
+			t.Errorf("%q names %v, want out0", en.Message, en.ContextMap()["device"])
+		}
+	}
+	if levels[zap.WarnLevel] != 1 || levels[zap.DebugLevel] != 1 {
+		t.Errorf("refusals logged by level %v, want one warning and one debug line", levels)
 	}
 }
 

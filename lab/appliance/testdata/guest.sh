@@ -137,8 +137,11 @@ relayctl_works() {
 	must relayctl health && must relayctl flows
 }
 
+# journal: relayd's lines reach the journal; the redirect monitor runs
+# under the unit (tracefs readable, its tracepoints attached).
 journal() {
 	journalctl -u relayd --no-pager -o cat | grep -q '"relayd ready"' || { echo "no \"relayd ready\" in journalctl -u relayd" >&2; return 1; }
+	if journalctl -u relayd --no-pager -o cat | grep 'redirect failures are not watched' >&2; then return 1; fi
 }
 
 # forward_drop: relayd -prepare turned forwarding on for r0 and r1 only and
