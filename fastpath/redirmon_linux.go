@@ -93,9 +93,6 @@ type redirMon struct {
 	wg   sync.WaitGroup
 }
 
-// loadRedirmonSpec returns the monitor's collection spec; tests replace it.
-var loadRedirmonSpec = loadRedirmon
-
 // startRedirMon loads and attaches the redirect monitor for ifaces, whose
 // egress entries are in txPorts. The monitor is private to this process:
 // nothing of it is pinned, and a restart starts it afresh.
@@ -104,7 +101,7 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	if err != nil {
 		return nil, err
 	}
-	spec, err := loadRedirmonSpec()
+	spec, err := loadRedirmon()
 	if err != nil {
 		return nil, fmt.Errorf("load BPF spec: %w", err)
 	}
@@ -148,8 +145,8 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 		m.devs[i.Index] = d
 	}
 
-	// Which tracepoints exist depends on the kernel (see redirmon.c); at
-	// least one of the enqueue-time ones does on every kernel relayd runs on.
+	// Which tracepoints exist depends on the kernel (see redirmon.c):
+	// xdp_redirect_map_err is gone from 6.18.
 	attached := 0
 	for _, tp := range []struct {
 		name   string
