@@ -12,42 +12,35 @@
  * driver refuses the bulk at flush time and xdp_devmap_xmit reports it
  * (drops > 0; err -ENXIO for the same veth on 6.1). 6.1 names the map
  * variant of the first xdp_redirect_map_err; 6.18 has only
- * xdp_redirect_err. The programs read the classic tracepoints' records
- * (there is no vmlinux BTF to read raw tracepoint arguments with); the
- * loader checks the layouts below against tracefs's format files.
+ * xdp_redirect_err.
  *
- * The same programs count the refusals of the redirect probe: one frame
- * that redirect_probe sends into a device through its own DEVMAP
- * (probe_ports), with BPF_PROG_TEST_RUN in live-frame mode, to find out
- * whether the device takes redirected frames again.
+ * The programs are raw tracepoints: they read the tracepoints' arguments,
+ * not the records tracefs formats (a classic tracepoint needs
+ * perf_event_open, which Debian's kernels allow only with CAP_SYS_ADMIN).
+ * There is no vmlinux BTF to read a struct net_device with, so
+ * xdp_devmap_xmit's devices are known by address: the redirect probe
+ * teaches the program each device's. The probe is one frame that
+ * redirect_probe sends into a device through its own DEVMAP (probe_ports),
+ * run by relayd with BPF_PROG_TEST_RUN in live-frame mode, which redirects
+ * and flushes on the CPU it runs on with bottom halves off: a flag per CPU
+ * tells the probe's events from the relay's.
  */
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
 
 #define MAX_IFINDEX 4096 /* as tx_ports in relay.c */
 
-/* struct trace_event_raw_xdp_redirect_template */
-struct redirect_err_record {
-	__u64 common; /* common_type, common_flags, common_preempt_count, common_pid */
-	int prog_id;
-	__u32 act;
-	int ifindex;
-	int err;
-	int to_ifindex;
-	__u32 map_id;
-	int map_index;
-};
-
-/* struct trace_event_raw_xdp_devmap_xmit */
-struct devmap_xmit_record {
-	__u64 common;
-	int from_ifindex;
-	__u32 act;
-	int to_ifindex;
-	int drops;
-	int sent;
-	int err;
-};
+/* Arguments of xdp_redirect_err and xdp_redirect_map_err: (dev, xdp,
+ * tgt, err, map_type, map_id, index); of xdp_devmap_xmit: (from_dev,
+ * to_dev, sent, drops, err). The kernel refuses to attach a program that
+ * reads more arguments than a tracepoint has. */
+#define REDIRECT_ERR_ERR 3
+#define REDIRECT_ERR_MAP_ID 5
+#define REDIRECT_ERR_INDEX 6
+#define DEVMAP_XMIT_TO_DEV 1
+#define DEVMAP_XMIT_SENT 2
+#define DEVMAP_XMIT_DROPS 3
+#define DEVMAP_XMIT_ERR 4
 
 struct redirmon_config {
 	__u32 relay_map_id; /* tx_ports */
@@ -55,8 +48,7 @@ struct redirmon_config {
 };
 
 enum dev_flags {
-	DEV_F_RELAY = 1 << 0, /* the relay program is attached to the device */
-	DEV_F_ARMED = 1 << 1, /* the next refusal toward the device is reported */
+	DEV_F_ARMED = 1 << 0, /* the next refusal toward the device is reported */
 };
 
 struct egress_errors {
@@ -68,6 +60,17 @@ struct egress_errors {
 struct redirect_event {
 	__u32 ifindex;
 	__s32 err;
+};
+
+/* What the tracepoints saw of the last probe; relayd zeroes it before
+ * each. */
+struct probe_result {
+	__u32 ifindex;
+	__s32 err;
+	__s32 sent;
+	__s32 drops;
+	__u32 flushes;          /* xdp_devmap_xmit events */
+	__u32 enqueue_refusals; /* xdp_redirect_err events */
 };
 
 struct {
@@ -84,6 +87,15 @@ struct {
 	__uint(max_entries, MAX_IFINDEX);
 } devices SEC(".maps");
 
+/* The ifindex of each device by the address of its struct net_device, as
+ * the probe found it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u64);
+	__type(value, __u32);
+	__uint(max_entries, MAX_IFINDEX);
+} dev_addrs SEC(".maps");
+
 /* Refusals of the relay program's frames, by egress ifindex. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -92,13 +104,20 @@ struct {
 	__uint(max_entries, MAX_IFINDEX);
 } redirect_errors SEC(".maps");
 
-/* Refusals of the probe's frames, by ifindex. */
+/* The ifindex a probe frame is on its way to on this CPU; 0: none. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, MAX_IFINDEX);
-} probe_errors SEC(".maps");
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} probing SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct probe_result);
+	__uint(max_entries, 1);
+} probe_results SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -142,49 +161,71 @@ static __always_inline void relay_refused(__u32 ifindex, int err, __u64 frames)
 	bpf_ringbuf_output(&events, &ev, sizeof(ev), 0);
 }
 
-static __always_inline void probe_refused(__u32 ifindex, __u64 frames)
-{
-	if (ifindex >= MAX_IFINDEX)
-		return;
-	__u64 *n = bpf_map_lookup_elem(&probe_errors, &ifindex);
-	if (n)
-		*n += frames;
-}
-
 /* xdp_redirect_err (6.18) and xdp_redirect_map_err (6.1): one frame the
  * devmap would not enqueue. Tracepoints are global: the map id tells the
  * relay's frames and the probe's from other programs' (another network
  * namespace's relayd). */
-SEC("tracepoint/xdp/xdp_redirect_err")
-int redirect_err(struct redirect_err_record *r)
+SEC("raw_tracepoint/xdp_redirect_err")
+int redirect_err(struct bpf_raw_tracepoint_args *ctx)
 {
+	int err = (int)ctx->args[REDIRECT_ERR_ERR];
+	__u32 map_id = (__u32)ctx->args[REDIRECT_ERR_MAP_ID];
+	__u32 index = (__u32)ctx->args[REDIRECT_ERR_INDEX];
 	__u32 k = 0;
 	struct redirmon_config *c = bpf_map_lookup_elem(&config, &k);
-	if (!c)
+	if (!c || map_id == 0)
 		return 0;
-	if (r->map_id == c->relay_map_id && c->relay_map_id != 0)
-		relay_refused(r->map_index, r->err, 1);
-	else if (r->map_id == c->probe_map_id && c->probe_map_id != 0)
-		probe_refused(r->map_index, 1);
+	if (map_id == c->relay_map_id) {
+		relay_refused(index, err, 1);
+	} else if (map_id == c->probe_map_id) {
+		__u32 *p = bpf_map_lookup_elem(&probing, &k);
+		if (p)
+			*p = 0;
+		struct probe_result *r = bpf_map_lookup_elem(&probe_results, &k);
+		if (r) {
+			r->ifindex = index;
+			r->err = err;
+			r->enqueue_refusals++;
+		}
+	}
 	return 0;
 }
 
-/* xdp_devmap_xmit: a bulk the driver took only part of (or none). It
- * fires for every bulk a devmap flushes: return at once when nothing was
- * dropped. The record names no map: a frame redirected from a device the
- * relay program runs on is the relay's, any other (the probe's come from
- * the loopback device) counts for the probe. */
-SEC("tracepoint/xdp/xdp_devmap_xmit")
-int devmap_xmit(struct devmap_xmit_record *r)
+/* xdp_devmap_xmit: a bulk flushed to a device, and what the driver did not
+ * take of it. It fires for every bulk a devmap flushes: the common case, a
+ * relay bulk taken whole, returns at the second test. */
+SEC("raw_tracepoint/xdp_devmap_xmit")
+int devmap_xmit(struct bpf_raw_tracepoint_args *ctx)
 {
-	if (r->drops <= 0)
+	__u64 to = ctx->args[DEVMAP_XMIT_TO_DEV];
+	int sent = (int)ctx->args[DEVMAP_XMIT_SENT];
+	int drops = (int)ctx->args[DEVMAP_XMIT_DROPS];
+	int err = (int)ctx->args[DEVMAP_XMIT_ERR];
+	__u32 k = 0;
+	__u32 *p = bpf_map_lookup_elem(&probing, &k);
+	if (!p)
 		return 0;
-	__u32 from = r->from_ifindex;
-	__u32 *flags = bpf_map_lookup_elem(&devices, &from);
-	if (flags && (*flags & DEV_F_RELAY))
-		relay_refused(r->to_ifindex, r->err, r->drops);
-	else
-		probe_refused(r->to_ifindex, r->drops);
+	if (*p) {
+		/* The probe's bulk: its only frame, to the device the probe
+		 * named. */
+		__u32 ifindex = *p;
+		*p = 0;
+		bpf_map_update_elem(&dev_addrs, &to, &ifindex, BPF_ANY);
+		struct probe_result *r = bpf_map_lookup_elem(&probe_results, &k);
+		if (r) {
+			r->ifindex = ifindex;
+			r->err = err;
+			r->sent += sent;
+			r->drops += drops;
+			r->flushes++;
+		}
+		return 0;
+	}
+	if (drops <= 0)
+		return 0;
+	__u32 *ifindex = bpf_map_lookup_elem(&dev_addrs, &to);
+	if (ifindex)
+		relay_refused(*ifindex, err, drops);
 	return 0;
 }
 
@@ -197,8 +238,14 @@ int redirect_probe(struct xdp_md *ctx)
 	void *end = (void *)(long)ctx->data_end;
 	if (data + 14 + 4 > end)
 		return XDP_ABORTED;
-	__u32 ifindex;
+	__u32 ifindex, k = 0;
 	__builtin_memcpy(&ifindex, data + 14, 4);
+	if (ifindex == 0 || !bpf_map_lookup_elem(&probe_ports, &ifindex))
+		return XDP_ABORTED;
+	__u32 *p = bpf_map_lookup_elem(&probing, &k);
+	if (!p)
+		return XDP_ABORTED;
+	*p = ifindex;
 	return bpf_redirect_map(&probe_ports, ifindex, XDP_ABORTED);
 }
 

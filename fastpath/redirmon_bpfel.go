@@ -25,8 +25,7 @@ type redirmonBpfDevmapVal struct {
 type redirmonDevFlags uint32
 
 const (
-	redirmonDevFlagsDEV_F_RELAY redirmonDevFlags = 1
-	redirmonDevFlagsDEV_F_ARMED redirmonDevFlags = 2
+	redirmonDevFlagsDEV_F_ARMED redirmonDevFlags = 1
 )
 
 type redirmonEgressErrors struct {
@@ -34,6 +33,16 @@ type redirmonEgressErrors struct {
 	Frames uint64
 	Err    int32
 	Pad    uint32
+}
+
+type redirmonProbeResult struct {
+	_               structs.HostLayout
+	Ifindex         uint32
+	Err             int32
+	Sent            int32
+	Drops           int32
+	Flushes         uint32
+	EnqueueRefusals uint32
 }
 
 type redirmonRedirectEvent struct {
@@ -53,10 +62,12 @@ type redirmonRedirmonConfig struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	redirmonMapConfig              = "config"
+	redirmonMapDevAddrs            = "dev_addrs"
 	redirmonMapDevices             = "devices"
 	redirmonMapEvents              = "events"
-	redirmonMapProbeErrors         = "probe_errors"
 	redirmonMapProbePorts          = "probe_ports"
+	redirmonMapProbeResults        = "probe_results"
+	redirmonMapProbing             = "probing"
 	redirmonMapRedirectErrors      = "redirect_errors"
 	redirmonProgDevmapXmit         = "devmap_xmit"
 	redirmonProgRedirectErr        = "redirect_err"
@@ -117,10 +128,12 @@ type redirmonProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type redirmonMapSpecs struct {
 	Config         *ebpf.MapSpec `ebpf:"config"`
+	DevAddrs       *ebpf.MapSpec `ebpf:"dev_addrs"`
 	Devices        *ebpf.MapSpec `ebpf:"devices"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
-	ProbeErrors    *ebpf.MapSpec `ebpf:"probe_errors"`
 	ProbePorts     *ebpf.MapSpec `ebpf:"probe_ports"`
+	ProbeResults   *ebpf.MapSpec `ebpf:"probe_results"`
+	Probing        *ebpf.MapSpec `ebpf:"probing"`
 	RedirectErrors *ebpf.MapSpec `ebpf:"redirect_errors"`
 }
 
@@ -153,20 +166,24 @@ func (o *redirmonObjects) Close() error {
 // It can be passed to loadRedirmonObjects or ebpf.CollectionSpec.LoadAndAssign.
 type redirmonMaps struct {
 	Config         *ebpf.Map `ebpf:"config"`
+	DevAddrs       *ebpf.Map `ebpf:"dev_addrs"`
 	Devices        *ebpf.Map `ebpf:"devices"`
 	Events         *ebpf.Map `ebpf:"events"`
-	ProbeErrors    *ebpf.Map `ebpf:"probe_errors"`
 	ProbePorts     *ebpf.Map `ebpf:"probe_ports"`
+	ProbeResults   *ebpf.Map `ebpf:"probe_results"`
+	Probing        *ebpf.Map `ebpf:"probing"`
 	RedirectErrors *ebpf.Map `ebpf:"redirect_errors"`
 }
 
 func (m *redirmonMaps) Close() error {
 	return _RedirmonClose(
 		m.Config,
+		m.DevAddrs,
 		m.Devices,
 		m.Events,
-		m.ProbeErrors,
 		m.ProbePorts,
+		m.ProbeResults,
+		m.Probing,
 		m.RedirectErrors,
 	)
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +31,10 @@ import (
 // through the kernel's stack, which does not need the device's XDP
 // transmit. Every probeInterval the redirect probe sends one frame into
 // each such device through XDP; when the device takes it, the device goes
-// back into tx_ports and its flows back to XDP.
+// back into tx_ports and its flows back to XDP. At start every device is
+// probed once: a device that refuses from the start is in fallback before
+// its first media frame, and the probe teaches the program each device's
+// address (see redirmon.c).
 
 // probeInterval is how often a device in fallback is probed. A probe costs
 // one 60-byte frame on the device's link and one bpf syscall. A device
@@ -54,10 +55,6 @@ const fallbackWarnEvery = time.Minute
 // probeEtherType is IEEE 802's local experimental EtherType: the probe
 // frame means nothing to any receiver, which drops it.
 const probeEtherType = 0x88B5
-
-// tracefsRoot is where systemd mounts tracefs; the tracepoints' ids and
-// formats are read there.
-const tracefsRoot = "/sys/kernel/tracing"
 
 type egressDevice struct {
 	name    string
@@ -81,13 +78,17 @@ type redirMon struct {
 	txPorts *ebpf.Map
 	links   []link.Link
 	events  *ringbuf.Reader
+	// devmapXmit is the xdp_devmap_xmit link, closed when the probe finds
+	// the tracepoint's arguments are not as the program reads them.
+	devmapXmit link.Link
 	// ns is the network namespace of the caller of startRedirMon: a
 	// DEVMAP entry names an ifindex of its writer's namespace, and
 	// relayd's tests run the data plane in a namespace of their own.
 	ns netns.NsHandle
 
-	mu   sync.Mutex // guards devs' state
-	devs map[int]*egressDevice
+	mu        sync.Mutex // guards devs' state and the following
+	devs      map[int]*egressDevice
+	lastProbe redirmonProbeResult
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -97,10 +98,6 @@ type redirMon struct {
 // egress entries are in txPorts. The monitor is private to this process:
 // nothing of it is pinned, and a restart starts it afresh.
 func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Logger) (*redirMon, error) {
-	tracefs, err := ensureTracefs(log)
-	if err != nil {
-		return nil, err
-	}
 	spec, err := loadRedirmon()
 	if err != nil {
 		return nil, fmt.Errorf("load BPF spec: %w", err)
@@ -139,51 +136,58 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 		if err := m.objs.ProbePorts.Put(uint32(i.Index), redirmonBpfDevmapVal{Ifindex: uint32(i.Index)}); err != nil {
 			return nil, fmt.Errorf("add %s to the probe's redirect map: %w", i.Name, err)
 		}
-		if err := m.objs.Devices.Put(uint32(i.Index), uint32(redirmonDevFlagsDEV_F_RELAY|redirmonDevFlagsDEV_F_ARMED)); err != nil {
+		if err := m.objs.Devices.Put(uint32(i.Index), uint32(redirmonDevFlagsDEV_F_ARMED)); err != nil {
 			return nil, fmt.Errorf("arm the redirect monitor for %s: %w", i.Name, err)
 		}
+		d.interval = probeInterval
 		m.devs[i.Index] = d
 	}
 
-	// Which tracepoints exist depends on the kernel (see redirmon.c):
-	// xdp_redirect_map_err is gone from 6.18.
-	attached := 0
+	// xdp_redirect_map_err is gone from 6.18 (see redirmon.c).
 	for _, tp := range []struct {
-		name   string
-		prog   *ebpf.Program
-		fields []tpField
+		name     string
+		prog     *ebpf.Program
+		optional bool
 	}{
-		{"xdp_devmap_xmit", m.objs.DevmapXmit, devmapXmitFields},
-		{"xdp_redirect_err", m.objs.RedirectErr, redirectErrFields},
-		{"xdp_redirect_map_err", m.objs.RedirectErr, redirectErrFields},
+		{"xdp_redirect_err", m.objs.RedirectErr, false},
+		{"xdp_redirect_map_err", m.objs.RedirectErr, true},
+		{"xdp_devmap_xmit", m.objs.DevmapXmit, false},
 	} {
-		format := filepath.Join(tracefs, "events", "xdp", tp.name, "format")
-		b, err := os.ReadFile(format)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
 		if err != nil {
-			return nil, fmt.Errorf("read tracepoint format: %w", err)
+			if tp.optional && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("attach to raw tracepoint %s: %w", tp.name, err)
 		}
-		if err := checkFormat(string(b), tp.fields); err != nil {
-			return nil, fmt.Errorf("tracepoint xdp/%s: %w", tp.name, err)
-		}
-		l, err := link.Tracepoint("xdp", tp.name, tp.prog, nil)
-		if err != nil {
-			return nil, fmt.Errorf("attach to tracepoint xdp/%s: %w", tp.name, err)
+		if tp.name == "xdp_devmap_xmit" {
+			m.devmapXmit = l
 		}
 		m.links = append(m.links, l)
-		attached++
-	}
-	if attached == 0 {
-		return nil, fmt.Errorf("no xdp tracepoint in %s", tracefs)
 	}
 	if m.events, err = ringbuf.NewReader(m.objs.Events); err != nil {
 		return nil, fmt.Errorf("read the redirect monitor's events: %w", err)
 	}
 	ok = true
-	m.wg.Add(2)
+	m.wg.Add(1)
 	go m.readEvents()
+
+	// The first probe of each device: its address for xdp_devmap_xmit, and
+	// a device that refuses from the start goes into fallback now.
+	m.mu.Lock()
+	for _, d := range m.devs {
+		accepted, err := m.probe(d)
+		if err != nil {
+			m.log.Warn("redirect probe failed", zap.String("device", d.name), zap.Error(err))
+			continue
+		}
+		if !accepted {
+			m.fallbackLocked(d, m.lastProbe.Err)
+		}
+	}
+	m.mu.Unlock()
+
+	m.wg.Add(1)
 	go m.probeLoop()
 	return m, nil
 }
@@ -244,16 +248,19 @@ func (m *redirMon) readEvents() {
 	}
 }
 
-// refused puts the device into fallback: out of tx_ports, so that the
-// relay program punts what it would redirect there.
+// refused puts the device the program reported into fallback.
 func (m *redirMon) refused(ifindex int, errno int32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d := m.devs[ifindex]
-	if d == nil || d.fallback {
-		return
+	if d := m.devs[ifindex]; d != nil && !d.fallback {
+		m.fallbackLocked(d, errno)
 	}
-	if err := m.txPorts.Delete(uint32(ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+}
+
+// fallbackLocked takes d out of tx_ports, so that the relay program punts
+// what it would redirect there.
+func (m *redirMon) fallbackLocked(d *egressDevice, errno int32) {
+	if err := m.txPorts.Delete(uint32(d.ifindex)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		m.log.Error("cannot take the device out of the redirect map; frames toward it are lost",
 			zap.String("device", d.name), zap.Error(err))
 		return
@@ -266,7 +273,7 @@ func (m *redirMon) refused(ifindex int, errno int32) {
 		d.interval = probeInterval
 	}
 	d.nextProbe = now.Add(d.interval)
-	fields := []zap.Field{zap.String("device", d.name), zap.Int("ifindex", ifindex),
+	fields := []zap.Field{zap.String("device", d.name), zap.Int("ifindex", d.ifindex),
 		zap.String("error", errnoString(errno)), zap.String("likely_cause", d.cause(errno)),
 		zap.Duration("probe_interval", d.interval)}
 	if now.Sub(d.lastWarn) < fallbackWarnEvery {
@@ -350,7 +357,7 @@ func (m *redirMon) probeLocked(d *egressDevice) {
 		return
 	}
 	// Armed before the device goes back: a refusal right after is reported.
-	if err := m.objs.Devices.Put(uint32(d.ifindex), uint32(redirmonDevFlagsDEV_F_RELAY|redirmonDevFlagsDEV_F_ARMED)); err != nil {
+	if err := m.objs.Devices.Put(uint32(d.ifindex), uint32(redirmonDevFlagsDEV_F_ARMED)); err != nil {
 		m.log.Warn("cannot re-arm the redirect monitor; the device stays in fallback", zap.String("device", d.name), zap.Error(err))
 		return
 	}
@@ -365,11 +372,18 @@ func (m *redirMon) probeLocked(d *egressDevice) {
 
 // probe sends d's probe frame into d through XDP (BPF_PROG_TEST_RUN in
 // live-frame mode redirects and flushes within the syscall) and reports
-// whether d took it: whether the monitor saw no refusal of it.
+// whether d took it: no tracepoint saw it refused. What they saw is left
+// in m.lastProbe. Called with m.mu held.
 func (m *redirMon) probe(d *egressDevice) (bool, error) {
-	before, err := m.probeErrors(d.ifindex)
-	if err != nil {
-		return false, err
+	var res redirmonProbeResult
+	if err := m.objs.ProbeResults.Put(uint32(0), res); err != nil {
+		return false, fmt.Errorf("reset the probe's result: %w", err)
+	}
+	// A probe frame whose redirect raised no event would leave its CPU's
+	// flag set, and the next relay bulk flushed there would pass for a
+	// probe's.
+	if err := m.objs.Probing.Put(uint32(0), make([]uint32, ebpf.MustPossibleCPU())); err != nil {
+		return false, fmt.Errorf("reset the probe's flags: %w", err)
 	}
 	if _, err := m.objs.RedirectProbe.Run(&ebpf.RunOptions{
 		Data:   d.probe,
@@ -378,23 +392,29 @@ func (m *redirMon) probe(d *egressDevice) (bool, error) {
 	}); err != nil {
 		return false, fmt.Errorf("run the probe program: %w", err)
 	}
-	after, err := m.probeErrors(d.ifindex)
-	if err != nil {
-		return false, err
+	if err := m.objs.ProbeResults.Lookup(uint32(0), &res); err != nil {
+		return false, fmt.Errorf("read the probe's result: %w", err)
 	}
-	return after == before, nil
-}
-
-func (m *redirMon) probeErrors(ifindex int) (uint64, error) {
-	var per []uint64
-	if err := m.objs.ProbeErrors.Lookup(uint32(ifindex), &per); err != nil {
-		return 0, fmt.Errorf("read probe errors: %w", err)
+	m.lastProbe = res
+	if res.EnqueueRefusals > 0 {
+		return false, nil
 	}
-	var n uint64
-	for _, v := range per {
-		n += v
+	if res.Flushes == 0 {
+		return false, errors.New("the probe frame was neither refused nor flushed")
 	}
-	return n, nil
+	// One frame, taken or refused, and an error that is an errno: else
+	// xdp_devmap_xmit's arguments are not where the program reads them
+	// (a kernel that changed the tracepoint), and what it counts is noise.
+	if res.Ifindex == uint32(d.ifindex) && res.Sent+res.Drops == 1 && res.Err <= 0 && res.Err > -4096 {
+		return res.Drops == 0, nil
+	}
+	if m.devmapXmit != nil {
+		m.devmapXmit.Close()
+		m.devmapXmit = nil
+		m.log.Warn("xdp_devmap_xmit's arguments are not as the redirect monitor reads them: refusals at flush time (kernels before 6.3) are not watched",
+			zap.String("device", d.name), zap.Any("probe", res))
+	}
+	return true, nil
 }
 
 // egress reports every device's refusals and whether it is in fallback.
@@ -463,69 +483,4 @@ func inNamespace(ns netns.NsHandle, fn func() error) error {
 	}
 	defer netns.Set(orig)
 	return fn()
-}
-
-// ensureTracefs returns where tracefs is mounted, mounting it on
-// tracefsRoot when nothing is (systemd does at boot; a mount in a private
-// mount namespace is as good: relayd only reads it).
-func ensureTracefs(log *zap.Logger) (string, error) {
-	for _, dir := range []string{tracefsRoot, "/sys/kernel/debug/tracing"} {
-		var st unix.Statfs_t
-		if unix.Statfs(dir, &st) == nil && st.Type == unix.TRACEFS_MAGIC {
-			return dir, nil
-		}
-	}
-	if err := unix.Mount("tracefs", tracefsRoot, "tracefs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return "", fmt.Errorf("tracefs is not mounted and mounting it on %s failed: %w", tracefsRoot, err)
-	}
-	log.Info("mounted tracefs", zap.String("path", tracefsRoot))
-	return tracefsRoot, nil
-}
-
-// tpField is a field of a tracepoint's record as redirmon.c reads it.
-type tpField struct {
-	name         string
-	offset, size int
-}
-
-var redirectErrFields = []tpField{{"prog_id", 8, 4}, {"act", 12, 4}, {"ifindex", 16, 4}, {"err", 20, 4},
-	{"to_ifindex", 24, 4}, {"map_id", 28, 4}, {"map_index", 32, 4}}
-
-var devmapXmitFields = []tpField{{"from_ifindex", 8, 4}, {"act", 12, 4}, {"to_ifindex", 16, 4},
-	{"drops", 20, 4}, {"sent", 24, 4}, {"err", 28, 4}}
-
-// checkFormat checks a tracepoint's format file against the fields the
-// program reads.
-func checkFormat(format string, want []tpField) error {
-	have := make(map[string]tpField)
-	for _, line := range strings.Split(format, "\n") {
-		// field:int err;	offset:20;	size:4;	signed:1;
-		var f tpField
-		for _, part := range strings.Split(strings.TrimSpace(line), ";") {
-			k, v, ok := strings.Cut(strings.TrimSpace(part), ":")
-			if !ok {
-				continue
-			}
-			switch k {
-			case "field":
-				decl := strings.Fields(v)
-				if len(decl) > 0 {
-					f.name = decl[len(decl)-1]
-				}
-			case "offset":
-				f.offset, _ = strconv.Atoi(v)
-			case "size":
-				f.size, _ = strconv.Atoi(v)
-			}
-		}
-		if f.name != "" {
-			have[f.name] = f
-		}
-	}
-	for _, w := range want {
-		if h, ok := have[w.name]; !ok || h != w {
-			return fmt.Errorf("field %s at offset %d size %d, the program reads offset %d size %d", w.name, h.offset, h.size, w.offset, w.size)
-		}
-	}
-	return nil
 }

@@ -3,7 +3,6 @@ package fastpath
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,83 +19,63 @@ import (
 	"github.com/relayd/relayd/lab/minfwd"
 )
 
-// The formats of Debian 12's 6.1 and of 6.18 (the same for these fields).
-const (
-	redirectErrFormat = `name: xdp_redirect_map_err
-ID: 484
-format:
-	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
-	field:unsigned char common_flags;	offset:2;	size:1;	signed:0;
-	field:unsigned char common_preempt_count;	offset:3;	size:1;	signed:0;
-	field:int common_pid;	offset:4;	size:4;	signed:1;
-
-	field:int prog_id;	offset:8;	size:4;	signed:1;
-	field:u32 act;	offset:12;	size:4;	signed:0;
-	field:int ifindex;	offset:16;	size:4;	signed:1;
-	field:int err;	offset:20;	size:4;	signed:1;
-	field:int to_ifindex;	offset:24;	size:4;	signed:1;
-	field:u32 map_id;	offset:28;	size:4;	signed:0;
-	field:int map_index;	offset:32;	size:4;	signed:1;
-
-print fmt: "prog_id=%d action=%s ifindex=%d to_ifindex=%d err=%d map_id=%d map_index=%d", REC->prog_id
-`
-	devmapXmitFormat = `name: xdp_devmap_xmit
-ID: 481
-format:
-	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
-	field:unsigned char common_flags;	offset:2;	size:1;	signed:0;
-	field:unsigned char common_preempt_count;	offset:3;	size:1;	signed:0;
-	field:int common_pid;	offset:4;	size:4;	signed:1;
-
-	field:int from_ifindex;	offset:8;	size:4;	signed:1;
-	field:u32 act;	offset:12;	size:4;	signed:0;
-	field:int to_ifindex;	offset:16;	size:4;	signed:1;
-	field:int drops;	offset:20;	size:4;	signed:1;
-	field:int sent;	offset:24;	size:4;	signed:1;
-	field:int err;	offset:28;	size:4;	signed:1;
-
-print fmt: "ndo_xdp_xmit from_ifindex=%d to_ifindex=%d action=%s sent=%d drops=%d err=%d", REC->from_ifindex
-`
-)
-
-func TestCheckFormat(t *testing.T) {
-	if err := checkFormat(redirectErrFormat, redirectErrFields); err != nil {
-		t.Errorf("xdp_redirect_err: %v", err)
-	}
-	if err := checkFormat(devmapXmitFormat, devmapXmitFields); err != nil {
-		t.Errorf("xdp_devmap_xmit: %v", err)
-	}
-	if err := checkFormat(devmapXmitFormat, redirectErrFields); err == nil {
-		t.Error("xdp_devmap_xmit's format passed for xdp_redirect_err's fields")
-	}
-	moved := strings.Replace(redirectErrFormat, "map_id;\toffset:28", "map_id;\toffset:36", 1)
-	if err := checkFormat(moved, redirectErrFields); err == nil || !strings.Contains(err.Error(), "map_id") {
-		t.Errorf("a moved map_id: %v, want an error naming it", err)
-	}
-}
-
 // TestRedirectMonitor runs the relay program in live-frame mode (the
-// kernel redirects and flushes for real) toward out0, whose peer out1 has
-// neither GRO nor an XDP program: the redirect monitor sees the refusal,
+// kernel redirects and flushes for real) toward out0. While out0's peer
+// out1 has an XDP program, out0 takes redirected frames; without one (and
+// without GRO) it refuses them: the redirect monitor sees the refusal,
 // counts it, takes out0 out of tx_ports (the next frame is punted:
-// no_egress), and the probe keeps it out. With an XDP program on out1 the
-// probe finds out0 takes redirected frames, and it goes back; without it
-// again, out0 falls back again and is probed less often.
+// no_egress), and the probe keeps it out until out1 has a program again.
+// Refusing again right after, out0 falls back again and is probed less
+// often. A monitor started while out0 refuses puts it in fallback at once.
 func TestRedirectMonitor(t *testing.T) {
 	e := newTestEnv(t)
 	core, logs := observer.New(zap.DebugLevel)
 	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
-	var mon *redirMon
-	if err := inNS(e.ns, func() error {
-		var err error
-		// in0 too: on 6.1 a refusal is the relay's when the frame came
-		// from a device of the relay's.
-		mon, err = startRedirMon(e.fp.objs.TxPorts, []dataplane.Interface{{Name: "in0", Index: e.in}, {Name: "out0", Index: e.out}}, log)
-		return err
-	}); err != nil {
-		t.Fatal(err)
+	// peerXDP gives a peer (in1, out1) an XDP program, or takes it away.
+	peerLinks := map[string]link.Link{}
+	peerXDP := func(name string, on bool) {
+		t.Helper()
+		if !on {
+			if err := peerLinks[name].Close(); err != nil {
+				t.Fatal(err)
+			}
+			delete(peerLinks, name)
+			return
+		}
+		if err := inNS(e.ns, func() error {
+			peer, err := netlink.LinkByName(name)
+			if err != nil {
+				return err
+			}
+			l, err := link.AttachXDP(link.XDPOptions{Program: e.fp.objs.RelayXdp, Interface: peer.Attrs().Index})
+			peerLinks[name] = l
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	t.Cleanup(func() {
+		for _, l := range peerLinks {
+			l.Close()
+		}
+	})
+	start := func() *redirMon {
+		t.Helper()
+		var mon *redirMon
+		if err := inNS(e.ns, func() error {
+			var err error
+			mon, err = startRedirMon(e.fp.objs.TxPorts, []dataplane.Interface{{Name: "in0", Index: e.in}, {Name: "out0", Index: e.out}}, log)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return mon
+	}
+	peerXDP("in1", true)
+	peerXDP("out1", true)
+	mon := start()
 	t.Cleanup(func() { mon.close() })
+
 	fl := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000)}
 	if err := e.fp.Install(fl); err != nil {
 		t.Fatal(err)
@@ -116,7 +95,7 @@ func TestRedirectMonitor(t *testing.T) {
 			t.Fatalf("live run: %v", err)
 		}
 	}
-	state := func() dataplane.Egress {
+	state := func(mon *redirMon) dataplane.Egress {
 		t.Helper()
 		eg := mon.egress()
 		var out0 *dataplane.Egress
@@ -136,7 +115,7 @@ func TestRedirectMonitor(t *testing.T) {
 	waitFallback := func(want bool, within time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(within)
-		for state().Fallback != want {
+		for state(mon).Fallback != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("fallback still %t after %s", !want, within)
 			}
@@ -152,10 +131,20 @@ func TestRedirectMonitor(t *testing.T) {
 		return err == nil
 	}
 
+	// The first probes found both devices taking frames, and learnt their
+	// addresses.
+	if st := state(mon); st.Fallback || st.RedirectErrors != 0 || !inTxPorts() {
+		t.Fatalf("out0 with out1's program, at start: %+v, in tx_ports %t", st, inTxPorts())
+	}
+	if n := countEntries(t, mon.objs.DevAddrs); n != 2 {
+		t.Errorf("%d device addresses learnt, want 2", n)
+	}
+
+	peerXDP("out1", false)
 	before := e.counters(t)
 	live()
 	waitFallback(true, 2*time.Second)
-	if st := state(); st.RedirectErrors != 1 {
+	if st := state(mon); st.RedirectErrors != 1 {
 		t.Errorf("%d redirect errors counted, want 1", st.RedirectErrors)
 	}
 	if inTxPorts() {
@@ -171,22 +160,11 @@ func TestRedirectMonitor(t *testing.T) {
 	}
 	// A probe (every second) finds out0 still refusing.
 	time.Sleep(probeInterval + probeInterval/2)
-	if st := state(); !st.Fallback || st.RedirectErrors != 1 || inTxPorts() {
+	if st := state(mon); !st.Fallback || st.RedirectErrors != 1 || inTxPorts() {
 		t.Errorf("out0 after a refused probe: %+v, in tx_ports %t; want fallback, still 1 error (the probe's are not counted)", st, inTxPorts())
 	}
 
-	// An XDP program on the peer makes out0 take redirected frames.
-	var peerXDP link.Link
-	if err := inNS(e.ns, func() error {
-		peer, err := netlink.LinkByName("out1")
-		if err != nil {
-			return err
-		}
-		peerXDP, err = link.AttachXDP(link.XDPOptions{Program: e.fp.objs.RelayXdp, Interface: peer.Attrs().Index})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	peerXDP("out1", true)
 	waitFallback(false, 3*probeInterval)
 	if !inTxPorts() {
 		t.Fatal("out0 not back in tx_ports after a successful probe")
@@ -198,19 +176,16 @@ func TestRedirectMonitor(t *testing.T) {
 	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
 		t.Errorf("after recovery: %d frames redirected, want 1", d)
 	}
-	if st := state(); st.Fallback || st.RedirectErrors != 1 {
+	if st := state(mon); st.Fallback || st.RedirectErrors != 1 {
 		t.Errorf("after recovery: %+v, want no fallback and no new error", st)
 	}
 
-	// The peer loses its program again at once: the monitor was re-armed,
-	// the device falls back again, and as it flaps it is probed half as
-	// often.
-	if err := peerXDP.Close(); err != nil {
-		t.Fatal(err)
-	}
+	// out1 loses its program again at once: the monitor was re-armed, out0
+	// falls back again, and as it flaps it is probed half as often.
+	peerXDP("out1", false)
 	live()
 	waitFallback(true, 2*time.Second)
-	if st := state(); st.RedirectErrors != 2 {
+	if st := state(mon); st.RedirectErrors != 2 {
 		t.Errorf("after the second refusal: %d errors, want 2", st.RedirectErrors)
 	}
 	mon.mu.Lock()
@@ -230,6 +205,35 @@ func TestRedirectMonitor(t *testing.T) {
 	if levels[zap.WarnLevel] != 1 || levels[zap.DebugLevel] != 1 {
 		t.Errorf("refusals logged by level %v, want one warning and one debug line", levels)
 	}
+
+	// Stopping puts out0 back (with no workers, the redirect is the only
+	// way out); a monitor started while out0 refuses takes it out at once,
+	// before any frame of the relay's is refused.
+	if err := mon.close(); err != nil {
+		t.Fatal(err)
+	}
+	if !inTxPorts() {
+		t.Error("out0 not back in tx_ports after the monitor stopped")
+	}
+	mon = start()
+	if st := state(mon); !st.Fallback || st.RedirectErrors != 0 || inTxPorts() {
+		t.Errorf("out0 refusing when the monitor started: %+v, in tx_ports %t; want fallback and no error counted", st, inTxPorts())
+	}
+}
+
+func countEntries(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var k uint64
+	var v uint32
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // BenchmarkRedirectMonitor measures what the monitor costs on the hot

@@ -138,7 +138,7 @@ relayctl_works() {
 }
 
 # journal: relayd's lines reach the journal; the redirect monitor runs
-# under the unit (tracefs readable, its tracepoints attached).
+# under the unit (its raw tracepoints attached with the unit's capabilities).
 journal() {
 	journalctl -u relayd --no-pager -o cat | grep -q '"relayd ready"' || { echo "no \"relayd ready\" in journalctl -u relayd" >&2; return 1; }
 	if journalctl -u relayd --no-pager -o cat | grep 'redirect failures are not watched' >&2; then return 1; fi
