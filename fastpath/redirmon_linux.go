@@ -291,9 +291,9 @@ func (m *redirMon) fallbackLocked(d *egressDevice, errno int32) {
 // cause says what makes a device refuse redirected frames, as far as the
 // kernel's error tells.
 func (d *egressDevice) cause(errno int32) string {
-	if d.kind == "veth" {
-		return "the veth's peer has neither an XDP program nor GRO: a veth takes redirected frames only when its peer has one of them " +
-			"(attach an XDP program to the peer, or ethtool -K PEER gro on)"
+	if d.kind == "veth" && -errno != int32(unix.ENETDOWN) {
+		return "the veth's peer is down or has neither an XDP program nor GRO: a veth takes redirected frames only when its peer is up " +
+			"with one of them (attach an XDP program to the peer, or ethtool -K PEER gro on)"
 	}
 	switch -errno {
 	case int32(unix.EOPNOTSUPP):
@@ -398,6 +398,9 @@ func (m *redirMon) probe(d *egressDevice) (bool, error) {
 	m.lastProbe = res
 	if res.EnqueueRefusals > 0 {
 		return false, nil
+	}
+	if m.devmapXmit == nil {
+		return true, nil // flush-time refusals are not watched (below)
 	}
 	if res.Flushes == 0 {
 		return false, errors.New("the probe frame was neither refused nor flushed")
