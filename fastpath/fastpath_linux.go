@@ -44,7 +44,8 @@ type Fastpath struct {
 	nhMu sync.Mutex               // guards nh
 	nh   map[netip.Addr]time.Time // destinations whose next hop was resolved, and when
 
-	mon *redirMon // nil when redirect failures cannot be watched
+	mon     *redirMon     // nil when redirect failures cannot be watched
+	monDone chan struct{} // closed once the monitor started, or failed to
 }
 
 // nhFresh is how long a destination whose next hop resolved is not looked
@@ -103,14 +104,23 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		f.Close()
 		return nil, err
 	}
-	mon, err := startRedirMon(f.objs.TxPorts, f.Interfaces(), log.Named("redirmon"))
-	if err != nil {
-		log.Warn("redirect failures are not watched: frames a device refuses after the XDP redirect are lost unnoticed, "+
-			"and flows toward it are not moved to userspace", zap.Error(err))
-	}
-	f.mu.Lock()
-	f.mon = mon
-	f.mu.Unlock()
+	// The monitor starts beside the rest of relayd: its load, attachments
+	// and first probes (tens of milliseconds) would otherwise lengthen a
+	// restart, while which the userspace flows wait. Close waits for it.
+	f.monDone = make(chan struct{})
+	ifaces := f.Interfaces()
+	go func() {
+		defer close(f.monDone)
+		mon, err := startRedirMon(f.objs.TxPorts, ifaces, log.Named("redirmon"))
+		if err != nil {
+			log.Warn("redirect failures are not watched: frames a device refuses after the XDP redirect are lost unnoticed, "+
+				"and flows toward it are not moved to userspace", zap.Error(err))
+			return
+		}
+		f.mu.Lock()
+		f.mon = mon
+		f.mu.Unlock()
+	}()
 	return f, nil
 }
 
@@ -451,6 +461,9 @@ func unpinLink(path string) error {
 // Close releases this process's handles. Pinned links keep the program
 // attached and forwarding; the next New takes over.
 func (f *Fastpath) Close() error {
+	if f.monDone != nil {
+		<-f.monDone
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

@@ -98,6 +98,7 @@ type redirMon struct {
 // egress entries are in txPorts. The monitor is private to this process:
 // nothing of it is pinned, and a restart starts it afresh.
 func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Logger) (*redirMon, error) {
+	began := time.Now()
 	spec, err := loadRedirmon()
 	if err != nil {
 		return nil, fmt.Errorf("load BPF spec: %w", err)
@@ -144,6 +145,7 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	}
 
 	// xdp_redirect_map_err is gone from 6.18 (see redirmon.c).
+	var tracepoints []string
 	for _, tp := range []struct {
 		name     string
 		prog     *ebpf.Program
@@ -164,6 +166,7 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 			m.devmapXmit = l
 		}
 		m.links = append(m.links, l)
+		tracepoints = append(tracepoints, tp.name)
 	}
 	if m.events, err = ringbuf.NewReader(m.objs.Events); err != nil {
 		return nil, fmt.Errorf("read the redirect monitor's events: %w", err)
@@ -189,6 +192,8 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 
 	m.wg.Add(1)
 	go m.probeLoop()
+	log.Info("watching XDP redirect refusals", zap.Strings("tracepoints", tracepoints),
+		zap.Duration("took", time.Since(began).Round(time.Millisecond)))
 	return m, nil
 }
 
@@ -320,10 +325,19 @@ func errnoString(errno int32) string {
 func (m *redirMon) probeLoop() {
 	defer m.wg.Done()
 	// The thread stays locked in the namespace; it ends with the goroutine.
+	// Entering it only when it is another: under the unit setns is refused
+	// (RestrictNamespaces=), and relayd runs in its namespace anyway.
 	runtime.LockOSThread()
-	if err := netns.Set(m.ns); err != nil {
-		m.log.Error("redirect probe cannot enter the data plane's network namespace: devices in fallback stay there", zap.Error(err))
-		return
+	if cur, err := netns.Get(); err != nil || !cur.Equal(m.ns) {
+		if err == nil {
+			cur.Close()
+		}
+		if err := netns.Set(m.ns); err != nil {
+			m.log.Error("redirect probe cannot enter the data plane's network namespace: devices in fallback stay there", zap.Error(err))
+			return
+		}
+	} else {
+		cur.Close()
 	}
 	t := time.NewTicker(probeInterval)
 	defer t.Stop()

@@ -38,6 +38,13 @@ func TestRelayRedirectRefused(t *testing.T) {
 		maxLost = 10
 	)
 	caller, callee, flows := call(t, l, r, false, 32000)
+	// The monitor starts beside relayd's readiness.
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(r.Log(), "watching XDP redirect refusals"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the redirect monitor did not start:\n%s", r.tail())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// The callee's side stops taking redirected frames.
 	if err := l.Callee.SetGRO(lab.CalleeIfName, false); err != nil {
