@@ -326,9 +326,10 @@ const CallUsage = `usage: voipgen call --sip ADDR:PORT --target sip:USER@HOST[:P
 Places --calls calls at --rate calls per second (at most --concurrent at
 once) through a SIP proxy or B2BUA, each with one bidirectional G.711,
 G.729 or Opus stream from voipgen's sender (RTP from --rtp-port+2i), held
-for --call-duration (fixed or exponential) and hung up with BYE. Reports
-call success, setup time to the first 180/183 and to the 200, and the
-media each call received back.
+for --call-duration (fixed or exponential) and hung up with BYE. SIGUSR1
+hangs up every call now, each with its BYE as if its duration had passed,
+and places no more. Reports call success, setup time to the first 180/183
+and to the 200, and the media each call received back.
 
 flags:
 `
@@ -341,6 +342,11 @@ type CallConfig struct {
 	Rate       float64
 	Exp        bool
 	Timeout    time.Duration
+	// Hangup, when closed, ends every call at once with its BYE (as if
+	// its duration had passed: ByeFrom "local"); calls not placed yet are
+	// not placed. voipgen call closes it on SIGUSR1, so that a test can
+	// hold calls until it has done what they must span.
+	Hangup <-chan struct{}
 }
 
 func ParseCall(args []string, out io.Writer) (CallConfig, error) {
@@ -445,9 +451,10 @@ func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
+			case <-cfg.Hangup:
 			}
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || closed(cfg.Hangup) {
 			reports = reports[:i]
 			break
 		}
@@ -470,6 +477,16 @@ func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 	}
 	wg.Wait()
 	return reports, nil
+}
+
+// closed reports whether ch is closed; a nil ch never is.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // oneCall places call i with RTP port slot and holds it for dur.
@@ -564,6 +581,8 @@ func (cfg *CallConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 	case <-bye:
 		r.ByeFrom = "remote"
 	case <-ctx.Done():
+		r.ByeFrom = "local"
+	case <-cfg.Hangup:
 		r.ByeFrom = "local"
 	}
 	r.Duration = time.Since(t1).Seconds()

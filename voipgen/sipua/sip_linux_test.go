@@ -61,6 +61,13 @@ func FuzzParseSDP(f *testing.F) {
 // it on loopback.
 func callAnswer(t *testing.T, personality string, calls int, callArgs ...string) ([]CallReport, []CallReport) {
 	t.Helper()
+	return callAnswerWith(t, personality, calls, nil, callArgs...)
+}
+
+// callAnswerWith is callAnswer with a function that may change the call
+// side's configuration before the calls are placed.
+func callAnswerWith(t *testing.T, personality string, calls int, set func(*CallConfig), callArgs ...string) ([]CallReport, []CallReport) {
+	t.Helper()
 	acfg, err := ParseAnswer([]string{"--sip", "127.0.0.1:0", "--personality", personality, "--rtp-port", "44000", "--ring", "100ms",
 		"--duration", "20s", "--max-calls", strconv.Itoa(calls)}, io.Discard)
 	if err != nil {
@@ -82,6 +89,9 @@ func callAnswer(t *testing.T, personality string, calls int, callArgs ...string)
 		"--calls", strconv.Itoa(calls), "--rate", "20", "--rtp-port", "45000"}, callArgs...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if set != nil {
+		set(&ccfg)
 	}
 	got, err := PlaceCalls(context.Background(), ccfg)
 	if err != nil {
@@ -116,6 +126,33 @@ func TestCallAnswerPersonalities(t *testing.T) {
 		for _, c := range calls {
 			if c.T180Ms <= 0 || c.T200Ms < c.T180Ms || c.T200Ms < 90 || c.ByeFrom != "local" {
 				t.Errorf("setup times %+v", c)
+			}
+		}
+	})
+	t.Run("hangup", func(t *testing.T) {
+		// Four calls of an hour, one a second, hung up 1.5 s after the
+		// first was placed: the two placed by then end with the caller's
+		// BYE, answered by the callee, with their media, and the other
+		// two are never placed.
+		t0 := time.Now()
+		hangup := make(chan struct{})
+		time.AfterFunc(1500*time.Millisecond, func() { close(hangup) })
+		calls, answered := callAnswerWith(t, "answer", 2, func(c *CallConfig) { c.Hangup = hangup; c.Calls = 4; c.Rate = 1 },
+			"--call-duration", "1h")
+		if d := time.Since(t0); d > 10*time.Second {
+			t.Errorf("the calls took %v to end after the hangup at 1.5 s", d)
+		}
+		if len(calls) != 2 {
+			t.Fatalf("%d calls reported, want the 2 placed before the hangup: %+v", len(calls), calls)
+		}
+		for _, c := range calls {
+			if !c.Success || c.ByeFrom != "local" || c.Duration > 2 || c.Received == nil || c.Received.Packets == 0 || c.Received.Lost != 0 {
+				t.Errorf("call %+v, received %+v: want success, its own BYE within 2 s, media", c, c.Received)
+			}
+		}
+		for _, c := range answered {
+			if !c.Success || c.ByeFrom != "remote" {
+				t.Errorf("answer side %+v: want the caller's BYE", c)
 			}
 		}
 	})

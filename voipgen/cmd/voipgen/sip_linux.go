@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/relayd/relayd/voipgen/sipua"
 )
@@ -15,6 +18,20 @@ func runCall(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// SIGUSR1: hang up now (BYE), report as usual. Registered before the
+	// first call so that the signal never takes its default action (exit).
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	hangup := make(chan struct{})
+	go func() {
+		select {
+		case <-usr1:
+			close(hangup)
+		case <-ctx.Done():
+		}
+	}()
+	cfg.Hangup = hangup
 	calls, err := sipua.PlaceCalls(ctx, cfg)
 	if err != nil {
 		return err
