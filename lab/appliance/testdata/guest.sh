@@ -245,10 +245,12 @@ capabilities() {
 }
 
 # upgrade: installing the package again, as an upgrade does, restarts
-# relayd (postinst's restart): a new main process, active again.
+# relayd (postinst's restart): a new main process, active again. The
+# gzip-compressed copy of the package (share/prev): install already
+# unpacked the one built, and xz costs 10 s more to unpack under TCG.
 upgrade() {
 	pid=$(systemctl show -p MainPID --value relayd)
-	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb || return 1
+	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/prev/relayd_*.deb || return 1
 	must systemctl is-active --quiet relayd || return 1
 	new=$(systemctl show -p MainPID --value relayd)
 	[ "$new" != "$pid" ] || { echo "relayd not restarted (main pid still $pid)" >&2; return 1; }
@@ -391,9 +393,10 @@ next_version() {
 	env DEBIAN_FRONTEND=noninteractive apt-get install -y -o Dpkg::Use-Pty=0 "$share"/next/relayd_*.deb &&
 	dpkg-query -W -f='${Version}\n' relayd | grep -q '+next1$'
 }
-# previous_version: the rollback, apt installs the version before again.
+# previous_version: the rollback, apt installs the version before again
+# (the host repacked it as it is, gzip-compressed like next).
 previous_version() {
-	env DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades -o Dpkg::Use-Pty=0 "$share"/relayd_*.deb &&
+	env DEBIAN_FRONTEND=noninteractive apt-get install -y --allow-downgrades -o Dpkg::Use-Pty=0 "$share"/prev/relayd_*.deb &&
 	! dpkg-query -W -f='${Version}\n' relayd | grep -q '+next1$'
 }
 
