@@ -352,7 +352,9 @@ calls_across() {
 	t0=$(ms)
 	"$@" || { echo "$act: the action failed" >&2; stop_set $g; return 1; }
 	# Back when the admin API answers again.
-	poll 30 "relayd back (relayctl health)" relayctl health || { stop_set $g; return 1; }
+	# A deadline, not a wait: generous for a guest slowed by a busy host
+	# (a restart has taken 40 s there).
+	poll 120 "relayd back (relayctl health)" relayctl health || { stop_set $g; return 1; }
 	figure ${act}_back_ms $(( $(ms) - t0 ))
 	new=$(systemctl show -p MainPID --value relayd)
 	[ "${new:-0}" != 0 ] && [ "$new" != "$pid" ] || { echo "$act: relayd not restarted (main pid $pid, now $new)" >&2; stop_set $g; return 1; }
@@ -459,11 +461,19 @@ stop_set() {
 steady() {
 	eval "up=\${up_$1:-}"
 	if [ -z "$up" ]; then
-		poll 30 "three answered calls of set $1 with RTP both ways on XDP" calls_on_xdp $1 || return 1
+		poll 60 "three answered calls of set $1 with RTP both ways on XDP" calls_on_xdp $1 || { set_state $1; return 1; }
 		up=$(ms)
 	fi
 	left=$(( up + 5500 - $(ms) ))
 	[ $left -le 0 ] || sleep_ms $left
+}
+# set_state G: what relayd and set G's voipgens say, for a check that
+# failed.
+set_state() {
+	relayctl -json calls | jq -c '.calls[] | {to, answer, flows: [.flows[] | {match, path, packets}]}'
+	for f in /tmp/$1call4.err /tmp/$1call6.err /tmp/$1answer4.err /tmp/$1answer6.err; do
+		echo "$f:"; head -n 30 "$f"
+	done
 }
 sleep_ms() { sleep "$(( $1 / 1000 )).$(printf %03d $(( $1 % 1000 )))"; }
 # cdrs_complete IDS: the CDR file has a complete answered line for each
