@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -448,6 +449,70 @@ func (l *Lab) AddAttacker() error {
 		if err := ns.addDefaultRoute(AttackerIfName, gw); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// endQueueLen is the transmit queue EndHostQueues gives the caller's and
+// callee's veths: a second of a 10,000-pps burst.
+const endQueueLen = 10000
+
+// EndHostQueues gives the caller's and callee's veths what a host's NIC
+// has and a bare veth lacks, for tests that must lose nothing at high
+// rates (the soak):
+//
+//   - A transmit queue (pfifo, endQueueLen packets). A veth whose peer
+//     runs XDP or GRO hands frames to the peer's 256-frame ring; without
+//     a qdisc it drops what the ring cannot take at once (a sender's
+//     burst while the relay's CPU is busy), with one it stops the queue
+//     and requeues (Linux 6.16 and later), as a NIC's full ring does.
+//   - One receive ring per CPU (`ethtool -L rx N`). The relay's XDP
+//     redirects into the peer's ring of the CPU it runs on; with one ring
+//     both CPUs fill the same 256 frames, and a burst from one while the
+//     other's NAPI waits for its CPU is dropped (xdp_xmit_errors).
+//
+// Call it before the relay attaches XDP: the relay's veths keep one
+// queue each, so the number of transmit queues, which native XDP on a
+// veth requires its peer not to exceed, does not change.
+func (l *Lab) EndHostQueues() error {
+	// A veth has as many receive queues as the machine has possible
+	// CPUs, one of them in use.
+	rings := runtime.NumCPU()
+	for _, e := range []struct {
+		ns   *NS
+		name string
+	}{{l.Caller, CallerIfName}, {l.Callee, CalleeIfName}} {
+		if err := e.ns.setTxQueue(e.name, endQueueLen); err != nil {
+			return err
+		}
+		if rings > 1 {
+			if out, err := e.ns.Command("ethtool", "-L", e.name, "rx", strconv.Itoa(rings)).CombinedOutput(); err != nil {
+				return fmt.Errorf("ethtool -L %s rx %d in %s: %v: %s", e.name, rings, e.ns.name, err, bytes.TrimSpace(out))
+			}
+		}
+	}
+	return nil
+}
+
+// setTxQueue sets ifname's transmit queue length to n and gives it a
+// pfifo qdisc of that length.
+func (ns *NS) setTxQueue(ifname string, n int) error {
+	h, err := ns.handle()
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	l, err := ns.link(h, ifname)
+	if err != nil {
+		return err
+	}
+	if err := h.LinkSetTxQLen(l, n); err != nil {
+		return fmt.Errorf("set the transmit queue of %s in %s to %d: %w", ifname, ns.name, n, err)
+	}
+	// pfifo's limit is the device's queue length when it is created.
+	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}, QdiscType: "pfifo"}
+	if err := h.QdiscReplace(q); err != nil {
+		return fmt.Errorf("pfifo qdisc on %s in %s: %w", ifname, ns.name, err)
 	}
 	return nil
 }

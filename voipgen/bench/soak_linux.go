@@ -67,6 +67,10 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	if err := l.AddAttacker(); err != nil {
 		return rep, err
 	}
+	// Before relayd attaches XDP (see EndHostQueues).
+	if err := l.EndHostQueues(); err != nil {
+		return rep, err
+	}
 	m := benchMode("xdp")
 	b.relayPorts = benchSIPRelayPorts
 	b.relayExtra = "latch_window = \"50ms\"\n" + soakSIPConfig(l)
@@ -289,12 +293,14 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 // labDropKeys are, per direction (caller -> callee, callee -> caller),
 // the counters of labDrops where the lab loses packets outside relayd: the
 // sending namespace's veth refused them (its peer in the relay, where XDP
-// runs, had its ring full: the kernel counts UDP SndbufErrors and tells
-// the sender nothing), the relay's XDP redirect found the egress veth's
-// peer ring full (xdp_xmit_errors), or the sink's socket was full.
+// runs, had its ring full: the kernel counts IP OutDiscards or UDP
+// SndbufErrors and tells the sender nothing; the caller's count includes
+// the spoofed media sent from there), the relay's XDP redirect found the
+// egress veth's peer ring full (xdp_xmit_errors), or the sink's socket was
+// full. lab.EndHostQueues makes the first two rare.
 var labDropKeys = [2][]string{
-	{"caller udp SndbufErrors", "r1 xdp_xmit_errors", "callee udp RcvbufErrors"},
-	{"callee udp SndbufErrors", "r0 xdp_xmit_errors", "caller udp RcvbufErrors"},
+	{"caller ip OutDiscards", "caller udp SndbufErrors", "r1 xdp_xmit_errors", "callee udp RcvbufErrors"},
+	{"callee ip OutDiscards", "callee udp SndbufErrors", "r0 xdp_xmit_errors", "caller udp RcvbufErrors"},
 }
 
 // labDrops reads the lab's own drop counters (see labDropKeys); a counter
@@ -309,23 +315,28 @@ func labDrops(l *lab.Lab) map[string]uint64 {
 		// /proc/net is the main thread's namespace: thread-self is the
 		// one this locked thread entered.
 		_ = x.ns.Do(func() (err error) { text, err = os.ReadFile("/proc/thread-self/net/snmp"); return err })
-		var head []string
+		// Each table of snmp is a header line and a value line.
+		want := map[string]map[string]string{
+			"Ip:":  {"OutDiscards": " ip OutDiscards"},
+			"Udp:": {"SndbufErrors": " udp SndbufErrors", "RcvbufErrors": " udp RcvbufErrors"},
+		}
+		heads := map[string][]string{}
 		for _, line := range strings.Split(string(text), "\n") {
 			f := strings.Fields(line)
-			if len(f) == 0 || f[0] != "Udp:" {
+			if len(f) == 0 || want[f[0]] == nil {
 				continue
 			}
-			if head == nil {
-				head = f
+			head, ok := heads[f[0]]
+			if !ok {
+				heads[f[0]] = f
 				continue
 			}
 			for i := 1; i < len(f) && i < len(head); i++ {
-				if head[i] == "SndbufErrors" || head[i] == "RcvbufErrors" {
+				if name, ok := want[f[0]][head[i]]; ok {
 					v, _ := strconv.ParseUint(f[i], 10, 64)
-					out[x.name+" udp "+head[i]] = v
+					out[x.name+name] = v
 				}
 			}
-			break
 		}
 	}
 	for _, ifname := range []string{lab.RelayCallerIfName, lab.RelayCalleeIfName} {
