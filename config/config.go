@@ -69,6 +69,10 @@ type Admin struct {
 	TokenFile string `toml:"token_file"`
 }
 
+// MaxCoalesce bounds dataplane.coalesce (the userspace data plane's own
+// bound, slowpath.MaxCoalesce).
+const MaxCoalesce = 5 * time.Millisecond
+
 // Dataplane is the [dataplane] section.
 type Dataplane struct {
 	Mode             string   `toml:"mode"`              // xdp | userspace; default xdp
@@ -79,6 +83,12 @@ type Dataplane struct {
 	EnableForwarding bool     `toml:"enable_forwarding"` // turn IP forwarding on for the interfaces; default false
 	PinPath          string   `toml:"pin_path"`          // bpffs directory; default /sys/fs/bpf/relayd
 	MaxFlows         int      `toml:"max_flows"`         // flow table size; default 65536
+	// Coalesce is how long a busy userspace worker naps between reads
+	// while packets gather (see docs/configuration.md); default 200us,
+	// "0s" off.
+	Coalesce string `toml:"coalesce"`
+
+	CoalesceDuration time.Duration `toml:"-"` // parsed Coalesce
 }
 
 // Media is the [media] section. The string fields are what the file says;
@@ -159,6 +169,7 @@ func Default() *Config {
 			XDPMode:  "native",
 			PinPath:  "/sys/fs/bpf/relayd",
 			MaxFlows: 65536,
+			Coalesce: "200us",
 		},
 		Media: Media{
 			Ports:        "30000-39999",
@@ -371,6 +382,13 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if d.MaxFlows < 1 || d.MaxFlows > MaxMaxFlows {
 		bad("dataplane.max_flows", "%d is not within 1-%d", d.MaxFlows, MaxMaxFlows)
+	}
+	if dur, err := time.ParseDuration(d.Coalesce); err != nil {
+		bad("dataplane.coalesce", "%q is not a duration (like 200us; 0s turns it off)", d.Coalesce)
+	} else if dur < 0 || dur > MaxCoalesce {
+		bad("dataplane.coalesce", "%s is not within 0s-%s", d.Coalesce, MaxCoalesce)
+	} else {
+		d.CoalesceDuration = dur
 	}
 
 	m := &c.Media

@@ -20,11 +20,23 @@ type Config struct {
 	// RTCPInterval is the mean interval of the RTCP reports relayd sends
 	// on the legs of transcoded streams; default 5s (RFC 3550's minimum).
 	RTCPInterval time.Duration
+	// Coalesce, if set, lets a busy worker nap this long between reads
+	// while its packets gather in the socket, instead of being woken per
+	// packet or few: far fewer wake-ups (the dearest part of relaying a
+	// packet in userspace at low and medium rates) for at most this much
+	// added delay per packet. A worker naps only while packets come faster
+	// than one per nap, and waits for the socket again after an empty nap.
+	// 0: off.
+	Coalesce time.Duration
 	// OnLatched, if set, is called (from one goroutine, in order) when a
 	// latching flow learns a source (locked false) and when the window
 	// closes and the learned source is locked (locked true).
 	OnLatched func(match, source netip.AddrPort, locked bool)
 }
+
+// MaxCoalesce bounds Config.Coalesce: the delay it adds must stay well
+// under what a jitter buffer absorbs.
+const MaxCoalesce = 5 * time.Millisecond
 
 func (c *Config) setDefaults() error {
 	if c.MaxFlows == 0 {
@@ -49,6 +61,9 @@ func (c *Config) setDefaults() error {
 		if cpu < 0 || cpu >= runtime.NumCPU() {
 			return fmt.Errorf("cpu %d: not online (0-%d)", cpu, runtime.NumCPU()-1)
 		}
+	}
+	if c.Coalesce < 0 || c.Coalesce > MaxCoalesce {
+		return fmt.Errorf("coalesce %v: want 0 (off) to %v", c.Coalesce, MaxCoalesce)
 	}
 	if len(c.CPUs) > 256 {
 		return fmt.Errorf("%d workers: at most 256", len(c.CPUs))

@@ -19,6 +19,6 @@
 // the fewest flows when it is installed). Its counters, RFC 3550 state and
 // SRTP contexts are that worker's alone: no locks or channel hops per
 // packet. The control plane queues requests (install, update, remove,
-// statistics) to the worker and wakes it with a read deadline; the worker
+// statistics) to the worker and wakes it through an eventfd; the worker
 // answers between batches.
 package slowpath

@@ -396,7 +396,7 @@ func writeHeaders(pkt []byte, from, to netip.AddrPort) {
 		ip[0] = 0x45
 		ip[1] = 0
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(pkt)))
-		binary.BigEndian.PutUint16(ip[4:], 0) // id: filled in by the kernel
+		binary.BigEndian.PutUint16(ip[4:], 0) // id: set by the send batch (txBatch.commit)
 		binary.BigEndian.PutUint16(ip[6:], 0) // no DF: the kernel fragments what XDP punted for its size
 		ip[8] = defaultTTL
 		ip[9] = 17

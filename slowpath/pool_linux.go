@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -36,7 +35,10 @@ type Pool struct {
 	lookup  link.Link
 	workers []*worker
 	wg      sync.WaitGroup
-	events  sync.WaitGroup
+	// prevProcs is GOMAXPROCS before New raised it by one per worker;
+	// Close puts it back.
+	prevProcs int
+	events    sync.WaitGroup
 
 	latched chan latchEvent
 
@@ -123,6 +125,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			return nil, err
 		}
 		w.latchWindow = int64(cfg.LatchWindow)
+		w.coalesce = int64(cfg.Coalesce)
 		w.rtcpInterval = int64(cfg.RTCPInterval)
 		w.latched = p.latched
 		w.relays = &p.relays
@@ -143,6 +146,10 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 		p.Close()
 		return nil, fmt.Errorf("attach socket steering: %w", err)
 	}
+	// Each worker keeps its P while it waits (see ppoll): the rest of the
+	// program needs as many as it had besides.
+	p.prevProcs = runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(p.prevProcs + len(p.workers))
 	for _, w := range p.workers {
 		p.wg.Add(1)
 		go func() {
@@ -173,6 +180,9 @@ func (p *Pool) Close() error {
 		errs = append(errs, w.close())
 	}
 	p.wg.Wait()
+	if p.prevProcs != 0 {
+		runtime.GOMAXPROCS(p.prevProcs)
+	}
 	if p.latched != nil {
 		close(p.latched)
 		p.events.Wait()
@@ -424,18 +434,38 @@ type ctrlReply struct {
 // worker owns a receiving socket (dual-stack where the host has IPv6), two
 // raw sending sockets and its flows. Only its goroutine, locked to its
 // pinned thread, touches the flows; the control plane talks to it through
-// a queue and wakes it with a read deadline.
+// a queue and wakes it through an eventfd.
+//
+// The worker waits on its own thread, in ppoll on the socket and the
+// eventfd, not in the Go runtime's netpoller: there a packet would wake
+// the netpoller's thread, which would then have to wake the worker's
+// locked thread, two wake-ups per batch where one does.
 type worker struct {
 	id  int
 	cpu int
 	log *zap.Logger
 
-	conn  *net.UDPConn
-	rc    syscall.RawConn
-	rxFD  int
-	raw4  int
-	raw6  int
-	flows map[netip.AddrPort]*flowState
+	rxFD   int // nonblocking UDP socket
+	rx6    bool
+	wakeFD int // eventfd: a control request, or stop
+	raw4   int
+	raw6   int
+	flows  map[netip.AddrPort]*flowState
+
+	// ppoll's arguments, allocated once. Worker goroutine only.
+	pollFDs [2]unix.PollFd
+	pollTS  unix.Timespec
+	wakeBuf [8]byte
+	// Coalescing (Config.Coalesce): coalesce is the nap in ns (0: off);
+	// polling is set while packets come faster than one per nap, and the
+	// worker naps between reads instead of waiting for the socket;
+	// lastWake is when the socket last woke it. Worker goroutine only.
+	coalesce int64
+	polling  bool
+	lastWake int64
+	// exited is closed when run returns; started is set when it begins.
+	exited  chan struct{}
+	started atomic.Bool
 
 	ctrlMu  sync.Mutex // guards ctrlQ
 	ctrlQ   []ctrl
@@ -455,7 +485,7 @@ type worker struct {
 	// Transcoding: the worker's transcoding flows, its send batches
 	// (pullOut sends from the control path too) and its timers: timer is
 	// when the next engine deadline or RTCP report is due, latchWake when
-	// the latch backlog is retried, armed the read deadline set (Unix ns;
+	// the latch backlog is retried, armed the deadline of its wait (Unix ns;
 	// 0 none). Worker goroutine only.
 	tcFlows      map[*flowState]struct{}
 	tx4, tx6     *txBatch
@@ -464,56 +494,49 @@ type worker struct {
 	rtcpInterval int64 // ns
 	latchWake    int64
 
-	counters   [vMax]atomic.Uint64
-	noFlow     atomic.Uint64
-	sendFailed atomic.Uint64
-	closed     atomic.Bool
+	counters [vMax]atomic.Uint64
+	// wakes counts the waits the socket ended, naps the naps taken.
+	wakes, naps atomic.Uint64
+	noFlow      atomic.Uint64
+	sendFailed  atomic.Uint64
+	closed      atomic.Bool
 }
 
 func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
-	w := &worker{id: id, cpu: cpu, log: log, flows: make(map[netip.AddrPort]*flowState), raw4: -1, raw6: -1,
-		tcFlows: make(map[*flowState]struct{})}
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified})
-	if err != nil {
-		conn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4zero})
-	}
-	if err != nil {
+	w := &worker{id: id, cpu: cpu, log: log, flows: make(map[netip.AddrPort]*flowState), rxFD: -1, wakeFD: -1, raw4: -1, raw6: -1,
+		tcFlows: make(map[*flowState]struct{}), exited: make(chan struct{})}
+	var err error
+	if w.rxFD, w.rx6, err = listenUDP(); err != nil {
 		return nil, fmt.Errorf("worker %d socket: %w", id, err)
 	}
-	w.conn = conn
-	rc, err := conn.SyscallConn()
-	if err != nil {
-		w.close()
-		return nil, err
-	}
-	w.rc = rc
 	var serr error
-	rc.Control(func(fd uintptr) {
-		w.rxFD = int(fd)
-		set := func(level, opt, v int) {
-			if err := unix.SetsockoptInt(int(fd), level, opt, v); err != nil && serr == nil {
-				serr = fmt.Errorf("setsockopt %d/%d: %w", level, opt, err)
-			}
+	set := func(level, opt, v int) {
+		if err := unix.SetsockoptInt(w.rxFD, level, opt, v); err != nil && serr == nil {
+			serr = fmt.Errorf("setsockopt %d/%d: %w", level, opt, err)
 		}
-		set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
-		set(unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
-		set(unix.SOL_IP, unix.IP_RECVORIGDSTADDR, 1)
-		if conn.LocalAddr().(*net.UDPAddr).IP.To4() == nil {
-			set(unix.SOL_IPV6, unix.IPV6_RECVORIGDSTADDR, 1)
-		}
-	})
+	}
+	set(unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 8<<20)
+	set(unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+	set(unix.SOL_IP, unix.IP_RECVORIGDSTADDR, 1)
+	if w.rx6 {
+		set(unix.SOL_IPV6, unix.IPV6_RECVORIGDSTADDR, 1)
+	}
 	if serr != nil {
-		w.close()
+		w.release()
 		return nil, serr
 	}
+	if w.wakeFD, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		w.release()
+		return nil, fmt.Errorf("worker %d eventfd: %w", id, err)
+	}
 	if w.raw4, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
-		w.close()
+		w.release()
 		return nil, fmt.Errorf("worker %d raw IPv4 socket: %w", id, err)
 	}
 	unix.SetsockoptInt(w.raw4, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
 	if w.raw6, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err == nil {
 		if err := unix.SetsockoptInt(w.raw6, unix.SOL_IPV6, unix.IPV6_HDRINCL, 1); err != nil {
-			w.close()
+			w.release()
 			return nil, fmt.Errorf("worker %d IPV6_HDRINCL: %w", id, err)
 		}
 		unix.SetsockoptInt(w.raw6, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 8<<20)
@@ -524,18 +547,66 @@ func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
 	return w, nil
 }
 
+// listenUDP opens the worker's receiving socket, nonblocking: dual-stack
+// on [::] where the host has IPv6, else on 0.0.0.0, with a port of the
+// kernel's choosing (sk_lookup steers the relay ports' packets to it).
+func listenUDP() (fd int, v6 bool, err error) {
+	fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		if err = unix.SetsockoptInt(fd, unix.SOL_IPV6, unix.IPV6_V6ONLY, 0); err == nil {
+			if err = unix.Bind(fd, &unix.SockaddrInet6{}); err == nil {
+				return fd, true, nil
+			}
+		}
+		unix.Close(fd)
+	}
+	fd, err4 := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err4 != nil {
+		return -1, false, errors.Join(err, err4)
+	}
+	if err4 = unix.Bind(fd, &unix.SockaddrInet4{}); err4 != nil {
+		unix.Close(fd)
+		return -1, false, errors.Join(err, err4)
+	}
+	return fd, false, nil
+}
+
+// close stops the worker: its loop returns (after the batch it is in and
+// the control requests queued), then its sockets are closed.
 func (w *worker) close() error {
 	w.closed.Store(true)
-	var errs []error
-	if w.conn != nil {
-		errs = append(errs, w.conn.Close())
+	w.wake()
+	if w.started.Load() {
+		<-w.exited
 	}
-	for _, fd := range []int{w.raw4, w.raw6} {
-		if fd >= 0 {
-			errs = append(errs, unix.Close(fd))
+	return w.release()
+}
+
+// release closes the worker's file descriptors; its loop must not be
+// running.
+func (w *worker) release() error {
+	var errs []error
+	for _, fd := range []*int{&w.rxFD, &w.wakeFD, &w.raw4, &w.raw6} {
+		if *fd >= 0 {
+			errs = append(errs, unix.Close(*fd))
+			*fd = -1
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// wake makes the worker's wait return: a control request is queued, or
+// the worker is to stop.
+func (w *worker) wake() {
+	if w.wakeFD < 0 {
+		return
+	}
+	one := [8]byte{1} // little-endian 1 (amd64, arm64)
+	for {
+		if _, err := unix.Write(w.wakeFD, one[:]); err != unix.EINTR {
+			return // EAGAIN: the counter is full, so the worker is woken anyway
+		}
+	}
 }
 
 var errWorkerClosed = errors.New("worker closed")
@@ -597,9 +668,12 @@ func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, er
 	w.ctrlMu.Lock()
 	w.ctrlQ = append(w.ctrlQ, c)
 	w.ctrlMu.Unlock()
-	w.pending.Store(true)
-	// Wake the worker out of its read.
-	w.conn.SetReadDeadline(time.Unix(1, 0))
+	// The first request since the worker last drained its queue wakes it;
+	// the others find it awake (drainCtrl clears pending before it takes
+	// the queue, so none is left behind).
+	if !w.pending.Swap(true) {
+		w.wake()
+	}
 	select {
 	case r := <-c.reply:
 		return r.flows, r.err
@@ -714,11 +788,21 @@ func (w *worker) pin() {
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		w.log.Warn("cannot pin worker to its CPU", zap.Error(err))
 	}
+	// Naps end when they should: the default slack (50 us) would add to
+	// every coalesced packet's delay.
+	if w.coalesce > 0 {
+		if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 1000, 0, 0, 0); err != nil {
+			w.log.Warn("cannot set the worker's timer slack", zap.Error(err))
+		}
+	}
 }
 
 // run is the worker's packet loop: recvmmsg a batch, relay each packet,
-// sendmmsg per family. It ends when the socket is closed.
+// sendmmsg per family; when the socket is empty, serve what is due and
+// wait. It ends when the worker is closed.
 func (w *worker) run() {
+	w.started.Store(true)
+	defer close(w.exited)
 	w.pin()
 	defer runtime.UnlockOSThread()
 	rx := newRxBatch()
@@ -732,46 +816,133 @@ func (w *worker) run() {
 			f.tc.Close()
 		}
 	}()
+	got := false // a packet was read since the last wait or nap
 	for {
-		n, err := rx.recv(w.rc)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				// A control request, a latch retry or a timer.
-				w.armed = 0
-				w.conn.SetReadDeadline(time.Time{})
-				w.drainCtrl()
-				w.retryLatched()
-				w.timers()
-				w.armTimer()
-				if w.pending.Load() {
-					w.drainCtrl()
-				}
-				continue
-			}
-			if w.closed.Load() {
-				w.drainCtrl()
-				return
-			}
-			w.log.Error("receive", zap.Error(err))
+		if w.closed.Load() {
+			w.drainCtrl()
+			return
+		}
+		n, errno := rx.recv(w.rxFD)
+		if n > 0 {
+			got = true
+			w.relayBatch(rx, n, tx4, tx6)
+			w.afterBatch()
+			continue
+		}
+		switch errno {
+		case 0, unix.EAGAIN, unix.EINTR:
+		default:
+			w.log.Error("receive", zap.Error(errno))
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		w.relayBatch(rx, n, tx4, tx6)
+		// The socket is empty: what is due, then a wait for a packet, a
+		// control request or the next deadline.
+		if w.armed != 0 && time.Now().UnixNano() >= w.armed {
+			w.armed = 0
+			w.drainCtrl()
+			w.retryLatched()
+			w.timers()
+			w.armTimer()
+			continue
+		}
+		if w.polling && !got {
+			w.polling = false // a whole nap brought nothing: wait for the socket again
+		}
+		got = false
+		if w.polling {
+			w.nap()
+		} else {
+			w.wait()
+		}
 		if w.pending.Load() {
 			w.drainCtrl()
 		}
-		if len(w.latchBacklog) > 0 {
-			w.retryLatched()
+	}
+}
+
+// afterBatch serves, between batches, what the batch or the control plane
+// left to do.
+func (w *worker) afterBatch() {
+	if w.pending.Load() {
+		w.drainCtrl()
+	}
+	if len(w.latchBacklog) > 0 {
+		w.retryLatched()
+	}
+	if w.timer != 0 || w.armed != 0 {
+		w.timers()
+		w.armTimer()
+	}
+}
+
+// wait blocks in ppoll until the socket has a packet, the eventfd was
+// written (a control request, or close) or the deadline w.armed passes.
+// The thread sleeps in the kernel; the Go scheduler hands its P on.
+func (w *worker) wait() {
+	var ts *unix.Timespec
+	if w.armed != 0 {
+		d := w.armed - time.Now().UnixNano()
+		if d <= 0 {
+			return
 		}
-		if w.timer != 0 || w.armed != 0 {
-			w.timers()
-			w.armTimer()
-			// A control request queued while the deadline was set is
-			// served now (its wake-up may have been overwritten).
-			if w.pending.Load() {
-				w.drainCtrl()
-			}
+		w.pollTS = unix.NsecToTimespec(d)
+		ts = &w.pollTS
+	}
+	w.pollFDs[0] = unix.PollFd{Fd: int32(w.rxFD), Events: unix.POLLIN}
+	w.pollFDs[1] = unix.PollFd{Fd: int32(w.wakeFD), Events: unix.POLLIN}
+	if ppoll(w.pollFDs[:], ts) != 0 {
+		return // EINTR: the loop looks again
+	}
+	if w.pollFDs[1].Revents != 0 {
+		unix.Read(w.wakeFD, w.wakeBuf[:]) // resets the counter
+	}
+	if w.pollFDs[0].Revents != 0 {
+		w.wakes.Add(1)
+	}
+	if w.coalesce > 0 && w.pollFDs[0].Revents != 0 {
+		// Two socket wake-ups within a nap: packets come fast enough
+		// for naps to gather several per read.
+		now := time.Now().UnixNano()
+		if now-w.lastWake < w.coalesce {
+			w.polling = true
 		}
+		w.lastWake = now
+	}
+}
+
+// ppoll waits in the kernel without leaving the Go scheduler: the worker
+// keeps its P (the pool raised GOMAXPROCS for that, see New), so neither
+// sysmon's retaking of a P in a long system call nor the slow return from
+// one runs per wake-up (with unix.Ppoll they cost the process about a
+// tenth of its time at 50k packets per second). A signal (the runtime's
+// preemption, every 10 ms of a wait) ends the wait with EINTR.
+func ppoll(fds []unix.PollFd, ts *unix.Timespec) unix.Errno {
+	_, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	return e
+}
+
+// nap sleeps for the coalescing interval (less if a deadline comes
+// first) while packets gather in the socket; a control request ends it
+// at once. A packet waits at most the nap (plus the time the batch before
+// it took), the price of one wake-up per nap instead of one per packet or
+// few.
+func (w *worker) nap() {
+	d := w.coalesce
+	if w.armed != 0 {
+		d = min(d, w.armed-time.Now().UnixNano())
+		if d <= 0 {
+			return
+		}
+	}
+	w.naps.Add(1)
+	w.pollTS = unix.NsecToTimespec(d)
+	w.pollFDs[1] = unix.PollFd{Fd: int32(w.wakeFD), Events: unix.POLLIN}
+	if ppoll(w.pollFDs[1:], &w.pollTS) != 0 {
+		return
+	}
+	if w.pollFDs[1].Revents != 0 {
+		unix.Read(w.wakeFD, w.wakeBuf[:])
 	}
 }
 

@@ -212,20 +212,12 @@ func (w *worker) sendReport(f *flowState, now int64, counts *[vMax]uint64) {
 	f.rtcpSent++
 }
 
-// armTimer has the worker's receive time out at its next timer (or its
-// latch retry), unless the deadline set already is that one.
+// armTimer sets the deadline of the worker's wait: its next timer, or its
+// latch retry if that is sooner.
 func (w *worker) armTimer() {
 	t := w.timer
 	if w.latchWake != 0 && (t == 0 || w.latchWake < t) {
 		t = w.latchWake
 	}
-	if t == w.armed {
-		return
-	}
-	w.armed = t
-	if t == 0 {
-		w.conn.SetReadDeadline(time.Time{})
-		return
-	}
-	w.conn.SetReadDeadline(time.Unix(0, t))
+	w.armed = t // the loop's wait ends then
 }

@@ -290,3 +290,73 @@ func TestRelayBatchRateCap(t *testing.T) {
 		t.Errorf("%v allocations per batch, want 0", allocs)
 	}
 }
+
+// TestWorkerCoalesces: with coalescing, a worker receiving packets faster
+// than one per nap naps between reads and is woken by the socket far less
+// often than once per packet; when the packets stop, it stops napping (an
+// idle worker costs nothing). Without coalescing it never naps. Every
+// packet is read either way.
+func TestWorkerCoalesces(t *testing.T) {
+	testenv.NeedRoot(t)
+	for _, tc := range []struct {
+		name     string
+		coalesce time.Duration
+	}{{"off", 0}, {"2ms", 2 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := newWorker(0, 0, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.coalesce = int64(tc.coalesce)
+			done := make(chan struct{})
+			go func() { defer close(done); w.run() }()
+			defer func() { w.close(); <-done }()
+			sa, err := unix.Getsockname(w.rxFD)
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := sa.(*unix.SockaddrInet6).Port
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			to := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
+			// 400 packets, one every 250 us: 8 per 2 ms nap.
+			const sent = 400
+			next := time.Now()
+			for range sent {
+				if err := unix.Sendto(fd, []byte("not a flow's"), 0, to); err != nil {
+					t.Fatal(err)
+				}
+				next = next.Add(250 * time.Microsecond)
+				time.Sleep(time.Until(next))
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for w.noFlow.Load() < sent && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if got := w.noFlow.Load(); got != sent {
+				t.Fatalf("worker read %d packets, want %d", got, sent)
+			}
+			wakes, naps := w.wakes.Load(), w.naps.Load()
+			t.Logf("%d packets: %d socket wake-ups, %d naps", sent, wakes, naps)
+			if tc.coalesce == 0 {
+				if naps != 0 {
+					t.Errorf("%d naps without coalescing", naps)
+				}
+				return
+			}
+			if naps == 0 || wakes+naps > sent/3 {
+				t.Errorf("%d socket wake-ups and %d naps for %d packets, want naps and at most %d in all", wakes, naps, sent, sent/3)
+			}
+			// Idle: at most the one empty nap that ends polling.
+			time.Sleep(20 * time.Millisecond)
+			before := w.naps.Load()
+			time.Sleep(50 * time.Millisecond)
+			if after := w.naps.Load(); after != before {
+				t.Errorf("an idle worker napped %d times in 50 ms", after-before)
+			}
+		})
+	}
+}

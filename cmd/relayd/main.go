@@ -149,6 +149,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		MaxFlows:     cfg.Dataplane.MaxFlows,
 		LatchWindow:  cfg.Media.LatchDuration,
 		RTCPInterval: cfg.Media.RTCPDuration,
+		Coalesce:     cfg.Dataplane.CoalesceDuration,
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
 			if r := regRef.Load(); r != nil {
 				r.Latched(match, source, locked)

@@ -37,7 +37,7 @@ func TestCheckExample(t *testing.T) {
 		if code != 1 || out != "" {
 			t.Errorf("%s: exit %d, stdout %q, want 1 and nothing", flag, code, out)
 		}
-		for _, want := range []string{path + ": line 28: dataplane.interfaces: ", path + ": line 40: media.address: "} {
+		for _, want := range []string{path + ": line 28: dataplane.interfaces: ", path + ": line 44: media.address: "} {
 			if !strings.Contains(errs, want) {
 				t.Errorf("%s: stderr %q lacks %q", flag, errs, want)
 			}

@@ -42,6 +42,7 @@ type Options struct {
 	Ports      string // media.ports; default 30000-39999
 	Timeout    string // media.timeout; default 60s
 	Workers    int    // dataplane.workers; 0 (default): one per online CPU
+	Coalesce   string // dataplane.coalesce; "" (default): relayd's default
 	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
 	// Off by default: the lab's senders run far faster than any codec to
 	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
@@ -196,6 +197,10 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	if o.RateCaps {
 		rateCaps = ""
 	}
+	coalesce := ""
+	if o.Coalesce != "" {
+		coalesce = fmt.Sprintf("coalesce = %q\n", o.Coalesce)
+	}
 	cfg := fmt.Sprintf(`[log]
 level = %q
 format = "json"
@@ -208,7 +213,7 @@ interfaces = [%s]
 enable_forwarding = true
 pin_path = %q
 workers = %d
-[media]
+%s[media]
 address = %q
 address6 = %q
 ports = %q
@@ -216,7 +221,7 @@ timeout = %q
 %s%s
 %s
 `, o.LogLevel, r.Socket, o.Mode, o.XDPMode, strings.Join(ifaces, ", "),
-		r.PinPath, o.Workers, addr(o.Media4), addr(o.Media6), o.Ports, o.Timeout, rateCaps, o.ExtraMedia, o.Extra)
+		r.PinPath, o.Workers, coalesce, addr(o.Media4), addr(o.Media6), o.Ports, o.Timeout, rateCaps, o.ExtraMedia, o.Extra)
 	if err := os.WriteFile(r.ConfigPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}

@@ -44,6 +44,9 @@ Modes (--modes, comma-separated; default all of the first six):
             encrypts each packet (srtpflow), the relay decrypts it
   gcm-wN    the same with AEAD_AES_128_GCM
   userspace = user-w1,user-w2; srtp = aescm-w1,gcm-w1
+  A user or SRTP mode may end in @DURATION, relayd's dataplane.coalesce
+  for it (user-w1@0s: workers woken per packet; default 200us), so that
+  coalescing is compared with its absence in one run.
 relayd is restarted for each mode; it holds exactly the phase's flows
 (1,000, then 9,000 more installed with parallel POSTs for 10,000).
 
@@ -83,6 +86,9 @@ type fwdMode struct {
 	Kind    string     `json:"kind"`              // kernel | xdp | user | srtp
 	Workers int        `json:"workers,omitempty"` // relayd dataplane.workers (user, srtp)
 	Suite   sdes.Suite `json:"-"`                 // srtp
+	// Coalesce is relayd's dataplane.coalesce (user, srtp): a mode name's
+	// "@DURATION" suffix; "" relayd's default.
+	Coalesce string `json:"coalesce,omitempty"`
 }
 
 func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" }
@@ -118,6 +124,14 @@ func parseModes(s string) ([]fwdMode, error) {
 			add(fwdMode{Name: "gcm-w1", Kind: "srtp", Workers: 1, Suite: srtpKinds["gcm"]})
 			continue
 		}
+		full := name
+		name, coalesce, hasCoalesce := strings.Cut(name, "@")
+		if hasCoalesce {
+			d, err := time.ParseDuration(coalesce)
+			if err != nil || d < 0 || d > 5*time.Millisecond {
+				return nil, fmt.Errorf("--modes: %q: the coalescing interval after @ must be a duration of 0s-5ms", full)
+			}
+		}
 		prefix, n, ok := strings.Cut(name, "-w")
 		w, err := strconv.Atoi(n)
 		if !ok || err != nil || w < 1 || w > fwdMaxWorkers {
@@ -125,9 +139,9 @@ func parseModes(s string) ([]fwdMode, error) {
 		}
 		switch suite, isSRTP := srtpKinds[prefix]; {
 		case prefix == "user":
-			add(fwdMode{Name: name, Kind: "user", Workers: w})
+			add(fwdMode{Name: full, Kind: "user", Workers: w, Coalesce: coalesce})
 		case isSRTP:
-			add(fwdMode{Name: name, Kind: "srtp", Workers: w, Suite: suite})
+			add(fwdMode{Name: full, Kind: "srtp", Workers: w, Suite: suite, Coalesce: coalesce})
 		default:
 			return nil, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp)", name)
 		}

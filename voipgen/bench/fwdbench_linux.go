@@ -764,7 +764,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 	// warn: relayd logs every idle flow at info level.
 	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps}
 	if m.Kind != "xdp" {
-		o.Mode, o.Workers = "userspace", m.Workers
+		o.Mode, o.Workers, o.Coalesce = "userspace", m.Workers, m.Coalesce
 	}
 	r, err := labrelay.New(b.l, o)
 	if err != nil {
