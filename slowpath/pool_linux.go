@@ -6,21 +6,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
-	"github.com/relayd/relayd/internal/flowkey"
 	"github.com/relayd/relayd/slowpath/srtpflow"
 	"github.com/relayd/relayd/slowpath/transcode"
 )
@@ -31,8 +26,7 @@ import (
 type Pool struct {
 	log     *zap.Logger
 	cfg     Config
-	objs    steerObjects
-	lookup  link.Link
+	steer   *Steering
 	workers []*worker
 	wg      sync.WaitGroup
 	// prevProcs is GOMAXPROCS before New raised it by one per worker;
@@ -105,19 +99,15 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("raise memlock limit: %w", err)
-	}
 	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
 		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
-	spec, err := loadSteer()
+	// Nothing is steered until flows are installed: attaching before the
+	// workers' sockets are in the sockmap changes no packet's way.
+	steer, err := NewSteering("/proc/thread-self/ns/net", cfg.MaxFlows)
 	if err != nil {
-		return nil, fmt.Errorf("load steering spec: %w", err)
+		return nil, err
 	}
-	spec.Maps["steer"].MaxEntries = uint32(cfg.MaxFlows)
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		return nil, fmt.Errorf("load steering program: %w", err)
-	}
+	p.steer = steer
 	for i, cpu := range cfg.CPUs {
 		w, err := newWorker(i, cpu, log.With(zap.Int("worker", i), zap.Int("cpu", cpu)))
 		if err != nil {
@@ -130,21 +120,10 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 		w.latched = p.latched
 		w.relays = &p.relays
 		p.workers = append(p.workers, w)
-		if err := p.objs.Sockets.Update(uint32(i), uint64(w.rxFD), ebpf.UpdateAny); err != nil {
+		if err := p.steer.SetSocket(i, w.rxFD); err != nil {
 			p.Close()
-			return nil, fmt.Errorf("add worker %d socket to the sockmap: %w", i, err)
+			return nil, fmt.Errorf("worker %d: %w", i, err)
 		}
-	}
-	ns, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	defer ns.Close()
-	p.lookup, err = link.AttachNetNs(int(ns.Fd()), p.objs.RelaySteer)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("attach socket steering: %w", err)
 	}
 	// Each worker keeps its P while it waits (see ppoll): the rest of the
 	// program needs as many as it had besides.
@@ -173,9 +152,6 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 // Close stops the workers and detaches the steering program.
 func (p *Pool) Close() error {
 	var errs []error
-	if p.lookup != nil {
-		errs = append(errs, p.lookup.Close())
-	}
 	for _, w := range p.workers {
 		errs = append(errs, w.close())
 	}
@@ -187,18 +163,12 @@ func (p *Pool) Close() error {
 		close(p.latched)
 		p.events.Wait()
 	}
-	errs = append(errs, p.objs.Close())
+	errs = append(errs, p.steer.Close())
 	return errors.Join(errs...)
 }
 
 // Path implements dataplane.DataPlane.
 func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
-
-func steerKey(ap netip.AddrPort) steerSteerKey {
-	var k steerSteerKey
-	k.Family, k.Addr, k.Port = flowkey.Parts(ap)
-	return k
-}
 
 // Install implements dataplane.DataPlane. The flow goes to the worker with
 // the fewest flows.
@@ -263,9 +233,9 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}); err != nil {
 		return err
 	}
-	if err := p.objs.Steer.Update(steerKey(fl.Match), uint32(wi), ebpf.UpdateAny); err != nil {
+	if err := p.steer.Steer(fl.Match, wi); err != nil {
 		p.workers[wi].call(ctrl{op: opRemove, flow: fl, shadow: shadow})
-		return fmt.Errorf("steer %s: %w", fl.Match, err)
+		return err
 	}
 	p.owner[fl.Match] = wi
 	p.count[wi]++
@@ -309,8 +279,8 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	if err != nil {
 		return dataplane.Stats{}, err
 	}
-	if err := p.objs.Steer.Delete(steerKey(match)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return dataplane.Stats{}, fmt.Errorf("unsteer %s: %w", match, err)
+	if err := p.steer.Unsteer(match); err != nil {
+		return dataplane.Stats{}, err
 	}
 	delete(p.owner, match)
 	p.count[wi]--

@@ -35,11 +35,22 @@ offered rate (it cannot offer more). After its first step with loss it
 runs --overload more steps, the overload curve (loss and achieved rate;
 no CPU figures).
 
-Modes (--modes, comma-separated; default all of the first six):
+Modes (--modes, comma-separated; default kernel,xdp,user-w1,user-w2,
+aescm-w1,gcm-w1):
   kernel    caller -> relay -> callee, kernel forwarding, no relayd
   xdp       relayd (dataplane xdp), one "mode":"xdp" flow per stream
+  xdpmin    no relayd: a minimal XDP forwarder (lab/minfwd: FIB lookup,
+            rewrite, DEVMAP redirect) on r0 and r1, the yardstick of xdp
   user-wN   relayd (dataplane userspace, workers = N), "mode":"userspace"
             flows: sk_lookup steering, recvmmsg, raw-socket sendmmsg
+  cmmsg     no relayd: a minimal C relay (lab/cmmsg), the yardstick of
+            user-w1. The same flows (relay ports, source check, rewrite
+            with the UDP checksum) and the same kernel path: relayd's
+            sk_lookup program steers them to its one UDP socket, it reads
+            up to 64 with a blocking recvmmsg (IP_ORIGDSTADDR), sends
+            with one sendmmsg on a raw socket, pinned to CPU 0 as
+            user-w1's worker is. No RTP statistics, latching, rate caps
+            or SRTP. Built with cc on first use (gcc)
   aescm-wN  user-wN, flows "decrypt" AES_CM_128_HMAC_SHA1_80: the sender
             encrypts each packet (srtpflow), the relay decrypts it
   gcm-wN    the same with AEAD_AES_128_GCM
@@ -48,7 +59,8 @@ Modes (--modes, comma-separated; default all of the first six):
   for it (user-w1@0s: workers woken per packet; default 200us), so that
   coalescing is compared with its absence in one run.
 relayd is restarted for each mode; it holds exactly the phase's flows
-(1,000, then 9,000 more installed with parallel POSTs for 10,000).
+(1,000, then 9,000 more installed with parallel POSTs for 10,000). The C
+relay is started for each phase with exactly its flows.
 
 Each lossless-search step runs direct, mode, mode, direct with the same load:
 direct is caller -> callee over an extra veth pair, no relay, the same
@@ -56,7 +68,8 @@ packets (SRTP modes: the same encrypted packets, so the sender's encryption
 cancels out): the baseline.
 
 CPU accounting (lab/measure): the CPU time of every thread involved (this
-process's sender, sink and runtime threads, relayd, ksoftirqd/N) from
+process's sender, sink and runtime threads, relayd or the C relay,
+ksoftirqd/N) from
 /proc/PID/task/TID/schedstat, which includes the softirq work that XDP,
 forwarding and socket delivery do in the sending thread's context on veth.
 The relay's cost per packet is a mode's ns/packet minus the mean of its two
@@ -66,7 +79,9 @@ The XDP program's own run time comes from the kernel's BPF run-time
 statistics (xdp mode only). The summary's CPU figures use the lossless
 runs where the sender kept up (in the run and its direct runs: the same
 load); ratios between modes are taken over the offered rates where both
-modes qualify, in this run.
+modes qualify, in this run: xdp against kernel, xdpmin and each user
+mode; user-w1 against cmmsg; SRTP modes against user-wN; user-w2
+against user-w1.
 
 On a shared machine other processes take CPU from the measured threads
 (each run reports its threads' run-queue wait and the machine's busy time
@@ -91,7 +106,7 @@ type fwdMode struct {
 	Coalesce string `json:"coalesce,omitempty"`
 }
 
-func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" }
+func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" && m.Kind != "cmmsg" }
 
 // srtpKinds maps the mode name prefix of an SRTP mode to its suite.
 var srtpKinds = map[string]sdes.Suite{
@@ -100,6 +115,9 @@ var srtpKinds = map[string]sdes.Suite{
 }
 
 const fwdMaxWorkers = 64
+
+// fwdModeNames lists the modes --modes takes.
+const fwdModeNames = "kernel, xdp, xdpmin, user-wN, cmmsg, aescm-wN, gcm-wN, userspace, srtp"
 
 // parseModes parses --modes.
 func parseModes(s string) ([]fwdMode, error) {
@@ -114,6 +132,10 @@ func parseModes(s string) ([]fwdMode, error) {
 		switch name {
 		case "kernel", "xdp", "xdpmin":
 			add(fwdMode{Name: name, Kind: name})
+			continue
+		case "cmmsg":
+			// One relay thread, as user-w1 has one worker.
+			add(fwdMode{Name: name, Kind: name, Workers: 1})
 			continue
 		case "userspace":
 			add(fwdMode{Name: "user-w1", Kind: "user", Workers: 1})
@@ -135,7 +157,7 @@ func parseModes(s string) ([]fwdMode, error) {
 		prefix, n, ok := strings.Cut(name, "-w")
 		w, err := strconv.Atoi(n)
 		if !ok || err != nil || w < 1 || w > fwdMaxWorkers {
-			return nil, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp; N workers 1-%d)", name, fwdMaxWorkers)
+			return nil, fmt.Errorf("--modes: unknown mode %q (want %s; N workers 1-%d)", name, fwdModeNames, fwdMaxWorkers)
 		}
 		switch suite, isSRTP := srtpKinds[prefix]; {
 		case prefix == "user":
@@ -143,7 +165,7 @@ func parseModes(s string) ([]fwdMode, error) {
 		case isSRTP:
 			add(fwdMode{Name: full, Kind: "srtp", Workers: w, Suite: suite, Coalesce: coalesce})
 		default:
-			return nil, fmt.Errorf("--modes: unknown mode %q (want kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp)", name)
+			return nil, fmt.Errorf("--modes: unknown mode %q (want %s)", name, fwdModeNames)
 		}
 	}
 	return out, nil
@@ -220,7 +242,7 @@ func ParseFwd(args []string, out io.Writer) (FwdConfig, error) {
 	flows := fs.String("flows", defaultFlows, "flow counts, comma-separated (at most 10000)")
 	step := fs.Duration("step", 0, "duration of each measured run (default 1s, 0.4s with --quick)")
 	overload := fs.Int("overload", defaultOver, "steps to run past a mode's first step with loss, for the overload curve (1 with --quick)")
-	modes := fs.String("modes", defaultModes, "modes to measure besides the direct baseline: kernel, xdp, user-wN, aescm-wN, gcm-wN, userspace, srtp")
+	modes := fs.String("modes", defaultModes, "modes to measure besides the direct baseline: "+fwdModeNames)
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	js := fs.Bool("json", false, "print machine-readable JSON")
 	save := fs.String("save", "", "also write the JSON report to this file")
@@ -681,8 +703,9 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 
 // ratios compares modes measured in the same run, and only those: xdp
 // against kernel forwarding, against the minimal XDP forwarder and
-// against each userspace mode, each SRTP mode against the plain userspace
-// mode with as many workers, and 2 workers against 1.
+// against each userspace mode, one userspace worker against the minimal
+// C relay, each SRTP mode against the plain userspace mode with as many
+// workers, and 2 workers against 1.
 func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	has := func(name string) bool {
 		return slices.ContainsFunc(modes, func(m fwdMode) bool { return m.Name == name })
@@ -704,6 +727,11 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 		if m.Kind == "user" && has("xdp") {
 			pairs = append(pairs, pair{"xdp", m.Name, false})
 		}
+	}
+	if has("user-w1") && has("cmmsg") {
+		// relayd's userspace worker end to end against a minimal C relay
+		// on the same kernel path (sk_lookup, recvmmsg, raw sendmmsg).
+		pairs = append(pairs, pair{"user-w1", "cmmsg", false})
 	}
 	for _, m := range modes {
 		if m.Kind == "srtp" && has(fmt.Sprintf("user-w%d", m.Workers)) {
@@ -769,9 +797,10 @@ func kpps(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
 
 func (r *FwdReport) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "steps (mean of a step's two mode runs; relay ns/pkt = mode minus the mean of its two direct runs;")
-	fmt.Fprintln(w, "where the relay cost lands: sender, sink, other voipgen threads, ksoftirqd, relayd; * = sender fell short):")
+	fmt.Fprintln(w, "where the relay cost lands: sender, sink, other voipgen threads, ksoftirqd, the relay process (relayd or cmmsg);")
+	fmt.Fprintln(w, "* = sender fell short):")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "MODE\tFLOWS\tOFFERED\tSENT\tACHIEVED\tLOSS%\tRELAY_NS/PKT\tIDLE_NS/PKT\t(sender\tsink\tother\tksoftirqd\trelayd)\tPROG_NS\t")
+	fmt.Fprintln(tw, "MODE\tFLOWS\tOFFERED\tSENT\tACHIEVED\tLOSS%\tRELAY_NS/PKT\tIDLE_NS/PKT\t(sender\tsink\tother\tksoftirqd\trelay)\tPROG_NS\t")
 	for _, a := range aggregate(r.Steps) {
 		lim := ""
 		if a.limited {
@@ -782,6 +811,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 			prog = fmtNs(a.prog)
 		}
 		a.labels["other"] = a.labels["voipgen"] - a.labels["sender"] - a.labels["sink"]
+		a.labels["relay"] = a.labels["relayd"] + a.labels["cmmsg"] // one of them ran
 		lab := func(l string) string {
 			if math.IsNaN(a.task) {
 				return "-"
@@ -790,7 +820,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			a.key.mode, a.key.flows, kpps(float64(a.key.rate)), lim, kpps(a.sent), kpps(a.ach), a.loss,
-			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relayd"), prog)
+			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relay"), prog)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

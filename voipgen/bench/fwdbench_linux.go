@@ -26,6 +26,7 @@ import (
 
 	"github.com/relayd/relayd/control/admin"
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/cmmsg"
 	"github.com/relayd/relayd/lab/labrelay"
 	"github.com/relayd/relayd/lab/measure"
 	"github.com/relayd/relayd/lab/minfwd"
@@ -49,6 +50,10 @@ var (
 	fwdMatchPort  = 30000 // flow i matches relay media address:30000+i
 	fwdDirectIfs  = [2]string{"fb0", "fb1"}
 )
+
+// fwdCmmsgCPU is the CPU the C relay is pinned to: user-w1's worker's
+// (relayd runs N workers on CPUs 0..N-1).
+const fwdCmmsgCPU = 0
 
 const (
 	fwdRTPLen   = 172 // 12-byte RTP header, 160 bytes of G.711
@@ -100,7 +105,9 @@ type fwdBench struct {
 	xcMat *transcodeMaterial
 
 	// The current mode's relayd, nil for kernel forwarding.
-	relay     *labrelay.Relay
+	relay *labrelay.Relay
+	// cm is the C relay of mode cmmsg, nil otherwise.
+	cm        *cmmsg.Relay
 	relayDir  string
 	prog      *ebpf.Program // xdp: relayd's XDP program
 	bpfStats  io.Closer     // xdp: BPF run-time statistics on while open
@@ -133,6 +140,7 @@ func Fwd(ctx context.Context, cfg FwdConfig, log io.Writer) (rep *FwdReport, err
 			"xdp":       "dataplane.mode = xdp, flows mode xdp",
 			"userspace": "dataplane.mode = userspace (no XDP program), dataplane.workers = N pinned one per CPU, flows mode userspace",
 			"srtp":      "as userspace, flows with decrypt {suite, key} (a key per flow); the sender encrypts with srtpflow.Encrypter in its send loop, in the direct runs too",
+			"cmmsg":     "no relayd: lab/cmmsg, a minimal C relay with relayd's flows (ports, source check, IPv4+UDP header rewrite with the UDP checksum): relayd's sk_lookup steering to one UDP socket, blocking recvmmsg of up to 64 with IP_ORIGDSTADDR, one sendmmsg per batch on an IPPROTO_RAW socket, pinned to CPU 0; started per phase with exactly its flows",
 		},
 		"cpu_methods": map[string]string{
 			"tasks": "sum of /proc/PID/task/TID/schedstat run time of voipgen (sender, sink, runtime), relayd, ksoftirqd/N; per sent packet",
@@ -167,10 +175,12 @@ func mergeNotes(s fwdSummary, notes []string) fwdSummary {
 }
 
 // runMode measures mode m at every flow count; relayd, if the mode has
-// one, runs for all of them and gets the flows each count adds.
+// one, runs for all of them and gets the flows each count adds. The C
+// relay of mode cmmsg is started for each count with exactly its flows.
 func (b *fwdBench) runMode(ctx context.Context, rep *FwdReport, m fwdMode) (err error) {
 	if !m.relayd() {
-		if m.Kind == "xdpmin" {
+		switch m.Kind {
+		case "xdpmin":
 			fmt.Fprintln(b.log, "mode xdpmin: no relayd, the minimal XDP forwarder (lab/minfwd) on r0 and r1")
 			fwd, aerr := minfwd.Attach(b.l.Relay.Path(), lab.RelayCallerIfName, lab.RelayCalleeIfName)
 			if aerr != nil {
@@ -186,11 +196,22 @@ func (b *fwdBench) runMode(ctx context.Context, rep *FwdReport, m fwdMode) (err 
 				b.prog = nil
 				err = errors.Join(err, stats.Close(), fwd.Close())
 			}()
-		} else {
+		case "cmmsg":
+			fmt.Fprintf(b.log, "mode cmmsg: no relayd, the minimal C relay (lab/cmmsg) on CPU %d, steered by relayd's sk_lookup program\n", fwdCmmsgCPU)
+		default:
 			fmt.Fprintln(b.log, "mode kernel: no relayd, kernel IPv4 forwarding in the relay namespace")
 		}
 		for _, f := range b.cfg.flows {
-			if err := b.phase(ctx, rep, m, f); err != nil {
+			if m.Kind == "cmmsg" {
+				if err := b.startCmmsg(f); err != nil {
+					return err
+				}
+			}
+			err := b.phase(ctx, rep, m, f)
+			if m.Kind == "cmmsg" {
+				err = errors.Join(err, b.stopCmmsg())
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -464,7 +485,7 @@ func (b *fwdBench) quiet(ctx context.Context) (time.Duration, float64, error) {
 // the machine was outside them, when that was notable.
 func waitText(st *fwdStep) string {
 	var parts []string
-	for _, l := range []string{"sender", "sink", "relayd"} {
+	for _, l := range []string{"sender", "sink", "relayd", "cmmsg"} {
 		if w := st.LabelWaitMs[l]; w >= 10 {
 			parts = append(parts, fmt.Sprintf("%s %.0f ms", l, w))
 		}
@@ -554,6 +575,9 @@ func (b *fwdBench) targets() []measure.Target {
 	if b.relay != nil && b.relay.Pid() != 0 {
 		t = append(t, measure.Target{Label: "relayd", PID: b.relay.Pid()})
 	}
+	if b.cm != nil {
+		t = append(t, measure.Target{Label: "cmmsg", PID: b.cm.Pid()})
+	}
 	for _, p := range b.softirqd {
 		t = append(t, measure.Target{Label: "ksoftirqd", PID: p})
 	}
@@ -565,7 +589,7 @@ func (b *fwdBench) targets() []measure.Target {
 func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate int, p fwdPath) (fwdStep, error) {
 	st := fwdStep{Mode: name, Phase: m.Name, Flows: f, Workers: m.Workers, OfferedPPS: rate,
 		PerFlowPPS: float64(rate) / float64(f), Relayed: -1, RelayDropped: -1, RelayedUserspace: -1}
-	viaRelay := name != "direct" && b.relay != nil
+	viaRelay := name != "direct" && (b.relay != nil || b.cm != nil)
 	countsBefore := b.sink.counts(f)
 	tag := b.tag(m, name == "direct")
 	totalBefore := b.sink.runs[tag].Load() // earlier runs with this tag
@@ -664,8 +688,15 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 // relayed returns relayd's global counters (GET /metrics): packets
 // forwarded and dropped, over all flows and both data planes. The metrics
 // are small, unlike the flow list, whose encoding at 10,000 flows would
-// leave relayd garbage to collect in the next measured run.
+// leave relayd garbage to collect in the next measured run. In mode
+// cmmsg it returns the C relay's counters.
 func (b *fwdBench) relayed() (relayCounters, error) {
+	if b.cm != nil {
+		c := b.cm.Counters()
+		return relayCounters{forwarded: c.Forwarded, userspace: c.Forwarded, drops: map[string]uint64{
+			"no_flow": c.NoFlow, "wrong_source": c.WrongSource, "too_big": c.Truncated, "send_failed": c.SendFailed,
+		}}, nil
+	}
 	text, err := b.relay.Metrics()
 	if err != nil {
 		return relayCounters{}, fmt.Errorf("relayd metrics: %w", err)
@@ -847,12 +878,12 @@ func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 				if i >= f || errs[w] != nil {
 					return
 				}
-				match := netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
+				fl := b.flow(i)
 				req := admin.FlowRequest{
-					Match:        match.String(),
-					ExpectSource: netip.AddrPortFrom(b.l.CallerAddr4, uint16(fwdSenderPort)).String(),
-					SendFrom:     match.String(),
-					SendTo:       netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort)).String(),
+					Match:        fl.Match.String(),
+					ExpectSource: fl.Source.String(),
+					SendFrom:     fl.From.String(),
+					SendTo:       fl.To.String(),
 					Mode:         mode,
 				}
 				if m.Kind == "srtp" {
@@ -875,6 +906,49 @@ func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 	fmt.Fprintf(b.log, "  %d flows installed in %v (%.0f/s, %d parallel POSTs), %d in all\n",
 		in.Added, d.Round(time.Millisecond), in.PerSec, fwdInstallers, f)
 	return in, nil
+}
+
+// flow is relayd's flow i, as install adds it and the C relay carries it:
+// from the sender's socket to the relay's port fwdMatchPort+i, sent on
+// from that port to the far prefix's address i, routed to the callee.
+func (b *fwdBench) flow(i int) cmmsg.Flow {
+	match := netip.AddrPortFrom(b.l.RelayMedia4, uint16(fwdMatchPort+i))
+	return cmmsg.Flow{
+		Match:  match,
+		Source: netip.AddrPortFrom(b.l.CallerAddr4, uint16(fwdSenderPort)),
+		From:   match,
+		To:     netip.AddrPortFrom(addrAt(farPrefix, i), uint16(fwdSinkPort)),
+	}
+}
+
+// startCmmsg starts the C relay in the relay namespace with flows
+// 0..f-1.
+func (b *fwdBench) startCmmsg(f int) error {
+	flows := make([]cmmsg.Flow, f)
+	for i := range flows {
+		flows[i] = b.flow(i)
+	}
+	cm, err := cmmsg.Start(b.l.Relay, fwdCmmsgCPU, flows)
+	if err != nil {
+		return err
+	}
+	b.cm = cm
+	fmt.Fprintf(b.log, "  C relay started with %d flows (pid %d)\n", f, cm.Pid())
+	return nil
+}
+
+// stopCmmsg stops the C relay, if one runs.
+func (b *fwdBench) stopCmmsg() error {
+	if b.cm == nil {
+		return nil
+	}
+	if c := b.cm.Counters(); c.Batches > 0 {
+		fmt.Fprintf(b.log, "  C relay: %d packets received in %d recvmmsg batches (%.1f per batch), %d forwarded, %d dropped\n",
+			c.Received, c.Batches, float64(c.Received)/float64(c.Batches), c.Forwarded, c.Dropped())
+	}
+	err := b.cm.Close()
+	b.cm = nil
+	return err
 }
 
 // stopRelay stops the current relayd and drops its mode's state.
@@ -901,7 +975,7 @@ func (b *fwdBench) stopRelay() error {
 }
 
 func (b *fwdBench) close() error {
-	errs := []error{b.stopRelay()}
+	errs := []error{b.stopRelay(), b.stopCmmsg()}
 	if b.sink != nil {
 		b.sink.close() // first: it also reads the sender's socket
 	}

@@ -82,13 +82,28 @@ func checkSteps(t *testing.T, rep *FwdReport, modes ...string) {
 	}
 }
 
+// TestFwdbenchSmall: kernel forwarding, relayd's XDP and the minimal C
+// relay, whose counters stand in for relayd's and whose process is
+// measured.
 func TestFwdbenchSmall(t *testing.T) {
-	rep := fwdbenchT(t, "kernel,xdp")
-	checkSteps(t, rep, "kernel", "xdp")
+	rep := fwdbenchT(t, "kernel,xdp,cmmsg")
+	checkSteps(t, rep, "kernel", "xdp", "cmmsg")
 	for _, s := range rep.Steps {
 		if s.Mode == "xdp" && (s.ProgNsPerRun == nil || *s.ProgNsPerRun <= 0 || s.ProgRuns < s.Received) {
 			t.Errorf("xdp: program %d runs, %v ns per run, want at least %d runs and positive time", s.ProgRuns, s.ProgNsPerRun, s.Received)
 		}
+		if s.Mode == "cmmsg" {
+			if s.LabelNsPkt["cmmsg"] <= 0 || s.LabelNsPkt["relayd"] != 0 || s.ProgNsPerRun != nil {
+				t.Errorf("cmmsg: the C relay's CPU %.0f ns/pkt, relayd's %.0f, program %v; want the C relay's only",
+					s.LabelNsPkt["cmmsg"], s.LabelNsPkt["relayd"], s.ProgNsPerRun)
+			}
+			if s.RelayedUserspace != s.Relayed {
+				t.Errorf("cmmsg: %d of %d relayed in userspace, want all", s.RelayedUserspace, s.Relayed)
+			}
+		}
+	}
+	if len(rep.Installs) != 1 || rep.Installs[0].Mode != "xdp" {
+		t.Errorf("installs %+v: want xdp's only (the C relay gets its flows at start)", rep.Installs)
 	}
 }
 

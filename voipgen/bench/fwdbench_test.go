@@ -35,7 +35,7 @@ func TestParseFwdbench(t *testing.T) {
 	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver || cfg.quietWait != quickQuiet {
 		t.Errorf("--quick: %+v %v", cfg, err)
 	}
-	cfg, err = ParseFwd([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1",
+	cfg, err = ParseFwd([]string{"--rates", "20k, 1000,150k", "--flows", "100,10", "--modes", "xdp,srtp,user-w3,userspace,user-w1,CMMSG,xdpmin,cmmsg",
 		"--step", "500ms", "--overload", "0", "--json", "--quiet-wait", "0"}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -44,15 +44,22 @@ func TestParseFwdbench(t *testing.T) {
 		!cfg.JSON || cfg.overload != 0 || cfg.maxFlows() != 100 || cfg.quietWait != 0 {
 		t.Errorf("got %+v", cfg)
 	}
-	if d := cmp.Diff(modeNames(cfg.modes), []string{"xdp", "aescm-w1", "gcm-w1", "user-w3", "user-w1", "user-w2"}); d != "" {
+	if d := cmp.Diff(modeNames(cfg.modes), []string{"xdp", "aescm-w1", "gcm-w1", "user-w3", "user-w1", "user-w2", "cmmsg", "xdpmin"}); d != "" {
 		t.Errorf("modes (-got +want):\n%s", d)
 	}
 	if m := cfg.modes[2]; m.Kind != "srtp" || m.Workers != 1 || m.Suite != sdes.AEAD_AES_128_GCM {
 		t.Errorf("gcm-w1: %+v", m)
 	}
+	// The C relay is one thread, like one worker, and no relayd.
+	if m := cfg.modes[6]; m.Kind != "cmmsg" || m.Workers != 1 || m.relayd() {
+		t.Errorf("cmmsg: %+v, relayd %t", m, m.relayd())
+	}
+	if m := cfg.modes[7]; m.Kind != "xdpmin" || m.relayd() {
+		t.Errorf("xdpmin: %+v, relayd %t", m, m.relayd())
+	}
 	for _, bad := range [][]string{
 		{"--rates", "10"}, {"--rates", "2000k"}, {"--rates", "x"}, {"--flows", "20000"}, {"--flows", "0"},
-		{"--modes", "dpdk"}, {"--modes", "user-w0"}, {"--modes", "aes-w1"}, {"--step", "1ms"}, {"extra"},
+		{"--modes", "dpdk"}, {"--modes", "user-w0"}, {"--modes", "aes-w1"}, {"--modes", "cmmsg-w2"}, {"--step", "1ms"}, {"extra"},
 		// 10,000 flows at 5k pps: one packet per flow every 2 s.
 		{"--flows", "10000", "--rates", "5k"},
 	} {
@@ -91,13 +98,17 @@ func TestSummarize(t *testing.T) {
 		ok("aescm-w1", 1000, 50000, 4400, 4400), ok("aescm-w1", 1000, 50000, 4400, 4400),
 		ok("aescm-w1", 1000, 100000, 3600, 3600), ok("aescm-w1", 1000, 100000, 3600, 3600),
 		lossy("user-w2", 1000, 50000, 20000, false), lossy("user-w2", 1000, 50000, 20000, false),
+		// The C relay: lossless at 50k and 100k, as user-w1 is.
+		ok("cmmsg", 1000, 50000, 2000, 2200), ok("cmmsg", 1000, 50000, 2000, 2200),
+		ok("cmmsg", 1000, 100000, 1500, 1800), ok("cmmsg", 1000, 100000, 1500, 1800),
+		lossy("cmmsg", 1000, 150000, 140000, false), lossy("cmmsg", 1000, 150000, 140000, false),
 	}
 	// A first attempt of a step whose runs disagreed: left out.
 	sup := lossy("user-w1", 1000, 50000, 10, false)
 	sup.Superseded = true
 	steps = append(steps, sup, sup)
 	installs := []fwdInstall{{Mode: "user-w1", Flows: 1000, Added: 1000, Seconds: 0.5}}
-	modes, err := parseModes("kernel,xdp,user-w1,aescm-w1,user-w2")
+	modes, err := parseModes("kernel,xdp,user-w1,aescm-w1,user-w2,cmmsg")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +145,15 @@ func TestSummarize(t *testing.T) {
 	if q := r["aescm-w1/user-w1"]; q.Tasks != 4000.0/3500 || !cmp.Equal(q.Rates, []int{50000, 100000}) || !q.SRTP {
 		t.Errorf("aescm-w1/user-w1: %+v", q)
 	}
+	// user-w1 (4000, 3000 ns) against the C relay (2000, 1500 ns) at the
+	// two rates both carried without loss; not at 150k, where both lost.
+	if q := r["user-w1/cmmsg"]; q.Tasks != 2 || q.NumNs != 3500 || q.DenNs != 1750 || q.Busy != 7600.0/4000 ||
+		!cmp.Equal(q.Rates, []int{50000, 100000}) || q.SRTP {
+		t.Errorf("user-w1/cmmsg: %+v", q)
+	}
+	if c := got["cmmsg"]; c.PPSPerWorker != 100000 || c.RelayTaskNsPerPkt != 1750 || !c.Overloaded {
+		t.Errorf("cmmsg: %+v", c)
+	}
 	// Only modes of the run are compared: no figure from elsewhere.
 	for name := range r {
 		if strings.Contains(name, "(ref)") {
@@ -152,7 +172,7 @@ func TestSummarize(t *testing.T) {
 	if strings.Contains(out.String(), "goal") || strings.Contains(out.String(), ": met") || strings.Contains(out.String(), "NOT met") {
 		t.Errorf("text output judges against a goal:\n%s", out.String())
 	}
-	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
+	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "user-w1/cmmsg", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
