@@ -525,3 +525,26 @@ func ArrivalTicks(d, mult uint64) uint32 { return uint32((d * mult) >> 32) }
 // move it forward (and start the next jitter sample afresh), so that
 // d * TicksMult stays within 64 bits up to MaxClockRate.
 const ArrivalRebase = 12 * 3600 * 1e9
+
+// WorkerObserver is implemented by data planes whose workers read packets
+// from sockets (the userspace pool): how often they woke, and how long
+// packets waited in the receive queue before a worker read them.
+type WorkerObserver interface {
+	WorkerStats() WorkerStats
+}
+
+// DelayBounds are the upper bounds, in seconds, of WorkerStats.Delay's
+// buckets; a last bucket holds what is above the last bound.
+var DelayBounds = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 200e-6, 300e-6, 500e-6, 750e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3}
+
+// WorkerStats sums the workers' wake-ups and the delay they added.
+type WorkerStats struct {
+	Wakeups uint64 // waits the socket ended (a packet arrived)
+	Naps    uint64 // naps taken while coalescing (dataplane.coalesce)
+	Batches uint64 // reads that returned packets
+	// Delay counts packets by the time from the kernel's receive
+	// timestamp to the worker's read: per bucket of DelayBounds (not
+	// cumulative), the last one above them; DelaySum is their sum.
+	Delay    [15]uint64
+	DelaySum time.Duration
+}

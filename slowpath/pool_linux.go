@@ -465,11 +465,15 @@ type worker struct {
 	latchWake    int64
 
 	counters [vMax]atomic.Uint64
-	// wakes counts the waits the socket ended, naps the naps taken.
-	wakes, naps atomic.Uint64
-	noFlow      atomic.Uint64
-	sendFailed  atomic.Uint64
-	closed      atomic.Bool
+	// wakes counts the waits the socket ended, naps the naps taken,
+	// batches the reads that returned packets; delay and delaySum are
+	// the packets' receive-queue delays (dataplane.WorkerStats).
+	wakes, naps, batches atomic.Uint64
+	delay                [len(delayBoundsNS) + 1]atomic.Uint64
+	delaySum             atomic.Int64
+	noFlow               atomic.Uint64
+	sendFailed           atomic.Uint64
+	closed               atomic.Bool
 }
 
 func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
@@ -946,6 +950,9 @@ func (w *worker) retryLatched() {
 func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 	var counts [vMax]uint64
 	var noFlow uint64
+	var delays [len(delayBoundsNS) + 1]uint64
+	var delaySum int64
+	now := time.Now().UnixNano()
 	defer func() {
 		for v, c := range counts {
 			if c != 0 {
@@ -955,9 +962,21 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		if noFlow != 0 {
 			w.noFlow.Add(noFlow)
 		}
+		for b, c := range delays {
+			if c != 0 {
+				w.delay[b].Add(c)
+			}
+		}
+		w.delaySum.Add(delaySum)
+		w.batches.Add(1)
 	}()
 	for i := 0; i < n; i++ {
 		payload, src, dst, ts := rx.packet(i)
+		if ts != 0 {
+			d := max(now-ts, 0)
+			delays[delayBucket(d)]++
+			delaySum += d
+		}
 		f := w.flows[dst]
 		if f == nil {
 			noFlow++
@@ -1026,6 +1045,34 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		}
 	}
 	w.flush(tx4, tx6)
+}
+
+// delayBoundsNS are dataplane.DelayBounds in nanoseconds.
+var delayBoundsNS = [...]int64{5e3, 10e3, 25e3, 50e3, 100e3, 200e3, 300e3, 500e3, 750e3, 1e6, 2e6, 5e6, 10e6, 50e6}
+
+// delayBucket is the bucket of delayBoundsNS that holds d ns.
+func delayBucket(d int64) int {
+	for i, b := range delayBoundsNS {
+		if d <= b {
+			return i
+		}
+	}
+	return len(delayBoundsNS)
+}
+
+// WorkerStats implements dataplane.WorkerObserver.
+func (p *Pool) WorkerStats() dataplane.WorkerStats {
+	var st dataplane.WorkerStats
+	for _, w := range p.workers {
+		st.Wakeups += w.wakes.Load()
+		st.Naps += w.naps.Load()
+		st.Batches += w.batches.Load()
+		for b := range w.delay {
+			st.Delay[b] += w.delay[b].Load()
+		}
+		st.DelaySum += time.Duration(w.delaySum.Load())
+	}
+	return st
 }
 
 // loops reports whether a packet sent to dst would come back into

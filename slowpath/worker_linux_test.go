@@ -3,6 +3,7 @@ package slowpath
 import (
 	"context"
 	"encoding/binary"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -340,7 +341,22 @@ func TestWorkerCoalesces(t *testing.T) {
 				t.Fatalf("worker read %d packets, want %d", got, sent)
 			}
 			wakes, naps := w.wakes.Load(), w.naps.Load()
-			t.Logf("%d packets: %d socket wake-ups, %d naps", sent, wakes, naps)
+			st := (&Pool{workers: []*worker{w}}).WorkerStats()
+			var counted, within uint64
+			for b, c := range st.Delay {
+				counted += c
+				// A nap's delay, and a loaded machine's slack.
+				if b < len(dataplane.DelayBounds) && dataplane.DelayBounds[b] <= 10e-3 {
+					within += c
+				}
+			}
+			t.Logf("%d packets: %d socket wake-ups, %d naps, %d batches; delays %v (mean %v)", sent, wakes, naps, st.Batches, st.Delay, st.DelaySum/time.Duration(max(counted, 1)))
+			if counted != sent || st.Wakeups != wakes || st.Naps != naps || st.Batches == 0 {
+				t.Errorf("WorkerStats %+v: want %d packets' delays, %d wake-ups, %d naps", st, sent, wakes, naps)
+			}
+			if within < sent*9/10 {
+				t.Errorf("%d of %d packets read within 10 ms of their arrival", within, sent)
+			}
 			if tc.coalesce == 0 {
 				if naps != 0 {
 					t.Errorf("%d naps without coalescing", naps)
@@ -358,5 +374,26 @@ func TestWorkerCoalesces(t *testing.T) {
 				t.Errorf("an idle worker napped %d times in 50 ms", after-before)
 			}
 		})
+	}
+}
+
+// TestDelayBuckets: the worker's buckets are dataplane.DelayBounds, and a
+// delay goes to the first bucket whose bound holds it.
+func TestDelayBuckets(t *testing.T) {
+	if len(delayBoundsNS) != len(dataplane.DelayBounds) || len(dataplane.WorkerStats{}.Delay) != len(delayBoundsNS)+1 {
+		t.Fatalf("%d bounds in ns, %d in dataplane, %d buckets", len(delayBoundsNS), len(dataplane.DelayBounds), len(dataplane.WorkerStats{}.Delay))
+	}
+	for i, b := range dataplane.DelayBounds {
+		if ns := int64(math.Round(b * 1e9)); ns != delayBoundsNS[i] {
+			t.Errorf("bound %d: %d ns, dataplane says %v s", i, delayBoundsNS[i], b)
+		}
+	}
+	for _, c := range []struct {
+		d    int64
+		want int
+	}{{0, 0}, {5000, 0}, {5001, 1}, {1e6, 9}, {1e6 + 1, 10}, {50e6, 13}, {1e9, 14}} {
+		if got := delayBucket(c.d); got != c.want {
+			t.Errorf("delayBucket(%d) = %d, want %d", c.d, got, c.want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/relayd/relayd/control"
 	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
@@ -451,5 +454,36 @@ func TestPostFlowDeniedDestination(t *testing.T) {
 	}
 	if f.xdp.Len() != 0 || user.Len() != 0 {
 		t.Errorf("%d flows installed", f.xdp.Len()+user.Len())
+	}
+}
+
+// TestCollectWorkers: the workers' delays become a cumulative histogram
+// in seconds, the wake-ups two counters.
+func TestCollectWorkers(t *testing.T) {
+	st := dataplane.WorkerStats{Wakeups: 7, Naps: 3, Batches: 9, DelaySum: 1500 * time.Microsecond}
+	st.Delay[0], st.Delay[4], st.Delay[len(dataplane.DelayBounds)] = 2, 5, 1 // 2 under 5 us, 5 in (50, 100] us, 1 above 50 ms
+	ch := make(chan prometheus.Metric, 8)
+	collectWorkers(ch, st)
+	close(ch)
+	var got []string
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		if h := pb.GetHistogram(); h != nil {
+			if h.GetSampleCount() != 8 || h.GetSampleSum() != 0.0015 {
+				t.Errorf("histogram count %d sum %v, want 8 and 0.0015", h.GetSampleCount(), h.GetSampleSum())
+			}
+			for _, b := range h.GetBucket() {
+				got = append(got, fmt.Sprintf("%g:%d", b.GetUpperBound(), b.GetCumulativeCount()))
+			}
+			continue
+		}
+		got = append(got, fmt.Sprint(pb.GetCounter().GetValue()))
+	}
+	want := "5e-06:2 1e-05:2 2.5e-05:2 5e-05:2 0.0001:7 0.0002:7 0.0003:7 0.0005:7 0.00075:7 0.001:7 0.002:7 0.005:7 0.01:7 0.05:7 7 3 9"
+	if g := strings.Join(got, " "); g != want {
+		t.Errorf("got %s\nwant %s", g, want)
 	}
 }

@@ -32,6 +32,12 @@ var (
 		"Entries used in a data plane's flow table (the userspace one also holds the shadows of XDP flows).", []string{"path"}, nil)
 	slotsMaxDesc = prometheus.NewDesc("relayd_flow_slots_max",
 		"Size of a data plane's flow table (dataplane.max_flows).", []string{"path"}, nil)
+	workerDelayDesc = prometheus.NewDesc("relayd_userspace_delay_seconds",
+		"Time packets waited in a userspace worker's receive queue, from the kernel's receive timestamp to the worker's read (what dataplane.coalesce adds shows here).", nil, nil)
+	workerWakeupsDesc = prometheus.NewDesc("relayd_userspace_wakeups_total",
+		"Times the userspace workers woke: kind socket (a packet ended a wait), nap (a coalescing nap ended).", []string{"kind"}, nil)
+	workerBatchesDesc = prometheus.NewDesc("relayd_userspace_batches_total",
+		"Reads (recvmmsg) of the userspace workers that returned packets.", nil, nil)
 	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
 	cdrWriteErrorsDesc = prometheus.NewDesc("relayd_cdr_write_errors_total", "CDRs that could not be written to the file.", nil, nil)
 	cdrPostedDesc      = prometheus.NewDesc("relayd_cdr_posted_total", "CDRs the collector (cdr.post_url) accepted.", nil, nil)
@@ -65,7 +71,8 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc} {
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc,
+		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc} {
 		ch <- d
 	}
 	if c.calls != nil {
@@ -127,6 +134,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, i := range o.Interfaces() {
 			attached[[2]string{i.Name, i.Mode}] = true
 		}
+		if wo, ok := o.(dataplane.WorkerObserver); ok {
+			collectWorkers(ch, wo.WorkerStats())
+		}
 		if eo, ok := o.(dataplane.EgressObserver); ok {
 			for _, e := range eo.Egress() {
 				fallback := 0.0
@@ -145,4 +155,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k := range attached {
 		ch <- prometheus.MustNewConstMetric(attachedDesc, prometheus.GaugeValue, 1, k[0], k[1])
 	}
+}
+
+// collectWorkers sends the userspace workers' wake-ups and receive-queue
+// delays.
+func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
+	buckets := make(map[float64]uint64, len(dataplane.DelayBounds))
+	var n uint64
+	for i, b := range dataplane.DelayBounds {
+		n += st.Delay[i]
+		buckets[b] = n // cumulative
+	}
+	n += st.Delay[len(dataplane.DelayBounds)]
+	ch <- prometheus.MustNewConstHistogram(workerDelayDesc, n, st.DelaySum.Seconds(), buckets)
+	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Wakeups), "socket")
+	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Naps), "nap")
+	ch <- prometheus.MustNewConstMetric(workerBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 }

@@ -353,7 +353,10 @@ type fwdStep struct {
 	TranscodedToCaller uint64 `json:"transcoded_to_caller,omitempty"`
 	// RelayDrops are relayd's drops by reason, if any.
 	RelayDrops map[string]uint64 `json:"relay_drops,omitempty"`
-	ElapsedS   float64           `json:"elapsed_s"`
+	// WorkerDelay is what relayd's userspace workers added (user and
+	// SRTP modes), nil otherwise.
+	WorkerDelay *WorkerDelay `json:"worker_delay,omitempty"`
+	ElapsedS    float64      `json:"elapsed_s"`
 
 	// CPU nanoseconds per sent packet: all threads (tasks), each label,
 	// whole machine from idle time (busy).
@@ -925,6 +928,58 @@ type relayCounters struct {
 	forwarded uint64
 	userspace uint64            // of forwarded: by the userspace workers (reason userspace_*)
 	drops     map[string]uint64 // by reason
+	// The userspace workers' receive-queue delay histogram
+	// (relayd_userspace_delay_seconds: cumulative counts by upper bound
+	// in seconds, +Inf included) and their wake-ups and reads.
+	delay         map[float64]uint64
+	wakeups, naps uint64
+	batches       uint64
+}
+
+// WorkerDelay is what relayd's userspace workers added to a run's packets
+// (relayd_userspace_delay_seconds and the wake-up counters, the run's
+// increase): the time from the kernel's receive timestamp to the worker's
+// read. Quantiles are the upper bound of the histogram bucket that holds
+// them (so "at most").
+type WorkerDelay struct {
+	Packets  uint64  `json:"packets"`
+	P50US    float64 `json:"p50_us"`
+	P99US    float64 `json:"p99_us"` // +Inf above the last bucket
+	Wakeups  uint64  `json:"wakeups"`
+	Naps     uint64  `json:"naps"`
+	Batches  uint64  `json:"batches"`
+	PerBatch float64 `json:"packets_per_batch"`
+}
+
+// workerDelay returns the workers' delay between before and c, nil if
+// they saw no packet.
+func (c relayCounters) workerDelay(before relayCounters) *WorkerDelay {
+	bounds := make([]float64, 0, len(c.delay))
+	for b := range c.delay {
+		bounds = append(bounds, b)
+	}
+	slices.Sort(bounds)
+	if len(bounds) == 0 {
+		return nil
+	}
+	total := c.delay[bounds[len(bounds)-1]] - before.delay[bounds[len(bounds)-1]]
+	if total == 0 {
+		return nil
+	}
+	d := &WorkerDelay{Packets: total, Wakeups: c.wakeups - before.wakeups, Naps: c.naps - before.naps, Batches: c.batches - before.batches}
+	if d.Batches > 0 {
+		d.PerBatch = float64(total) / float64(d.Batches)
+	}
+	q := func(f float64) float64 {
+		for _, b := range bounds {
+			if float64(c.delay[b]-before.delay[b]) >= f*float64(total) {
+				return b * 1e6
+			}
+		}
+		return math.Inf(1)
+	}
+	d.P50US, d.P99US = q(0.5), q(0.99)
+	return d
 }
 
 // parseRelayCounters sums relayd_packets_total of verdict forward, and
@@ -933,6 +988,9 @@ func parseRelayCounters(text string) (relayCounters, error) {
 	c := relayCounters{drops: map[string]uint64{}}
 	found := false
 	for _, line := range strings.Split(text, "\n") {
+		if parseWorkerLine(&c, line) {
+			continue
+		}
 		rest, ok := strings.CutPrefix(line, "relayd_packets_total{")
 		if !ok {
 			continue
@@ -964,6 +1022,39 @@ func parseRelayCounters(text string) (relayCounters, error) {
 		return c, errors.New("no relayd_packets_total in relayd's metrics")
 	}
 	return c, nil
+}
+
+// parseWorkerLine reads line into c if it is one of the workers' metrics.
+func parseWorkerLine(c *relayCounters, line string) bool {
+	name, rest, ok := strings.Cut(line, " ")
+	if !ok || !strings.HasPrefix(name, "relayd_userspace_") {
+		return false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+	if err != nil {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(name, `relayd_userspace_delay_seconds_bucket{le="`):
+		le := strings.TrimSuffix(strings.TrimPrefix(name, `relayd_userspace_delay_seconds_bucket{le="`), `"}`)
+		b, err := strconv.ParseFloat(le, 64) // "+Inf" parses
+		if err != nil {
+			return false
+		}
+		if c.delay == nil {
+			c.delay = map[float64]uint64{}
+		}
+		c.delay[b] = uint64(v)
+	case name == `relayd_userspace_wakeups_total{kind="socket"}`:
+		c.wakeups = uint64(v)
+	case name == `relayd_userspace_wakeups_total{kind="nap"}`:
+		c.naps = uint64(v)
+	case name == "relayd_userspace_batches_total":
+		c.batches = uint64(v)
+	default:
+		return false
+	}
+	return true
 }
 
 // since returns the counts from before to c: forwarded, dropped, and the

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -438,9 +439,9 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 		if st.RelayDropped > 0 {
 			fmt.Fprintf(b.log, "  relayd dropped %d packets: %v\n", st.RelayDropped, st.RelayDrops)
 		}
-		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s\n",
+		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s%s\n",
 			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optNs(st.RelayBusyNsPerPkt),
-			progText(st.ProgNsPerRun), waitText(st))
+			progText(st.ProgNsPerRun), delayText(st.WorkerDelay), waitText(st))
 	}
 	return runs, ctx.Err()
 }
@@ -670,6 +671,9 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		fwd, dropped, reasons := c.since(countersBefore)
 		st.Relayed, st.RelayDropped, st.RelayDrops = int64(fwd), int64(dropped), reasons
 		st.RelayedUserspace = int64(c.userspace - countersBefore.userspace)
+		if m.Kind == "user" || m.Kind == "srtp" {
+			st.WorkerDelay = c.workerDelay(countersBefore)
+		}
 	}
 	if progBefore != nil {
 		ps, err := b.prog.Stats()
@@ -1475,4 +1479,20 @@ func (k *fwdSink) close() {
 	k.stop.Store(true)
 	k.wg.Wait()
 	unix.Close(k.fd)
+}
+
+// delayText describes what the userspace workers added to a run's packets.
+func delayText(d *WorkerDelay) string {
+	if d == nil {
+		return ""
+	}
+	return fmt.Sprintf("; worker delay p50 <= %s, p99 <= %s, %.1f packets per read, %d wake-ups + %d naps",
+		usText(d.P50US), usText(d.P99US), d.PerBatch, d.Wakeups, d.Naps)
+}
+
+func usText(us float64) string {
+	if math.IsInf(us, 1) {
+		return "inf"
+	}
+	return fmt.Sprintf("%g us", us)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -239,5 +240,40 @@ func TestDisturbed(t *testing.T) {
 		if got := disturbed(c.runs, c.senderMax); got != c.want {
 			t.Errorf("disturbed(%v, %.0f) = %v, want %v", c.runs, c.senderMax, got, c.want)
 		}
+	}
+}
+
+// TestWorkerDelay: the workers' histogram and wake-ups are read from
+// relayd's metrics and a run's quantiles taken from their increase.
+func TestWorkerDelay(t *testing.T) {
+	metrics := func(b50, b100, b200, inf, wakes, naps, batches int) string {
+		return fmt.Sprintf(`relayd_packets_total{reason="userspace_forward",verdict="forward"} 0
+relayd_userspace_delay_seconds_bucket{le="5e-05"} %d
+relayd_userspace_delay_seconds_bucket{le="0.0001"} %d
+relayd_userspace_delay_seconds_bucket{le="0.0002"} %d
+relayd_userspace_delay_seconds_bucket{le="+Inf"} %d
+relayd_userspace_delay_seconds_sum 0.1
+relayd_userspace_delay_seconds_count %d
+relayd_userspace_wakeups_total{kind="nap"} %d
+relayd_userspace_wakeups_total{kind="socket"} %d
+relayd_userspace_batches_total %d
+`, b50, b100, b200, inf, inf, naps, wakes, batches)
+	}
+	before, err := parseRelayCounters(metrics(10, 10, 10, 10, 5, 0, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This run: 100 packets, 40 within 50 us, 95 within 100 us, 99 within 200 us, 1 above.
+	after, err := parseRelayCounters(metrics(50, 105, 109, 110, 7, 18, 25))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := after.workerDelay(before)
+	want := &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5}
+	if got == nil || *got != *want {
+		t.Errorf("workerDelay = %+v, want %+v", got, want)
+	}
+	if d := before.workerDelay(before); d != nil {
+		t.Errorf("no packets: %+v, want nil", d)
 	}
 }
