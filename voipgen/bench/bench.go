@@ -111,8 +111,10 @@ type Config struct {
 	price          float64
 	Out            string
 	relayd         string
-	JSON           bool
-	Progress       io.Writer
+	// voipgen is the binary of the SIP phase's user agents.
+	voipgen  string
+	JSON     bool
+	Progress io.Writer
 }
 
 // How the sweep's media is set up, per row.
@@ -147,6 +149,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	price := fs.Float64("server-price", 2000, "server price in USD, for the cost per port")
 	outDir := fs.String("out", "bench-out", "directory for bench.json and the plots")
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
+	voipgen := fs.String("voipgen", "", "voipgen binary for the SIP phase's voipgen call and answer (default: this program, else go build)")
 	js := fs.Bool("json", false, "print the report as JSON")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -155,7 +158,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
-		price: *price, Out: *outDir, relayd: *relayd, JSON: *js}
+		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js}
 	var err error
 	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
 		return c, err
@@ -267,6 +270,32 @@ type benchSIP struct {
 	// Relayed is relayd's packets forwarded over the phase.
 	Relayed int64  `json:"relayed"`
 	Error   string `json:"error,omitempty"`
+	// Direct is the same calls placed caller -> answerer over a veth
+	// pair, no relay: what the user agents and the lab make of the
+	// media by themselves. Nil when it did not run.
+	Direct *benchSIPMedia `json:"direct,omitempty"`
+}
+
+// benchSIPMedia is one run of a SIP phase's calls, over both ends'
+// reports.
+type benchSIPMedia struct {
+	Succeeded   int     `json:"succeeded"`
+	WithMedia   int     `json:"calls_with_media_both_ways"`
+	SentPackets uint64  `json:"sent_packets"`
+	RecvPackets uint64  `json:"received_packets"`
+	Lost        int64   `json:"lost"`
+	JitterP50Ms float64 `json:"jitter_p50_ms"`
+	JitterMaxMs float64 `json:"jitter_max_ms"`
+	MaxGapMs    float64 `json:"max_gap_ms"`
+	Error       string  `json:"error,omitempty"`
+}
+
+// mediaShown reports whether the phase's jitter and largest gap describe
+// the relay: a direct run of the same calls came up whole beside it, so a
+// reader can tell what the relay adds to what the lab makes by itself.
+func (s benchSIP) mediaShown() bool {
+	d := s.Direct
+	return d != nil && d.Error == "" && d.Succeeded == s.Calls && d.WithMedia == s.Calls
 }
 
 // benchSummary is one relay's figures over the sweep.
@@ -460,22 +489,47 @@ func mean(v []float64) float64 {
 	return s / float64(len(v))
 }
 
+// writeSIP writes the SIP phases: each beside the direct run of the same
+// calls, its jitter and largest gap only when that run came up whole.
+func (rep *Report) writeSIP(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "SIP calls with media through relayd's B2BUA (caller -> relayd -> answerer), G.711 20 ms both ways,")
+	fmt.Fprintln(w, "and the same calls direct (caller -> answerer over a veth pair, no relay); voipgen call and voipgen answer run as processes of their own:")
+	fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/max ms\tmax gap ms\trelayd relayed\t"+
+		"direct ok\tdirect lost\tdirect jitter p50/max ms\tdirect max gap ms\t")
+	for _, s := range rep.SIP {
+		jitter, gap := "-", "-"
+		if s.mediaShown() {
+			jitter, gap = fmt.Sprintf("%.2f/%.2f", s.JitterP50Ms, s.JitterMaxMs), fmt.Sprintf("%.1f", s.MaxGapMs)
+		}
+		dok, dlost, djitter, dgap := "-", "-", "-", "-"
+		if d := s.Direct; d != nil {
+			dok, dlost = strconv.Itoa(d.Succeeded), strconv.FormatInt(d.Lost, 10)
+			djitter, dgap = fmt.Sprintf("%.2f/%.2f", d.JitterP50Ms, d.JitterMaxMs), fmt.Sprintf("%.1f", d.MaxGapMs)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", s.Relay, s.Calls, s.Succeeded, s.Failed,
+			s.T200P50Ms, s.SentPackets, s.RecvPackets, s.Lost, jitter, gap, s.Relayed, dok, dlost, djitter, dgap)
+	}
+	tw.Flush()
+	for _, s := range rep.SIP {
+		if s.Error != "" {
+			fmt.Fprintf(w, "  %s: %s\n", s.Relay, s.Error)
+		}
+		switch d := s.Direct; {
+		case d == nil:
+			fmt.Fprintf(w, "  %s %d calls: no direct run of the same calls: jitter and gap not shown\n", s.Relay, s.Calls)
+		case !s.mediaShown():
+			fmt.Fprintf(w, "  %s %d calls: the direct run did not bring all calls up with media (%d of %d) %s: jitter and gap not shown\n",
+				s.Relay, s.Calls, d.WithMedia, s.Calls, d.Error)
+		}
+	}
+	fmt.Fprintln(w)
+}
+
 func (rep *Report) WriteText(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(rep.SIP) > 0 {
-		fmt.Fprintln(w, "SIP calls with media through relayd's B2BUA (caller -> relayd -> answerer), G.711 20 ms both ways:")
-		fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/max ms\tmax gap ms\trelayd relayed\t")
-		for _, s := range rep.SIP {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t%d\t%.2f/%.2f\t%.1f\t%d\t\n", s.Relay, s.Calls, s.Succeeded, s.Failed,
-				s.T200P50Ms, s.SentPackets, s.RecvPackets, s.Lost, s.JitterP50Ms, s.JitterMaxMs, s.MaxGapMs, s.Relayed)
-		}
-		tw.Flush()
-		for _, s := range rep.SIP {
-			if s.Error != "" {
-				fmt.Fprintf(w, "  %s: %s\n", s.Relay, s.Error)
-			}
-		}
-		fmt.Fprintln(w)
+		rep.writeSIP(w)
 	}
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
 	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way;")

@@ -178,10 +178,17 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			if name == "srtp" {
 				break
 			}
+			// Nothing goes to the sink during the phase.
+			b.sink.pause()
 			s := b.benchSIPCalls(ctx, cfg, name, n)
+			b.sink.resume()
 			rep.SIP = append(rep.SIP, s)
-			fmt.Fprintf(cfg.Progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, max gap %.1f ms %s\n",
-				s.Succeeded, s.Calls, s.SentPackets, s.RecvPackets, s.Lost, s.MaxGapMs, s.Error)
+			fmt.Fprintf(cfg.Progress, "  SIP: %d of %d calls up, %d packets sent, %d received, %d lost, jitter p50 %.2f ms, max gap %.1f ms %s\n",
+				s.Succeeded, s.Calls, s.SentPackets, s.RecvPackets, s.Lost, s.JitterP50Ms, s.MaxGapMs, s.Error)
+			if d := s.Direct; d != nil {
+				fmt.Fprintf(cfg.Progress, "  SIP direct: %d of %d calls up, %d lost, jitter p50 %.2f ms, max gap %.1f ms %s\n",
+					d.Succeeded, s.Calls, d.Lost, d.JitterP50Ms, d.MaxGapMs, d.Error)
+			}
 			if err := ctx.Err(); err != nil {
 				return rep, err
 			}
@@ -371,23 +378,44 @@ func parallel(n, k int, fn func(i int)) {
 	wg.Wait()
 }
 
-// benchSIPCalls places n SIP calls with media through relayd
-// in mode name (its B2BUA on the relay's media address, one route to the
-// answerer in the callee namespace) and reports both ends' view.
+// benchSIPCalls places n SIP calls with media through relayd in mode
+// name (its B2BUA on the relay's media address, one route to the
+// answerer in the callee namespace) and reports both ends' view, then
+// places the same calls directly, relayd stopped, for comparison.
 func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg Config, name string, n int) benchSIP {
 	s := benchSIP{Relay: name, Media: "SIP calls via relayd's B2BUA", Calls: n, DurationS: cfg.sipDuration.Seconds(), Relayed: -1}
 	fail := func(err error) benchSIP { s.Error = err.Error(); s.Failed = n - s.Succeeded; return s }
-	bin, err := relaydBinary(cfg.relayd)
+	ua, err := voipgenBinary(cfg.voipgen)
 	if err != nil {
 		return fail(err)
+	}
+	if err := b.sipCallsRelayed(ctx, cfg, ua, name, &s); err != nil {
+		return fail(err)
+	}
+	l := b.l
+	direct := sipEnds{caller: l.Caller, callee: l.Callee, callerAddr: directCaller.Addr(), calleeAddr: directCallee.Addr(),
+		target: netip.AddrPortFrom(directCallee.Addr(), benchSIPPort)}
+	run, err := runSIPEnds(ctx, ua, direct, n, cfg.sipDuration)
+	d := sipMedia(run)
+	if err != nil {
+		d.Error = err.Error()
+	}
+	s.Direct = &d
+	return s
+}
+
+// sipCallsRelayed is benchSIPCalls' run through relayd: it fills s in.
+func (b *fwdBench) sipCallsRelayed(ctx context.Context, cfg Config, ua, name string, s *benchSIP) error {
+	bin, err := relaydBinary(cfg.relayd)
+	if err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "bench-sip-relayd-")
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer os.RemoveAll(dir)
 	l := b.l
-	callee := netip.AddrPortFrom(l.CalleeAddr4, benchSIPPort)
 	extra := benchSIPConfig(l) + fmt.Sprintf("[cdr]\npath = %q\nfsync_interval = \"1s\"\n", filepath.Join(dir, "cdr.jsonl"))
 	o := labrelay.Options{Bin: bin, Dir: dir, LogLevel: "warn", ExtraMedia: extra}
 	if m := benchMode(name); m.Kind != "xdp" {
@@ -395,81 +423,54 @@ func (b *fwdBench) benchSIPCalls(ctx context.Context, cfg Config, name string, n
 	}
 	r, err := labrelay.New(l, o)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	defer r.Close()
 	if err := r.Start(); err != nil {
-		return fail(err)
+		return err
 	}
 	before, err := readRelayCounters(r)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	c, err := payload.LookupAny("pcmu", 20*time.Millisecond)
+	ends := sipEnds{caller: l.Caller, callee: l.Callee, callerAddr: l.CallerAddr4, calleeAddr: l.CalleeAddr4,
+		target: netip.AddrPortFrom(l.RelayMedia4, benchSIPPort)}
+	run, err := runSIPEnds(ctx, ua, ends, s.Calls, cfg.sipDuration)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	acfg := sipua.AnswerConfig{Endpoint: sipua.Endpoint{Listen: callee, Media: l.CalleeAddr4, RTPPort: benchRTPPort, Codec: c,
-		Ptime: 20 * time.Millisecond, Duration: cfg.sipDuration + time.Duration(n)*10*time.Millisecond + time.Minute, NS: l.Callee.Do},
-		Personality: "answer", MaxCalls: n, MaxCallDur: time.Hour}
-	actx, acancel := context.WithCancel(ctx)
-	defer acancel()
-	ready := make(chan struct{})
-	type answered struct {
-		calls []sipua.CallReport
-		err   error
-	}
-	ansDone := make(chan answered, 1)
-	go func() {
-		calls, err := sipua.AnswerCalls(actx, acfg, ready)
-		ansDone <- answered{calls, err}
-	}()
-	select {
-	case <-ready:
-	case a := <-ansDone:
-		return fail(fmt.Errorf("answerer: %v", a.err))
-	}
-	ccfg := sipua.CallConfig{Endpoint: sipua.Endpoint{Listen: netip.AddrPortFrom(l.CallerAddr4, benchCallerSIP), Media: l.CallerAddr4,
-		RTPPort: benchRTPPort, Codec: c, Ptime: 20 * time.Millisecond, Duration: cfg.sipDuration, NS: l.Caller.Do},
-		Calls: n, Concurrent: n, Rate: 100, Timeout: 10 * time.Second}
-	if err := sip.ParseUri(fmt.Sprintf("sip:answer@%s:%d", l.RelayMedia4, benchSIPPort), &ccfg.Target); err != nil {
-		return fail(err)
-	}
-	calls, err := sipua.PlaceCalls(ctx, ccfg)
-	if err != nil {
-		acancel()
-		<-ansDone
-		return fail(err)
-	}
-	var a answered
-	select {
-	case a = <-ansDone:
-	case <-time.After(5 * time.Second):
-		acancel()
-		a = <-ansDone
-	}
-	cs, as := sipua.Summarize(calls), sipua.Summarize(a.calls)
+	cs := sipua.Summarize(run.caller)
 	s.Succeeded, s.Failed = cs.Succeeded, cs.Failed
 	s.T200P50Ms, s.T200MaxMs = cs.T200Ms.P50, cs.T200Ms.Max
-	s.WithMedia = cs.WithMedia
-	s.SentPackets, s.RecvPackets, s.Lost = cs.SentPackets+as.SentPackets, cs.RecvPackets+as.RecvPackets, cs.Lost+as.Lost
-	s.JitterP50Ms = max(cs.JitterMs.P50, as.JitterMs.P50)
-	s.JitterMaxMs = max(cs.JitterMs.Max, as.JitterMs.Max)
-	s.MaxGapMs = max(cs.MaxGapMs.Max, as.MaxGapMs.Max)
+	m := sipMedia(run)
+	s.WithMedia, s.SentPackets, s.RecvPackets, s.Lost = m.WithMedia, m.SentPackets, m.RecvPackets, m.Lost
+	s.JitterP50Ms, s.JitterMaxMs, s.MaxGapMs = m.JitterP50Ms, m.JitterMaxMs, m.MaxGapMs
 	if after, err := readRelayCounters(r); err == nil {
 		fwd, _, _ := after.since(before)
 		s.Relayed = int64(fwd)
 	}
+	s.Error = m.Error
+	return nil
+}
+
+// sipMedia sums both ends' reports of a run: the worse end's jitter and
+// gaps, the callers' successes and their first errors.
+func sipMedia(run sipRun) benchSIPMedia {
+	cs, as := sipua.Summarize(run.caller), sipua.Summarize(run.answerer)
+	m := benchSIPMedia{Succeeded: cs.Succeeded, WithMedia: cs.WithMedia,
+		SentPackets: cs.SentPackets + as.SentPackets, RecvPackets: cs.RecvPackets + as.RecvPackets, Lost: cs.Lost + as.Lost,
+		JitterP50Ms: max(cs.JitterMs.P50, as.JitterMs.P50), JitterMaxMs: max(cs.JitterMs.Max, as.JitterMs.Max),
+		MaxGapMs: max(cs.MaxGapMs.Max, as.MaxGapMs.Max)}
 	var errs []string
-	for _, c := range calls {
+	for _, c := range run.caller {
 		if c.Error != "" && len(errs) < 3 {
 			errs = append(errs, c.Error)
 		}
 	}
 	if len(errs) > 0 {
-		s.Error = fmt.Sprintf("first errors: %q", errs)
+		m.Error = fmt.Sprintf("first errors: %q", errs)
 	}
-	return s
+	return m
 }
 
 func readRelayCounters(r *labrelay.Relay) (relayCounters, error) {

@@ -15,7 +15,7 @@ import (
 // TestBenchLab runs voipgen bench at a tiny scale (one step of 20 calls,
 // 10 SIP calls with voipgen's own media, xdp, userspace and srtp) and
 // checks its bookkeeping, never its speed: the SIP calls came up with
-// media both ways and nothing lost; the sweep's 20 calls were set up over
+// media both ways and nothing lost, through relayd and direct; the sweep's 20 calls were set up over
 // SIP through relayd's B2BUA (SDES on the caller leg in srtp mode), and
 // every packet sent both ways through relayd was received and counted by
 // relayd; the report, JSON and plots are written.
@@ -50,6 +50,13 @@ func TestBenchLab(t *testing.T) {
 	for _, s := range rep.SIP {
 		if s.Succeeded != 10 || s.Failed != 0 || s.WithMedia != 10 || s.Lost != 0 || s.RecvPackets == 0 || s.Relayed < int64(s.RecvPackets) {
 			t.Errorf("SIP phase %+v", s)
+		}
+		// The same calls direct, no relay: all up, media both ways.
+		if d := s.Direct; d == nil || d.Error != "" || d.Succeeded != 10 || d.WithMedia != 10 || d.Lost != 0 || d.RecvPackets == 0 {
+			t.Errorf("SIP phase %s: direct run %+v", s.Relay, d)
+		}
+		if !s.mediaShown() {
+			t.Errorf("SIP phase %s: media quality not shown", s.Relay)
 		}
 	}
 	if len(rep.Rows) != 3 || rep.Rows[0].Relay != "xdp" || rep.Rows[1].Relay != "userspace" || rep.Rows[2].Relay != "srtp" {

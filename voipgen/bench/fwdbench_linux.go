@@ -1303,6 +1303,10 @@ type fwdSink struct {
 	// second thread when reverse streams come back to it (watch).
 	fd2  int
 	tid2 int
+	// pauseMu guards resumed: while it is set, the sink's threads wait on
+	// it instead of ticking (see pause).
+	pauseMu sync.Mutex
+	resumed chan struct{}
 }
 
 // mmsghdr is struct mmsghdr.
@@ -1364,6 +1368,11 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 	}
 	next := gen.MonoNow()
 	for !k.stop.Load() {
+		if ch := k.pausedOn(); ch != nil {
+			<-ch
+			next = gen.MonoNow()
+			continue
+		}
 		next += int64(fwdSinkTick)
 		if now := gen.MonoNow(); next < now {
 			next = now // fell behind (descheduled): no burst of catch-up ticks
@@ -1400,6 +1409,35 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 			}
 		}
 	}
+}
+
+// pause stops the sink's ticks until resume: while nothing is sent to
+// it, as during the SIP phase, its two threads' thousands of wakeups a
+// second would only compete for the CPUs with what is measured. What
+// arrives meanwhile waits in the socket for the next tick.
+func (k *fwdSink) pause() {
+	k.pauseMu.Lock()
+	defer k.pauseMu.Unlock()
+	if k.resumed == nil {
+		k.resumed = make(chan struct{})
+	}
+}
+
+// resume starts the sink's ticks again after pause.
+func (k *fwdSink) resume() {
+	k.pauseMu.Lock()
+	defer k.pauseMu.Unlock()
+	if k.resumed != nil {
+		close(k.resumed)
+		k.resumed = nil
+	}
+}
+
+// pausedOn returns the channel to wait on while the sink is paused, or nil.
+func (k *fwdSink) pausedOn() chan struct{} {
+	k.pauseMu.Lock()
+	defer k.pauseMu.Unlock()
+	return k.resumed
 }
 
 // countTranscoded counts a batch received on socket side during a
@@ -1477,6 +1515,7 @@ func (k *fwdSink) queued() bool {
 
 func (k *fwdSink) close() {
 	k.stop.Store(true)
+	k.resume()
 	k.wg.Wait()
 	unix.Close(k.fd)
 }

@@ -7,9 +7,10 @@ import (
 	"github.com/relayd/relayd/lab/labrelay"
 )
 
-// TestMain removes the relayd binary labrelay.Build made for the lab tests.
+// TestMain removes the relayd and voipgen binaries built for the lab tests.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	labrelay.RemoveBuild()
+	removeVoipgenBuild()
 	os.Exit(code)
 }
