@@ -80,6 +80,12 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 
 func newTestEnv(tb testing.TB) *testEnv {
 	tb.Helper()
+	return newTestEnvFlows(tb, 1024)
+}
+
+// newTestEnvFlows is newTestEnv with maps sized for maxFlows flows.
+func newTestEnvFlows(tb testing.TB, maxFlows int) *testEnv {
+	tb.Helper()
 	requireBPF(tb)
 	e := &testEnv{neighMAC: net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 0x02}}
 
@@ -110,7 +116,7 @@ func newTestEnv(tb testing.TB) *testEnv {
 	// Private maps, no pinning, no attachment: BPF_PROG_TEST_RUN only.
 	e.fp = &Fastpath{
 		log:       zaptest.NewLogger(tb),
-		cfg:       Config{MaxFlows: 1024, NeighbourWait: -1},
+		cfg:       Config{MaxFlows: maxFlows, NeighbourWait: -1},
 		installed: map[flowKey]time.Time{},
 	}
 	e.fp.cfg.setDefaults()
