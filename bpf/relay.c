@@ -74,6 +74,10 @@ enum flow_flags {
 	FLOW_F_EXPECT_ADDR = 1 << 0, /* only accept packets from expect_addr */
 	FLOW_F_EXPECT_PORT = 1 << 1, /* ... and from expect_port */
 	FLOW_F_LATCH = 1 << 2,       /* latching in userspace (action is FLOW_USERSPACE until locked) */
+	/* The flow's destination is itself a flow's match (its own or
+	 * another's): relayd sets it whenever that holds, before the match
+	 * it loops to is installed, and clears it after that is removed. */
+	FLOW_F_LOOP = 1 << 3,
 };
 
 /* Global counters: every packet the program sees is counted once, under
@@ -456,6 +460,7 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 	/* Where the packet goes. */
 	__u8 src[16] = {}, dst[16] = {};
 	__be16 nsport, ndport;
+	int loop;
 	if (fv->action == FLOW_REFLECT) {
 		__builtin_memcpy(src, key->addr, 16);
 		if (p->v6)
@@ -464,6 +469,17 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 			__builtin_memcpy(dst, saddr, 4);
 		nsport = key->port;
 		ndport = sport;
+		/* Loop guard: a destination that is itself a flow's match
+		 * (this flow's, or another's) would bring the packet straight
+		 * back to a relay flow, and one packet would circle at the
+		 * full speed of the data plane. A reflected packet's
+		 * destination is its sender, so the test is a lookup with it
+		 * as a flow key. */
+		struct flow_key lk = {};
+		lk.family = key->family;
+		lk.port = ndport;
+		__builtin_memcpy(lk.addr, dst, 16);
+		loop = bpf_map_lookup_elem(&flows, &lk) != NULL;
 	} else {
 		if (fv->family != key->family)
 			return count(COUNTER_PUNT_FAMILY, p->frame_len, XDP_PASS);
@@ -471,19 +487,12 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		__builtin_memcpy(dst, fv->dst_addr, 16);
 		nsport = fv->src_port;
 		ndport = fv->dst_port;
+		/* A forwarded flow's destination is fixed: relayd tells a
+		 * loop with the flag (the control plane never installs such
+		 * a flow; this holds if it did). */
+		loop = fv->flags & FLOW_F_LOOP;
 	}
-
-	/* Loop guard: a destination that is itself a flow's match (this
-	 * flow's, or another's) would bring the packet straight back to a
-	 * relay flow, and one packet would circle at the full speed of the
-	 * data plane. The control plane never installs such a flow; this
-	 * holds if it did. The new destination as a flow key is the exact
-	 * test, at the cost of one more hash lookup per forwarded packet. */
-	struct flow_key lk = {};
-	lk.family = key->family;
-	lk.port = ndport;
-	__builtin_memcpy(lk.addr, dst, 16);
-	if (bpf_map_lookup_elem(&flows, &lk)) {
+	if (loop) {
 		account(p, fv, 1, now);
 		return count(COUNTER_DROP_LOOP, p->frame_len, XDP_DROP);
 	}

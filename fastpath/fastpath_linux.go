@@ -39,6 +39,7 @@ type Fastpath struct {
 	free      []uint32              // released stats slots, reused first
 	nextSlot  uint32                // lowest never-used stats slot
 	installed map[flowKey]time.Time // when each flow was installed or adopted
+	loops     loopIndex             // which flows send to which flows' matches
 	closed    bool
 
 	nhMu sync.Mutex               // guards nh
@@ -270,6 +271,7 @@ func (f *Fastpath) adopt() error {
 			f.free = append(f.free, i-1)
 		}
 	}
+	f.adoptLoops(flows)
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
 	}
@@ -718,8 +720,21 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
 	v := valueOf(&fl, slot)
+	f.markLoop(k, &v)
+	_, exists := f.installed[k]
+	if !exists {
+		// The flows that send to k loop once it is installed: flagged
+		// before.
+		if err := f.loopsTo(k, true); err != nil {
+			f.free = append(f.free, slot)
+			return errors.Join(fmt.Errorf("install flow %s: %w", fl.Match, err), f.loopsTo(k, false))
+		}
+	}
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateNoExist); err != nil {
 		f.free = append(f.free, slot)
+		if !exists && !errors.Is(err, ebpf.ErrKeyExist) {
+			err = errors.Join(err, f.loopsTo(k, false))
+		}
 		switch {
 		case errors.Is(err, ebpf.ErrKeyExist):
 			return dataplane.ErrExists
@@ -729,6 +744,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("install flow %s: %w", fl.Match, err)
 	}
 	f.installed[k] = f.cfg.now()
+	f.loops.set(k, &v)
 	f.shadow(fl)
 	return nil
 }
@@ -799,9 +815,11 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 		return fmt.Errorf("look up flow %s: %w", fl.Match, err)
 	}
 	v := valueOf(&fl, old.StatsIdx)
+	f.markLoop(k, &v)
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
+	f.loops.set(k, &v)
 	if f.cfg.Punt != nil {
 		if err := f.cfg.Punt.UpdateShadow(fl); err != nil {
 			f.cfg.Punt.RemoveShadow(fl.Match)
@@ -830,6 +848,12 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 		}
 	}
 	delete(f.installed, k)
+	f.loops.remove(k)
+	// The flows that sent to k loop no more: cleared after it went.
+	if err := f.loopsTo(k, false); err != nil {
+		f.log.Warn("flows toward a removed flow's match stay flagged as loops: their packets are dropped",
+			zap.Stringer("match", match), zap.Error(err))
+	}
 	st, err := f.readStats(v.StatsIdx)
 	f.free = append(f.free, v.StatsIdx)
 	if f.cfg.Punt != nil {

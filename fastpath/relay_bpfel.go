@@ -44,6 +44,7 @@ const (
 	relayFlowFlagsFLOW_F_EXPECT_ADDR relayFlowFlags = 1
 	relayFlowFlagsFLOW_F_EXPECT_PORT relayFlowFlags = 2
 	relayFlowFlagsFLOW_F_LATCH       relayFlowFlags = 4
+	relayFlowFlagsFLOW_F_LOOP        relayFlowFlags = 8
 )
 
 type relayFlowKey struct {
