@@ -373,7 +373,8 @@ static __always_inline int police(struct flow_stats *st, const struct flow_value
 }
 
 /* Accounts a packet to its flow. Returns 1 when the flow's rate cap
- * refuses the packet (counted as dropped), 0 otherwise. */
+ * refuses the packet (counted as dropped), 0 otherwise. now is the
+ * packet's arrival (unused for a dropped packet). */
 static __always_inline int account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
 {
 	__u32 idx = fv->stats_idx;
@@ -435,15 +436,15 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		return count(COUNTER_PASS_NO_FLOW, p->frame_len, XDP_PASS);
 
 	int alen = p->v6 ? 16 : 4;
-	__u64 now = bpf_ktime_get_ns();
 
+	/* Drops take no time: a dropped packet only counts. */
 	if (fv->action == FLOW_DROP) {
-		account(p, fv, 1, now);
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_FLOW, p->frame_len, XDP_DROP);
 	}
 	if (((fv->flags & FLOW_F_EXPECT_ADDR) && !addr_eq(saddr, fv->expect_addr, alen)) ||
 	    ((fv->flags & FLOW_F_EXPECT_PORT) && sport != fv->expect_port)) {
-		account(p, fv, 1, now);
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_WRONG_SOURCE, p->frame_len, XDP_DROP);
 	}
 	if (fv->action == FLOW_USERSPACE)
@@ -493,7 +494,7 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		loop = fv->flags & FLOW_F_LOOP;
 	}
 	if (loop) {
-		account(p, fv, 1, now);
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_LOOP, p->frame_len, XDP_DROP);
 	}
 
@@ -540,19 +541,21 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		return count(COUNTER_PUNT_FIB_OTHER, p->frame_len, XDP_PASS);
 	}
 
+	/* The redirect is set up now, while the packet may still be punted
+	 * untouched: the DEVMAP's own lookup is the egress check (XDP_PASS
+	 * when the device has no entry). The program may still drop the
+	 * packet; the kernel redirects only on XDP_REDIRECT. */
 	int tx = fib.ifindex == p->ctx->ingress_ifindex;
-	if (!tx) {
-		__u32 oif = fib.ifindex;
-		if (!bpf_map_lookup_elem(&tx_ports, &oif))
-			return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
-	}
+	if (!tx && bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS) != XDP_REDIRECT)
+		return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
 
 	/* From here on the packet is ours. The cap is applied here, after
 	 * the punt decisions, because what is punted is the userspace
 	 * shadow's to count (and to police); a flood of packets that would be
 	 * forwarded still costs only this far, never the rewrite or the
-	 * transmit. */
-	if (account(p, fv, 0, now))
+	 * transmit. Only an accepted packet needs the time: its arrival for
+	 * the jitter, its refill of the cap's bucket, its last_seen_ns. */
+	if (account(p, fv, 0, bpf_ktime_get_ns()))
 		return count(COUNTER_DROP_RATE, p->frame_len, XDP_DROP);
 
 	struct udphdr *udp = p->udp;
@@ -622,10 +625,8 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 	if (tx)
 		return count(COUNTER_FORWARD_TX, p->frame_len, XDP_TX);
 	if (fv->action == FLOW_REFLECT)
-		count(COUNTER_FORWARD_REFLECT, p->frame_len, 0);
-	else
-		count(COUNTER_FORWARD_REDIRECT, p->frame_len, 0);
-	return bpf_redirect_map(&tx_ports, fib.ifindex, 0);
+		return count(COUNTER_FORWARD_REFLECT, p->frame_len, XDP_REDIRECT);
+	return count(COUNTER_FORWARD_REDIRECT, p->frame_len, XDP_REDIRECT);
 }
 
 /* bounded_ntohs byte-swaps a 16-bit length and bounds the result where the
