@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -47,6 +48,10 @@ type Fastpath struct {
 
 	mon     *redirMon     // nil when redirect failures cannot be watched
 	monDone chan struct{} // closed once the monitor started, or failed to
+
+	routeSlots uint32      // the program's route cache entries per CPU; 0: none
+	rgen       *routeGen   // the route cache's generation and lease
+	routes     *routeWatch // nil when the route cache is off
 }
 
 // nhFresh is how long a destination whose next hop resolved is not looked
@@ -95,6 +100,14 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		f.objs.Close()
 		return nil, err
 	}
+	// Before the program runs on any interface: every lookup it caches
+	// then comes after the watch began.
+	if ns, err := netns.Get(); err != nil {
+		log.Warn("route cache off: XDP looks every packet's route up", zap.Error(err))
+	} else {
+		f.watchRoutes(ns, routeRefresh)
+		ns.Close()
+	}
 	for _, name := range cfg.Interfaces {
 		if err := f.attach(name); err != nil {
 			f.Close()
@@ -137,6 +150,9 @@ func (f *Fastpath) load(pin bool) error {
 	}
 	spec.Maps["flows"].MaxEntries = uint32(f.cfg.MaxFlows)
 	spec.Maps["stats"].MaxEntries = uint32(f.cfg.MaxFlows)
+	if f.routeSlots, err = sizeRouteCache(spec, f.cfg.MaxFlows); err != nil {
+		return err
+	}
 	opts := &ebpf.CollectionOptions{}
 	if pin {
 		opts.Maps.PinPath = f.dir
@@ -475,6 +491,9 @@ func (f *Fastpath) Close() error {
 	var errs []error
 	if f.mon != nil {
 		errs = append(errs, f.mon.close())
+	}
+	if f.routes != nil {
+		errs = append(errs, f.routes.close())
 	}
 	for _, l := range f.links {
 		errs = append(errs, l.Close())
