@@ -4,11 +4,12 @@
  *
  * A flow is keyed by the relay address and port a packet arrives on. For a
  * forwarded packet the program validates Ethernet/IP/UDP, checks the expected
- * source, looks up the route (bpf_fib_lookup) before touching the packet,
- * updates the flow's counters and RFC 3550 statistics, rewrites addresses and
- * ports, fixes checksums incrementally, decrements TTL / hop limit and sends
- * the frame with XDP_TX or a DEVMAP redirect. Everything it cannot or should
- * not forward is passed to the kernel untouched, with a counted reason.
+ * source, looks up the route (bpf_fib_lookup, or the flow's cached result of
+ * it) before touching the packet, updates the flow's counters and RFC 3550
+ * statistics, rewrites addresses and ports, fixes checksums incrementally,
+ * decrements TTL / hop limit and sends the frame with XDP_TX or a DEVMAP
+ * redirect. Everything it cannot or should not forward is passed to the
+ * kernel untouched, with a counted reason.
  */
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
@@ -74,6 +75,10 @@ enum flow_flags {
 	FLOW_F_EXPECT_ADDR = 1 << 0, /* only accept packets from expect_addr */
 	FLOW_F_EXPECT_PORT = 1 << 1, /* ... and from expect_port */
 	FLOW_F_LATCH = 1 << 2,       /* latching in userspace (action is FLOW_USERSPACE until locked) */
+	/* The flow's destination is itself a flow's match (its own or
+	 * another's): relayd sets it whenever that holds, before the match
+	 * it loops to is installed, and clears it after that is removed. */
+	FLOW_F_LOOP = 1 << 3,
 };
 
 /* Global counters: every packet the program sees is counted once, under
@@ -209,6 +214,66 @@ struct {
 	__uint(max_entries, MAX_IFINDEX);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tx_ports SEC(".maps");
+
+/* The route cache: the result of a flow's last successful bpf_fib_lookup,
+ * with what it was looked up for. The kernel's routing state is the same
+ * as long as route_gen is, which relayd moves on at every change the
+ * result may depend on (routes, rules, neighbours, links, addresses,
+ * forwarding; see fastpath/routewatch_linux.go), and once a second for
+ * whatever the kernel does not announce: an entry of another generation is
+ * stale. relayd also renews a lease, route_until: when it stops renewing
+ * it (relayd stopped or died, and nothing watches any more), the cache
+ * turns itself off. A packet whose own inputs (ingress device, TOS or flow
+ * label, length) or whose flow's addresses and ports differ from the
+ * entry's is looked up too, so a reused statistics slot or an updated flow
+ * never finds another's result.
+ *
+ * Each CPU has a partition of route_slots entries, indexed by the flow's
+ * statistics slot: an entry is only ever written and read on its CPU, by
+ * one program run at a time, so it needs no lock and cannot be read half
+ * written. Two flows whose slots share an entry take turns in it. The map
+ * is the program's own (not pinned): a new program starts with an empty
+ * cache. */
+struct route_entry {
+	__u32 gen;         /* route_gen when filled; 0: empty */
+	__u16 in_ifindex;  /* looked up for packets from this device */
+	__u16 out_ifindex; /* result: egress device */
+	__u32 tos;         /* IPv4 TOS or IPv6 flowinfo, as looked up */
+	__be16 sport;
+	__be16 dport;
+	__u8 src[16];
+	__u8 dst[16];
+	__u8 dmac[ETH_ALEN]; /* result: next hop's MAC */
+	__u8 smac[ETH_ALEN]; /* result: egress device's MAC */
+	__u16 ok_len;      /* the longest IP packet a lookup passed (MTU) */
+	__u8 family;
+	__u8 pad;
+};
+_Static_assert(sizeof(struct route_entry) == 64, "a route entry is one cache line");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct route_entry);
+	__uint(max_entries, 1); /* the loader's: CPUs times route_slots */
+} routes SEC(".maps");
+
+/* Entries per CPU, a power of two; 0: no route cache. Set by the loader. */
+volatile const __u32 route_slots = 0;
+/* The routing state's generation, moved on by relayd; 0: the cache is off
+ * (nothing watches the kernel's routing state). */
+volatile __u32 route_gen = 0;
+/* The cache is on until this bpf_ktime_get_ns (CLOCK_MONOTONIC) time. */
+volatile __u64 route_until = 0;
+
+/* Path MTU exceptions learnt from ICMP lower a route's MTU without a
+ * netlink event, but not below net.ipv4.route.min_pmtu (552 bytes by
+ * default) over IPv4, nor below the minimum MTU of 1280 over IPv6: a
+ * cached result serves packets up to these lengths, longer ones are looked
+ * up every time. (Below a lowered min_pmtu, the refresh bounds how long a
+ * cached result outlives an exception.) */
+#define ROUTE_CACHE_MAX_LEN4 552
+#define ROUTE_CACHE_MAX_LEN6 1280
 
 /* Force the enums and structs into BTF so bpf2go can export them. */
 const enum relay_counter relay_counter_unused __attribute__((unused));
@@ -369,7 +434,8 @@ static __always_inline int police(struct flow_stats *st, const struct flow_value
 }
 
 /* Accounts a packet to its flow. Returns 1 when the flow's rate cap
- * refuses the packet (counted as dropped), 0 otherwise. */
+ * refuses the packet (counted as dropped), 0 otherwise. now is the
+ * packet's arrival (unused for a dropped packet). */
 static __always_inline int account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
 {
 	__u32 idx = fv->stats_idx;
@@ -423,6 +489,85 @@ static __always_inline int addr_eq(const __u8 *a, const __u8 *b, int n)
 	return eq;
 }
 
+/* route_entry_of returns this CPU's route cache entry for the flow in
+ * statistics slot idx, NULL without a cache. */
+static __always_inline struct route_entry *route_entry_of(__u32 idx)
+{
+	if (!route_slots)
+		return NULL;
+	__u32 k = bpf_get_smp_processor_id() * route_slots + (idx & (route_slots - 1));
+	return bpf_map_lookup_elem(&routes, &k);
+}
+
+static __always_inline int addr16_eq(const __u8 *a, const __u8 *b)
+{
+	const __u64 *x = (const void *)a, *y = (const void *)b;
+	return x[0] == y[0] && x[1] == y[1];
+}
+
+/* route_cached answers the lookup fib describes (its input: family,
+ * ingress device, TOS or flowinfo, ports, length; src and dst, which fib
+ * holds too) from r, when r holds the result of the same lookup in
+ * generation gen for a packet at least as long: it sets fib's egress
+ * device and MACs as bpf_fib_lookup would and returns 1. */
+static __always_inline int route_cached(const struct route_entry *r, struct bpf_fib_lookup *fib,
+					const __u8 *src, const __u8 *dst, __u32 gen)
+{
+	if (!r || r->gen != gen || r->family != fib->family ||
+	    r->in_ifindex != fib->ifindex || r->tos != fib->flowinfo || r->sport != fib->sport ||
+	    r->dport != fib->dport || fib->tot_len > r->ok_len || !addr16_eq(r->dst, dst) ||
+	    !addr16_eq(r->src, src))
+		return 0;
+	fib->ifindex = r->out_ifindex;
+	__builtin_memcpy(fib->dmac, r->dmac, ETH_ALEN);
+	__builtin_memcpy(fib->smac, r->smac, ETH_ALEN);
+	return 1;
+}
+
+/* route_lookup resolves where the packet goes, into fib: from the flow's
+ * route cache entry r when it answers, else with bpf_fib_lookup, whose
+ * successful result it then caches. It returns a BPF_FIB_LKUP_RET_ code.
+ * now is the packet's arrival. */
+static __always_inline long route_lookup(struct pkt *p, struct route_entry *r, struct bpf_fib_lookup *fib,
+					 const __u8 *src, const __u8 *dst, __u64 now)
+{
+	/* Read before the lookup: a change that the generation announces
+	 * after this read makes what the lookup finds stale, whichever state
+	 * it saw. */
+	__u32 gen = route_gen;
+	if (!gen || now >= route_until)
+		r = NULL;
+	if (route_cached(r, fib, src, dst, gen))
+		return BPF_FIB_LKUP_RET_SUCCESS;
+
+	/* The lookup overwrites some of its input (ifindex, ipv4_dst). */
+	__u32 in_ifindex = fib->ifindex, tos = fib->flowinfo;
+	__be16 sport = fib->sport, dport = fib->dport;
+	__u16 len = fib->tot_len;
+	__u8 family = fib->family;
+	long rc = bpf_fib_lookup(p->ctx, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS || !r ||
+	    len > (p->v6 ? ROUTE_CACHE_MAX_LEN6 : ROUTE_CACHE_MAX_LEN4) ||
+	    in_ifindex > 0xffff || fib->ifindex > 0xffff)
+		return rc;
+	/* Whatever the entry held (another generation's lookup, another
+	 * flow's sharing the entry, or this one's for a shorter packet), it
+	 * holds this lookup now. */
+	r->gen = gen;
+	r->family = family;
+	r->in_ifindex = in_ifindex;
+	r->out_ifindex = fib->ifindex;
+	r->tos = tos;
+	r->sport = sport;
+	r->dport = dport;
+	r->ok_len = len;
+	__builtin_memcpy(r->src, src, 16);
+	__builtin_memcpy(r->dst, dst, 16);
+	__builtin_memcpy(r->dmac, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(r->smac, fib->smac, ETH_ALEN);
+	return rc;
+}
+
 static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,
 				       __be16 sport)
 {
@@ -431,15 +576,15 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		return count(COUNTER_PASS_NO_FLOW, p->frame_len, XDP_PASS);
 
 	int alen = p->v6 ? 16 : 4;
-	__u64 now = bpf_ktime_get_ns();
 
+	/* Drops take no time: a dropped packet only counts. */
 	if (fv->action == FLOW_DROP) {
-		account(p, fv, 1, now);
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_FLOW, p->frame_len, XDP_DROP);
 	}
 	if (((fv->flags & FLOW_F_EXPECT_ADDR) && !addr_eq(saddr, fv->expect_addr, alen)) ||
 	    ((fv->flags & FLOW_F_EXPECT_PORT) && sport != fv->expect_port)) {
-		account(p, fv, 1, now);
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_WRONG_SOURCE, p->frame_len, XDP_DROP);
 	}
 	if (fv->action == FLOW_USERSPACE)
@@ -454,8 +599,10 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		return count(COUNTER_PUNT_NOT_RTP, p->frame_len, XDP_PASS);
 
 	/* Where the packet goes. */
-	__u8 src[16] = {}, dst[16] = {};
+	__u8 src[16] __attribute__((aligned(8))) = {};
+	__u8 dst[16] __attribute__((aligned(8))) = {};
 	__be16 nsport, ndport;
+	int loop;
 	if (fv->action == FLOW_REFLECT) {
 		__builtin_memcpy(src, key->addr, 16);
 		if (p->v6)
@@ -464,6 +611,17 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 			__builtin_memcpy(dst, saddr, 4);
 		nsport = key->port;
 		ndport = sport;
+		/* Loop guard: a destination that is itself a flow's match
+		 * (this flow's, or another's) would bring the packet straight
+		 * back to a relay flow, and one packet would circle at the
+		 * full speed of the data plane. A reflected packet's
+		 * destination is its sender, so the test is a lookup with it
+		 * as a flow key. */
+		struct flow_key lk = {};
+		lk.family = key->family;
+		lk.port = ndport;
+		__builtin_memcpy(lk.addr, dst, 16);
+		loop = bpf_map_lookup_elem(&flows, &lk) != NULL;
 	} else {
 		if (fv->family != key->family)
 			return count(COUNTER_PUNT_FAMILY, p->frame_len, XDP_PASS);
@@ -471,20 +629,13 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		__builtin_memcpy(dst, fv->dst_addr, 16);
 		nsport = fv->src_port;
 		ndport = fv->dst_port;
+		/* A forwarded flow's destination is fixed: relayd tells a
+		 * loop with the flag (the control plane never installs such
+		 * a flow; this holds if it did). */
+		loop = fv->flags & FLOW_F_LOOP;
 	}
-
-	/* Loop guard: a destination that is itself a flow's match (this
-	 * flow's, or another's) would bring the packet straight back to a
-	 * relay flow, and one packet would circle at the full speed of the
-	 * data plane. The control plane never installs such a flow; this
-	 * holds if it did. The new destination as a flow key is the exact
-	 * test, at the cost of one more hash lookup per forwarded packet. */
-	struct flow_key lk = {};
-	lk.family = key->family;
-	lk.port = ndport;
-	__builtin_memcpy(lk.addr, dst, 16);
-	if (bpf_map_lookup_elem(&flows, &lk)) {
-		account(p, fv, 1, now);
+	if (loop) {
+		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_LOOP, p->frame_len, XDP_DROP);
 	}
 
@@ -517,7 +668,11 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		__builtin_memcpy(&fib.ipv4_dst, dst, 4);
 	}
 
-	long rc = bpf_fib_lookup(p->ctx, &fib, sizeof(fib), 0);
+	/* Only a packet that is to be forwarded needs the time: the route
+	 * cache's lease, its arrival for the jitter, its refill of the cap's
+	 * bucket, its last_seen_ns. */
+	__u64 now = bpf_ktime_get_ns();
+	long rc = route_lookup(p, route_entry_of(fv->stats_idx), &fib, src, dst, now);
 	switch (rc) {
 	case BPF_FIB_LKUP_RET_SUCCESS:
 		break;
@@ -531,12 +686,13 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		return count(COUNTER_PUNT_FIB_OTHER, p->frame_len, XDP_PASS);
 	}
 
+	/* The redirect is set up now, while the packet may still be punted
+	 * untouched: the DEVMAP's own lookup is the egress check (XDP_PASS
+	 * when the device has no entry). The program may still drop the
+	 * packet; the kernel redirects only on XDP_REDIRECT. */
 	int tx = fib.ifindex == p->ctx->ingress_ifindex;
-	if (!tx) {
-		__u32 oif = fib.ifindex;
-		if (!bpf_map_lookup_elem(&tx_ports, &oif))
-			return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
-	}
+	if (!tx && bpf_redirect_map(&tx_ports, fib.ifindex, XDP_PASS) != XDP_REDIRECT)
+		return count(COUNTER_PUNT_NO_EGRESS, p->frame_len, XDP_PASS);
 
 	/* From here on the packet is ours. The cap is applied here, after
 	 * the punt decisions, because what is punted is the userspace
@@ -613,10 +769,8 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 	if (tx)
 		return count(COUNTER_FORWARD_TX, p->frame_len, XDP_TX);
 	if (fv->action == FLOW_REFLECT)
-		count(COUNTER_FORWARD_REFLECT, p->frame_len, 0);
-	else
-		count(COUNTER_FORWARD_REDIRECT, p->frame_len, 0);
-	return bpf_redirect_map(&tx_ports, fib.ifindex, 0);
+		return count(COUNTER_FORWARD_REFLECT, p->frame_len, XDP_REDIRECT);
+	return count(COUNTER_FORWARD_REDIRECT, p->frame_len, XDP_REDIRECT);
 }
 
 /* bounded_ntohs byte-swaps a 16-bit length and bounds the result where the

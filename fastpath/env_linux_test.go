@@ -80,6 +80,12 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 
 func newTestEnv(tb testing.TB) *testEnv {
 	tb.Helper()
+	return newTestEnvFlows(tb, 1024)
+}
+
+// newTestEnvFlows is newTestEnv with maps sized for maxFlows flows.
+func newTestEnvFlows(tb testing.TB, maxFlows int) *testEnv {
+	tb.Helper()
 	requireBPF(tb)
 	e := &testEnv{neighMAC: net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 0x02}}
 
@@ -110,7 +116,7 @@ func newTestEnv(tb testing.TB) *testEnv {
 	// Private maps, no pinning, no attachment: BPF_PROG_TEST_RUN only.
 	e.fp = &Fastpath{
 		log:       zaptest.NewLogger(tb),
-		cfg:       Config{MaxFlows: 1024, NeighbourWait: -1},
+		cfg:       Config{MaxFlows: maxFlows, NeighbourWait: -1},
 		installed: map[flowKey]time.Time{},
 	}
 	e.fp.cfg.setDefaults()
@@ -123,7 +129,25 @@ func newTestEnv(tb testing.TB) *testEnv {
 	}); err != nil {
 		tb.Fatal(err)
 	}
+	// The route cache on, as in relayd: its watch follows the namespace.
+	e.watchRoutes(tb, routeRefresh)
 	return e
+}
+
+// watchRoutes (re)starts the route cache's watch of the namespace's
+// routing state, with the given refresh.
+func (e *testEnv) watchRoutes(tb testing.TB, refresh time.Duration) {
+	tb.Helper()
+	if e.fp.routes != nil {
+		if err := e.fp.routes.close(); err != nil {
+			tb.Fatal(err)
+		}
+		e.fp.routes = nil
+	}
+	e.fp.watchRoutes(e.ns, refresh)
+	if e.fp.routes == nil && e.fp.routeSlots != 0 {
+		tb.Fatal("route cache off")
+	}
 }
 
 func (e *testEnv) setup() error {
@@ -221,6 +245,12 @@ type xdpMd struct {
 // verdict and the frame as the program left it.
 func (e *testEnv) run(tb testing.TB, frame []byte) (uint32, []byte) {
 	tb.Helper()
+	return e.runOn(tb, frame, e.in)
+}
+
+// runOn is run with frame received on the device of ifindex.
+func (e *testEnv) runOn(tb testing.TB, frame []byte, ifindex int) (uint32, []byte) {
+	tb.Helper()
 	var ret uint32
 	out := make([]byte, len(frame)+256)
 	err := inNS(e.ns, func() error {
@@ -228,7 +258,7 @@ func (e *testEnv) run(tb testing.TB, frame []byte) (uint32, []byte) {
 		ret, err = e.fp.objs.RelayXdp.Run(&ebpf.RunOptions{
 			Data:    frame,
 			DataOut: out,
-			Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(e.in)},
+			Context: xdpMd{DataEnd: uint32(len(frame)), IngressIfindex: uint32(ifindex)},
 		})
 		return err
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -39,6 +40,7 @@ type Fastpath struct {
 	free      []uint32              // released stats slots, reused first
 	nextSlot  uint32                // lowest never-used stats slot
 	installed map[flowKey]time.Time // when each flow was installed or adopted
+	loops     loopIndex             // which flows send to which flows' matches
 	closed    bool
 
 	nhMu sync.Mutex               // guards nh
@@ -46,6 +48,10 @@ type Fastpath struct {
 
 	mon     *redirMon     // nil when redirect failures cannot be watched
 	monDone chan struct{} // closed once the monitor started, or failed to
+
+	routeSlots uint32      // the program's route cache entries per CPU; 0: none
+	rgen       *routeGen   // the route cache's generation and lease
+	routes     *routeWatch // nil when the route cache is off
 }
 
 // nhFresh is how long a destination whose next hop resolved is not looked
@@ -94,6 +100,14 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		f.objs.Close()
 		return nil, err
 	}
+	// Before the program runs on any interface: every lookup it caches
+	// then comes after the watch began.
+	if ns, err := netns.Get(); err != nil {
+		log.Warn("route cache off: XDP looks every packet's route up", zap.Error(err))
+	} else {
+		f.watchRoutes(ns, routeRefresh)
+		ns.Close()
+	}
 	for _, name := range cfg.Interfaces {
 		if err := f.attach(name); err != nil {
 			f.Close()
@@ -136,6 +150,9 @@ func (f *Fastpath) load(pin bool) error {
 	}
 	spec.Maps["flows"].MaxEntries = uint32(f.cfg.MaxFlows)
 	spec.Maps["stats"].MaxEntries = uint32(f.cfg.MaxFlows)
+	if f.routeSlots, err = sizeRouteCache(spec, f.cfg.MaxFlows); err != nil {
+		return err
+	}
 	opts := &ebpf.CollectionOptions{}
 	if pin {
 		opts.Maps.PinPath = f.dir
@@ -270,6 +287,7 @@ func (f *Fastpath) adopt() error {
 			f.free = append(f.free, i-1)
 		}
 	}
+	f.adoptLoops(flows)
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
 	}
@@ -473,6 +491,9 @@ func (f *Fastpath) Close() error {
 	var errs []error
 	if f.mon != nil {
 		errs = append(errs, f.mon.close())
+	}
+	if f.routes != nil {
+		errs = append(errs, f.routes.close())
 	}
 	for _, l := range f.links {
 		errs = append(errs, l.Close())
@@ -718,8 +739,21 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
 	v := valueOf(&fl, slot)
+	f.markLoop(k, &v)
+	_, exists := f.installed[k]
+	if !exists {
+		// The flows that send to k loop once it is installed: flagged
+		// before.
+		if err := f.loopsTo(k, true); err != nil {
+			f.free = append(f.free, slot)
+			return errors.Join(fmt.Errorf("install flow %s: %w", fl.Match, err), f.loopsTo(k, false))
+		}
+	}
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateNoExist); err != nil {
 		f.free = append(f.free, slot)
+		if !exists && !errors.Is(err, ebpf.ErrKeyExist) {
+			err = errors.Join(err, f.loopsTo(k, false))
+		}
 		switch {
 		case errors.Is(err, ebpf.ErrKeyExist):
 			return dataplane.ErrExists
@@ -729,6 +763,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("install flow %s: %w", fl.Match, err)
 	}
 	f.installed[k] = f.cfg.now()
+	f.loops.set(k, &v)
 	f.shadow(fl)
 	return nil
 }
@@ -799,9 +834,11 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 		return fmt.Errorf("look up flow %s: %w", fl.Match, err)
 	}
 	v := valueOf(&fl, old.StatsIdx)
+	f.markLoop(k, &v)
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
+	f.loops.set(k, &v)
 	if f.cfg.Punt != nil {
 		if err := f.cfg.Punt.UpdateShadow(fl); err != nil {
 			f.cfg.Punt.RemoveShadow(fl.Match)
@@ -830,6 +867,12 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 		}
 	}
 	delete(f.installed, k)
+	f.loops.remove(k)
+	// The flows that sent to k loop no more: cleared after it went.
+	if err := f.loopsTo(k, false); err != nil {
+		f.log.Warn("flows toward a removed flow's match stay flagged as loops: their packets are dropped",
+			zap.Stringer("match", match), zap.Error(err))
+	}
 	st, err := f.readStats(v.StatsIdx)
 	f.free = append(f.free, v.StatsIdx)
 	if f.cfg.Punt != nil {

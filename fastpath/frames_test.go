@@ -12,6 +12,7 @@ import (
 
 type frameOpts struct {
 	ttl       uint8
+	tos       uint8  // IPv4 TOS, IPv6 traffic class
 	zeroCsum  bool   // IPv4: send with UDP checksum 0
 	ipOptions bool   // IPv4: add 4 bytes of options (NOP x4)
 	fragOff   uint16 // IPv4 frag_off field (flags + offset), host order
@@ -89,6 +90,7 @@ func buildFrame(src, dst netip.AddrPort, payload []byte, o frameOpts) []byte {
 		}
 		ip := make([]byte, ihl*4)
 		ip[0] = 0x40 | byte(ihl)
+		ip[1] = o.tos
 		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)+len(udp)))
 		binary.BigEndian.PutUint16(ip[4:], 0x1234)
 		binary.BigEndian.PutUint16(ip[6:], o.fragOff)
@@ -104,7 +106,8 @@ func buildFrame(src, dst netip.AddrPort, payload []byte, o frameOpts) []byte {
 	} else {
 		f = append(f, 0x86, 0xdd)
 		ip := make([]byte, 40)
-		ip[0] = 0x60
+		ip[0] = 0x60 | o.tos>>4
+		ip[1] = o.tos << 4
 		next := byte(17)
 		var ext []byte
 		if o.hasExt {

@@ -66,11 +66,9 @@ func resolved(link, family int, ip netip.Addr) bool {
 	if err != nil {
 		return false
 	}
-	const valid = netlink.NUD_PERMANENT | netlink.NUD_NOARP | netlink.NUD_REACHABLE |
-		netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE
 	for _, n := range ns {
 		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == ip {
-			return n.State&valid != 0
+			return n.State&nudValid != 0
 		}
 	}
 	return false

@@ -44,6 +44,7 @@ const (
 	relayFlowFlagsFLOW_F_EXPECT_ADDR relayFlowFlags = 1
 	relayFlowFlagsFLOW_F_EXPECT_PORT relayFlowFlags = 2
 	relayFlowFlagsFLOW_F_LATCH       relayFlowFlags = 4
+	relayFlowFlagsFLOW_F_LOOP        relayFlowFlags = 8
 )
 
 type relayFlowKey struct {
@@ -129,18 +130,39 @@ const (
 	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 24
 )
 
+type relayRouteEntry struct {
+	_          structs.HostLayout
+	Gen        uint32
+	InIfindex  uint16
+	OutIfindex uint16
+	Tos        uint32
+	Sport      uint16
+	Dport      uint16
+	Src        [16]uint8
+	Dst        [16]uint8
+	Dmac       [6]uint8
+	Smac       [6]uint8
+	OkLen      uint16
+	Family     uint8
+	Pad        uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	relayMapCounters           = "counters"
 	relayMapFlows              = "flows"
+	relayMapRoutes             = "routes"
 	relayMapStats              = "stats"
 	relayMapTxPorts            = "tx_ports"
 	relayProgRelayXdp          = "relay_xdp"
 	relayVarFlowActionUnused   = "flow_action_unused"
 	relayVarFlowFlagsUnused    = "flow_flags_unused"
 	relayVarRelayCounterUnused = "relay_counter_unused"
+	relayVarRouteGen           = "route_gen"
+	relayVarRouteSlots         = "route_slots"
+	relayVarRouteUntil         = "route_until"
 )
 
 // loadRelay returns the embedded CollectionSpec for relay.
@@ -194,6 +216,7 @@ type relayProgramSpecs struct {
 type relayMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
+	Routes   *ebpf.MapSpec `ebpf:"routes"`
 	Stats    *ebpf.MapSpec `ebpf:"stats"`
 	TxPorts  *ebpf.MapSpec `ebpf:"tx_ports"`
 }
@@ -205,6 +228,9 @@ type relayVariableSpecs struct {
 	FlowActionUnused   *ebpf.VariableSpec `ebpf:"flow_action_unused"`
 	FlowFlagsUnused    *ebpf.VariableSpec `ebpf:"flow_flags_unused"`
 	RelayCounterUnused *ebpf.VariableSpec `ebpf:"relay_counter_unused"`
+	RouteGen           *ebpf.VariableSpec `ebpf:"route_gen"`
+	RouteSlots         *ebpf.VariableSpec `ebpf:"route_slots"`
+	RouteUntil         *ebpf.VariableSpec `ebpf:"route_until"`
 }
 
 // relayObjects contains all objects after they have been loaded into the kernel.
@@ -229,6 +255,7 @@ func (o *relayObjects) Close() error {
 type relayMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	Flows    *ebpf.Map `ebpf:"flows"`
+	Routes   *ebpf.Map `ebpf:"routes"`
 	Stats    *ebpf.Map `ebpf:"stats"`
 	TxPorts  *ebpf.Map `ebpf:"tx_ports"`
 }
@@ -237,6 +264,7 @@ func (m *relayMaps) Close() error {
 	return _RelayClose(
 		m.Counters,
 		m.Flows,
+		m.Routes,
 		m.Stats,
 		m.TxPorts,
 	)
@@ -249,6 +277,9 @@ type relayVariables struct {
 	FlowActionUnused   *ebpf.Variable `ebpf:"flow_action_unused"`
 	FlowFlagsUnused    *ebpf.Variable `ebpf:"flow_flags_unused"`
 	RelayCounterUnused *ebpf.Variable `ebpf:"relay_counter_unused"`
+	RouteGen           *ebpf.Variable `ebpf:"route_gen"`
+	RouteSlots         *ebpf.Variable `ebpf:"route_slots"`
+	RouteUntil         *ebpf.Variable `ebpf:"route_until"`
 }
 
 // relayPrograms contains all programs after they have been loaded into the kernel.

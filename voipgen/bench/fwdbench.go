@@ -76,12 +76,14 @@ The relay's cost per packet is a mode's ns/packet minus the mean of its two
 direct runs ("tasks"). Cross-check: whole-machine busy time from per-CPU
 idle in /proc/stat ("idle"; 10 ms resolution, includes other processes).
 The XDP program's own run time comes from the kernel's BPF run-time
-statistics (xdp mode only). The summary's CPU figures use the lossless
+statistics (xdp and xdpmin). The summary's CPU figures use the lossless
 runs where the sender kept up (in the run and its direct runs: the same
 load); ratios between modes are taken over the offered rates where both
-modes qualify, in this run: xdp against kernel, xdpmin and each user
-mode; user-w1 against cmmsg; SRTP modes against user-wN; user-w2
-against user-w1.
+modes qualify, in this run, with the range their runs allow (a relay
+cost is a difference of totals that vary from run to run): xdp against
+kernel, xdpmin (with the ratio of the programs' own run times too) and
+each user mode; user-w1 against cmmsg; SRTP modes against user-wN;
+user-w2 against user-w1.
 
 On a shared machine other processes take CPU from the measured threads
 (each run reports its threads' run-queue wait and the machine's busy time
@@ -487,9 +489,24 @@ type fwdRatio struct {
 	Rates []int   `json:"rates"`
 	NumNs float64 `json:"num_ns_per_pkt"` // mean relay cost over Rates (tasks)
 	DenNs float64 `json:"den_ns_per_pkt"`
-	Tasks float64 `json:"tasks"`          // NumNs / DenNs
-	Busy  float64 `json:"busy"`           // the same from idle time
-	SRTP  bool    `json:"srtp,omitempty"` // an SRTP mode against plain userspace with as many workers
+	Tasks float64 `json:"tasks"` // NumNs / DenNs
+	// TasksLo and TasksHi bound Tasks by the runs: the numerator's lowest
+	// runs over the denominator's highest, and the other way round. A
+	// relay cost is a difference of two runs' totals, each some thousands
+	// of ns a packet; when the runs' spread is as large as the modes'
+	// difference, so is this range. TasksHi is 0 when a run of the
+	// denominator cost nothing or less (no upper bound).
+	TasksLo float64 `json:"tasks_lo"`
+	TasksHi float64 `json:"tasks_hi"`
+	Busy    float64 `json:"busy"`           // the same from idle time
+	SRTP    bool    `json:"srtp,omitempty"` // an SRTP mode against plain userspace with as many workers
+	// ProgNumNs and ProgDenNs are the XDP programs' own run times (BPF
+	// statistics), mean over Rates, when both modes have one (xdp,
+	// xdpmin): Prog, their ratio, is timed by the kernel per run and does
+	// not suffer the relay cost's spread.
+	ProgNumNs float64 `json:"prog_num_ns_per_run,omitempty"`
+	ProgDenNs float64 `json:"prog_den_ns_per_run,omitempty"`
+	Prog      float64 `json:"prog,omitempty"`
 }
 
 type fwdSummary struct {
@@ -534,6 +551,7 @@ type fwdAgg struct {
 	overload         bool
 	sent, ach, loss  float64
 	task, busy, prog float64 // means; task and busy NaN without relay cost
+	taskLo, taskHi   float64 // the lowest and highest run of task
 	hasProg          bool
 	labels           map[string]float64 // relay cost by label
 }
@@ -563,7 +581,12 @@ func aggregate(steps []fwdStep) []fwdAgg {
 		a.ach += s.AchievedPPS
 		a.loss += s.LossPct
 		if s.RelayTaskNsPerPkt != nil {
-			a.task += *s.RelayTaskNsPerPkt
+			v := *s.RelayTaskNsPerPkt
+			if a.runs == 1 {
+				a.taskLo, a.taskHi = v, v
+			}
+			a.task += v
+			a.taskLo, a.taskHi = min(a.taskLo, v), max(a.taskHi, v)
 			a.busy += *s.RelayBusyNsPerPkt
 		} else {
 			a.task, a.busy = math.NaN(), math.NaN()
@@ -670,6 +693,18 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 		}
 	}
 	sum.Ratios = ratios(aggs, modes, flows)
+	for _, q := range sum.Ratios {
+		if len(q.Rates) == 0 || (q.TasksHi != 0 && q.TasksHi <= 1.5*q.TasksLo) {
+			continue
+		}
+		prog := ""
+		if q.Prog > 0 {
+			prog = fmt.Sprintf("; the programs' own run times, which the kernel times per run, compare %.2f", q.Prog)
+		}
+		sum.Notes = append(sum.Notes, fmt.Sprintf("%s at %d flows: the runs put the ratio anywhere in %s, the relay costs being "+
+			"differences of totals that vary more from run to run than the modes differ: the ratio tells little; steps repeated "+
+			"at one rate (--rates 100k,100k,100k) narrow it%s", q.Name, q.Flows, ratioRange(q), prog))
+	}
 	var outside []float64
 	for _, s := range steps {
 		if s.BusyNsPerPkt > 0 {
@@ -754,7 +789,8 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	for _, f := range flows {
 		for _, p := range pairs {
 			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, SRTP: p.srtp}
-			var nb, db float64
+			var nb, db, nlo, nhi, dlo, dhi float64
+			progs := 0
 			for _, a := range aggs {
 				if a.key.mode != p.num || a.key.flows != f {
 					continue
@@ -769,6 +805,12 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 				r.DenNs += da.task
 				nb += na.busy
 				db += da.busy
+				nlo, nhi, dlo, dhi = nlo+na.taskLo, nhi+na.taskHi, dlo+da.taskLo, dhi+da.taskHi
+				if na.hasProg && da.hasProg {
+					r.ProgNumNs += na.prog
+					r.ProgDenNs += da.prog
+					progs++
+				}
 			}
 			if len(r.Rates) == 0 {
 				continue
@@ -776,10 +818,30 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 			n := float64(len(r.Rates))
 			r.NumNs, r.DenNs = r.NumNs/n, r.DenNs/n
 			r.Tasks, r.Busy = zeroNaN(r.NumNs/r.DenNs), zeroNaN(nb/db)
+			if dhi > 0 {
+				r.TasksLo = max(0, nlo/dhi)
+			}
+			if dlo > 0 {
+				r.TasksHi = max(0, nhi/dlo)
+			}
+			if progs == len(r.Rates) && r.ProgDenNs > 0 {
+				r.ProgNumNs, r.ProgDenNs = r.ProgNumNs/n, r.ProgDenNs/n
+				r.Prog = r.ProgNumNs / r.ProgDenNs
+			} else {
+				r.ProgNumNs, r.ProgDenNs = 0, 0
+			}
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// ratioRange is q's range by its runs.
+func ratioRange(q fwdRatio) string {
+	if q.TasksHi == 0 {
+		return fmt.Sprintf("%.2f..unbounded", q.TasksLo)
+	}
+	return fmt.Sprintf("%.2f..%.2f", q.TasksLo, q.TasksHi)
 }
 
 func zeroNaN(v float64) float64 {
@@ -915,8 +977,12 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		for i, x := range q.Rates {
 			rates[i] = kpps(float64(x))
 		}
-		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns), idle %.2f, at %s%s\n",
-			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, q.Busy, strings.Join(rates, ","), goal)
+		prog := ""
+		if q.Prog > 0 {
+			prog = fmt.Sprintf("; programs %.2f (%.0f / %.0f ns a run)", q.Prog, q.ProgNumNs, q.ProgDenNs)
+		}
+		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns; runs %s), idle %.2f, at %s%s%s\n",
+			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), q.Busy, strings.Join(rates, ","), prog, goal)
 	}
 	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)

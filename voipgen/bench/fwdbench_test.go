@@ -104,12 +104,18 @@ func TestSummarize(t *testing.T) {
 		ok("cmmsg", 1000, 100000, 1500, 1800), ok("cmmsg", 1000, 100000, 1500, 1800),
 		lossy("cmmsg", 1000, 150000, 140000, false), lossy("cmmsg", 1000, 150000, 140000, false),
 	}
+	// The minimal forwarder, its two runs far apart.
+	for _, task := range []float64{300, 700} {
+		m := ok("xdpmin", 1000, 100000, task, task)
+		m.ProgNsPerRun = f(100)
+		steps = append(steps, m)
+	}
 	// A first attempt of a step whose runs disagreed: left out.
 	sup := lossy("user-w1", 1000, 50000, 10, false)
 	sup.Superseded = true
 	steps = append(steps, sup, sup)
 	installs := []fwdInstall{{Mode: "user-w1", Flows: 1000, Added: 1000, Seconds: 0.5}}
-	modes, err := parseModes("kernel,xdp,user-w1,aescm-w1,user-w2,cmmsg")
+	modes, err := parseModes("kernel,xdp,user-w1,aescm-w1,user-w2,cmmsg,xdpmin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +143,12 @@ func TestSummarize(t *testing.T) {
 	for _, q := range s.Ratios {
 		r[q.Name] = q
 	}
-	if q := r["xdp/kernel"]; q.Tasks != 2 || !cmp.Equal(q.Rates, []int{100000}) || q.SRTP {
+	if q := r["xdp/kernel"]; q.Tasks != 2 || !cmp.Equal(q.Rates, []int{100000}) || q.SRTP || q.TasksLo != 1000.0/600 || q.TasksHi != 2.5 || q.Prog != 0 {
 		t.Errorf("xdp/kernel: %+v", q)
+	}
+	// The runs' spread bounds the ratio; the programs' times compare too.
+	if q := r["xdp/xdpmin"]; q.Tasks != 2 || q.TasksLo != 1000.0/700 || q.TasksHi != 1000.0/300 || q.Prog != 3 || q.ProgNumNs != 300 || q.ProgDenNs != 100 {
+		t.Errorf("xdp/xdpmin: %+v", q)
 	}
 	if q := r["xdp/user-w1"]; q.Tasks != 1.0/3 || q.SRTP {
 		t.Errorf("xdp/user-w1: %+v", q)
@@ -161,7 +171,10 @@ func TestSummarize(t *testing.T) {
 			t.Errorf("ratio %s against a reference figure", name)
 		}
 	}
-	if !strings.Contains(strings.Join(s.Notes, "\n"), "1 step(s) were run again") {
+	notes := strings.Join(s.Notes, "\n")
+	if !strings.Contains(notes, "1 step(s) were run again") ||
+		!strings.Contains(notes, "xdp/xdpmin at 1000 flows: the runs put the ratio anywhere in 1.43..3.33") ||
+		!strings.Contains(notes, "compare 3.00") || strings.Contains(notes, "xdp/kernel at") {
 		t.Errorf("notes: %q", s.Notes)
 	}
 	if _, ok := r["user-w2/user-w1"]; ok {
@@ -173,7 +186,7 @@ func TestSummarize(t *testing.T) {
 	if strings.Contains(out.String(), "goal") || strings.Contains(out.String(), ": met") || strings.Contains(out.String(), "NOT met") {
 		t.Errorf("text output judges against a goal:\n%s", out.String())
 	}
-	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "user-w1/cmmsg", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
+	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "user-w1/cmmsg", "(1000 / 500 ns; runs 1.43..3.33)", "programs 3.00 (300 / 100 ns a run)", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
