@@ -18,6 +18,7 @@ func BenchmarkControlRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	raiseProcs(b, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); w.run() }()

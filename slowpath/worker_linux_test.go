@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -101,6 +102,7 @@ func TestPing(t *testing.T) {
 		}
 		ws = append(ws, w)
 	}
+	raiseProcs(t, len(ws))
 	var wg sync.WaitGroup
 	start := func(w *worker) {
 		wg.Add(1)
@@ -309,6 +311,7 @@ func TestWorkerCoalesces(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.coalesce = int64(tc.coalesce)
+			raiseProcs(t, 1)
 			done := make(chan struct{})
 			go func() { defer close(done); w.run() }()
 			defer func() { w.close(); <-done }()
@@ -396,4 +399,13 @@ func TestDelayBuckets(t *testing.T) {
 			t.Errorf("delayBucket(%d) = %d, want %d", c.d, got, c.want)
 		}
 	}
+}
+
+// raiseProcs raises GOMAXPROCS by n until the test ends, as a pool does
+// for its workers: a running worker keeps its P while it waits, and on
+// one CPU the test's goroutines would run only when it is preempted.
+func raiseProcs(tb testing.TB, n int) {
+	procs := runtime.GOMAXPROCS(0)
+	runtime.GOMAXPROCS(procs + n)
+	tb.Cleanup(func() { runtime.GOMAXPROCS(procs) })
 }
