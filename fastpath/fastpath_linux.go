@@ -901,24 +901,39 @@ type flowEntry struct {
 
 // dumpFlows reads the whole flow map in batches.
 func (f *Fastpath) dumpFlows() ([]flowEntry, error) {
-	var out []flowEntry
+	f.mu.Lock()
+	out := make([]flowEntry, 0, len(f.installed))
+	f.mu.Unlock()
+	err := f.walkFlows(func(k *flowKey, v *relayFlowValue) { out = append(out, flowEntry{*k, *v}) })
+	return out, err
+}
+
+// walkFlows calls fn with every entry of the flow map, read in batches
+// (entry by entry on kernels without batch lookups of hash maps).
+func (f *Fastpath) walkFlows(fn func(k *flowKey, v *relayFlowValue)) error {
 	const chunk = 4096
 	keys := make([]flowKey, chunk)
 	vals := make([]relayFlowValue, chunk)
 	var cursor ebpf.MapBatchCursor
+	seen := false
 	for {
 		n, err := f.objs.Flows.BatchLookup(&cursor, keys, vals, nil)
 		for i := 0; i < n; i++ {
-			out = append(out, flowEntry{keys[i], vals[i]})
+			fn(&keys[i], &vals[i])
 		}
+		seen = seen || n > 0
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return f.iterateFlows()
+		if errors.Is(err, ebpf.ErrNotSupported) && !seen {
+			entries, err := f.iterateFlows()
+			for i := range entries {
+				fn(&entries[i].k, &entries[i].v)
+			}
+			return err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read flow map: %w", err)
+			return fmt.Errorf("read flow map: %w", err)
 		}
 	}
 }
@@ -988,6 +1003,48 @@ func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
 		out = append(out, fs)
 	}
 	return out, nil
+}
+
+var _ dataplane.StatsReader = (*Fastpath)(nil)
+
+// EachStats implements dataplane.StatsReader: List's statistics, read
+// in the same order (the flow map, then the statistics slots), without
+// building the flows.
+func (f *Fastpath) EachStats(fn func(match netip.AddrPort, st dataplane.Stats)) error {
+	type slotOf struct {
+		match netip.AddrPort
+		slot  uint32
+	}
+	f.mu.Lock()
+	n := f.nextSlot
+	flows := make([]slotOf, 0, len(f.installed))
+	f.mu.Unlock()
+	err := f.walkFlows(func(k *flowKey, v *relayFlowValue) {
+		flows = append(flows, slotOf{addrPortOf(k.Family, k.Addr, k.Port), v.StatsIdx})
+	})
+	if err != nil {
+		return err
+	}
+	stats, err := f.readAllStats(n)
+	if err != nil {
+		return err
+	}
+	var shadows map[netip.AddrPort]dataplane.Stats
+	if f.cfg.Punt != nil {
+		if shadows, err = f.cfg.Punt.ShadowStats(); err != nil {
+			f.log.Warn("read punted packet counters", zap.Error(err))
+		}
+	}
+	mono, wall := monoNow(), f.cfg.now()
+	for _, e := range flows {
+		var st dataplane.Stats
+		if int(e.slot) < len(stats) {
+			st = convertStats(&stats[e.slot], mono, wall)
+		}
+		st.Add(shadows[e.match])
+		fn(e.match, st)
+	}
+	return nil
 }
 
 // Sweep returns the flows that have carried no packet for idle: since their

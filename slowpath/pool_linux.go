@@ -210,17 +210,34 @@ func (p *Pool) ShadowStat(match netip.AddrPort) (dataplane.Stats, error) {
 	return p.stats(match, true)
 }
 
-// ShadowStats implements dataplane.PuntRelay.
+// ShadowStats implements dataplane.PuntRelay: only the shadows that
+// carried or dropped a packet, which XDP seldom punts to, are copied out
+// of the workers; the others' statistics are zero.
 func (p *Pool) ShadowStats() (map[netip.AddrPort]dataplane.Stats, error) {
-	list, err := p.list(true)
-	if err != nil {
-		return nil, err
+	out := make(map[netip.AddrPort]dataplane.Stats)
+	err := p.eachStats(true, func(match netip.AddrPort, st dataplane.Stats) { out[match] = st })
+	return out, err
+}
+
+var _ dataplane.StatsReader = (*Pool)(nil)
+
+// EachStats implements dataplane.StatsReader.
+func (p *Pool) EachStats(fn func(match netip.AddrPort, st dataplane.Stats)) error {
+	return p.eachStats(false, fn)
+}
+
+// eachStats calls fn with the statistics opStats gets from each worker.
+func (p *Pool) eachStats(shadow bool, fn func(netip.AddrPort, dataplane.Stats)) error {
+	for _, w := range p.workers {
+		r, err := w.callStats(ctrl{op: opStats, shadow: shadow})
+		if err != nil {
+			return err
+		}
+		for match, st := range r {
+			fn(match, st)
+		}
 	}
-	out := make(map[netip.AddrPort]dataplane.Stats, len(list))
-	for _, fs := range list {
-		out[fs.Flow.Match] = fs.Stats
-	}
-	return out, nil
+	return nil
 }
 
 func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
@@ -404,6 +421,9 @@ const (
 	opRemove
 	opGet
 	opList
+	// opStats: the statistics of the flows (shadow false) or of the
+	// shadows that carried or dropped a packet (shadow true), by match.
+	opStats
 	opPing // answers nothing: the worker's loop is alive
 )
 
@@ -418,6 +438,7 @@ type ctrl struct {
 
 type ctrlReply struct {
 	flows []dataplane.FlowStats
+	stats map[netip.AddrPort]dataplane.Stats // opStats
 	err   error
 }
 
@@ -587,11 +608,26 @@ func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
 	return w.callCtx(ctx, c)
 }
 
+// callStats is call for opStats, whose answer is a map.
+func (w *worker) callStats(c ctrl) (map[netip.AddrPort]dataplane.Stats, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := w.roundTrip(ctx, c)
+	return r.stats, err
+}
+
 // callCtx hands a control request to the worker and waits for its answer
 // until ctx is done.
 func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, error) {
+	r, err := w.roundTrip(ctx, c)
+	return r.flows, err
+}
+
+// roundTrip queues c for the worker, wakes it and waits for its reply
+// until ctx is done.
+func (w *worker) roundTrip(ctx context.Context, c ctrl) (ctrlReply, error) {
 	if w.closed.Load() {
-		return nil, errWorkerClosed
+		return ctrlReply{}, errWorkerClosed
 	}
 	c.reply = make(chan ctrlReply, 1)
 	w.ctrlMu.Lock()
@@ -602,9 +638,9 @@ func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, er
 	w.conn.SetReadDeadline(time.Unix(1, 0))
 	select {
 	case r := <-c.reply:
-		return r.flows, r.err
+		return r, r.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("worker %d did not answer: %w", w.id, ctx.Err())
+		return ctrlReply{}, fmt.Errorf("worker %d did not answer: %w", w.id, ctx.Err())
 	}
 }
 
@@ -669,13 +705,28 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		}
 		return ctrlReply{flows: []dataplane.FlowStats{{Flow: f.flow, Stats: f.stats()}}}
 	case opList:
-		out := make([]dataplane.FlowStats, 0, len(w.flows))
+		n := 0
+		for _, f := range w.flows {
+			if f.shadow == c.shadow {
+				n++
+			}
+		}
+		out := make([]dataplane.FlowStats, 0, n)
 		for _, f := range w.flows {
 			if f.shadow == c.shadow {
 				out = append(out, dataplane.FlowStats{Flow: f.flow, Stats: f.stats()})
 			}
 		}
 		return ctrlReply{flows: out}
+	case opStats:
+		out := make(map[netip.AddrPort]dataplane.Stats)
+		for match, f := range w.flows {
+			if f.shadow != c.shadow || f.shadow && f.packets == 0 && f.dropped == 0 && f.lastSeen == 0 {
+				continue
+			}
+			out[match] = f.stats()
+		}
+		return ctrlReply{stats: out}
 	}
 	return ctrlReply{}
 }

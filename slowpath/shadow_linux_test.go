@@ -1,0 +1,92 @@
+package slowpath
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/testenv"
+)
+
+// TestShadowStats: ShadowStats gathers, from every worker, the shadows
+// that carried or dropped a packet, and leaves out the silent ones and
+// the flows that are not shadows; EachStats gives every flow that is not
+// a shadow, silent or not.
+func TestShadowStats(t *testing.T) {
+	testenv.NeedRoot(t) // raw sockets
+	var ws []*worker
+	for i := range 2 {
+		w, err := newWorker(i, 0, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	flow := func(port uint16) dataplane.Flow {
+		return dataplane.Flow{Match: netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), port),
+			SendFrom: netip.MustParseAddrPort("198.18.1.1:40000"), SendTo: netip.MustParseAddrPort("198.18.2.2:5000")}
+	}
+	seen := time.Unix(1700000000, 0)
+	// The workers do not run yet: their flows may be set up directly.
+	for _, c := range []struct {
+		w       *worker
+		port    uint16
+		shadow  bool
+		packets uint64
+		dropped uint64
+	}{
+		{ws[0], 30000, true, 5, 0},  // punted traffic: reported
+		{ws[0], 30002, true, 0, 0},  // silent shadow: left out
+		{ws[1], 30004, true, 0, 2},  // dropped only: reported
+		{ws[1], 30006, false, 7, 0}, // a userspace flow, not a shadow
+		{ws[0], 30008, false, 0, 0}, // a silent one
+	} {
+		if r := c.w.handleCtrl(ctrl{op: opAdd, flow: flow(c.port), shadow: c.shadow}); r.err != nil {
+			t.Fatal(r.err)
+		}
+		f := c.w.flows[flow(c.port).Match]
+		f.packets, f.bytes, f.dropped = c.packets, 100*c.packets, c.dropped
+		if c.packets+c.dropped > 0 {
+			f.lastSeen = seen.UnixNano()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(w.run)
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.close()
+		}
+		wg.Wait()
+	})
+	p := &Pool{workers: ws}
+	got, err := p.ShadowStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.AddrPort]dataplane.Stats{
+		flow(30000).Match: {Packets: 5, Bytes: 500, LastSeen: seen},
+		flow(30004).Match: {Dropped: 2, LastSeen: seen},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ShadowStats = %v, want %v", got, want)
+	}
+	for m, w := range want {
+		g, ok := got[m]
+		if !ok || g.Packets != w.Packets || g.Bytes != w.Bytes || g.Dropped != w.Dropped || !g.LastSeen.Equal(w.LastSeen) {
+			t.Errorf("ShadowStats[%s] = %+v (present %v), want %+v", m, g, ok, w)
+		}
+	}
+	each := map[netip.AddrPort]dataplane.Stats{}
+	if err := p.EachStats(func(m netip.AddrPort, st dataplane.Stats) { each[m] = st }); err != nil {
+		t.Fatal(err)
+	}
+	if len(each) != 2 || each[flow(30006).Match].Packets != 7 || each[flow(30008).Match] != (dataplane.Stats{}) {
+		t.Errorf("EachStats gave %v, want the two userspace flows, 7 packets and none", each)
+	}
+}
