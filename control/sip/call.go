@@ -41,7 +41,7 @@ type b2bCall struct {
 
 	s     *Server
 	c     *call.Call
-	log   *zap.Logger
+	log   callLog
 	start time.Time
 	a     *sipgo.DialogServerSession // leg A, relayd is UAS
 	aUA   *sipgo.DialogUA
@@ -162,7 +162,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	bc := &b2bCall{
 		s:       s,
 		c:       c,
-		log:     s.log.With(zap.String("call", c.ID), zap.String("sip_call_id", req.CallID().Value())),
+		log:     s.newCallLog(c.ID, req.CallID().Value()),
 		start:   time.Now(),
 		a:       dlg,
 		aUA:     aUA,
@@ -228,9 +228,8 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	if t, exposed := bc.sdesExposed(call.A, req.Body()); exposed {
 		// The offer's keys crossed already; the answer's need not.
 		r := sdesRefusal(call.A, t)
-		if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused: SDES over a plain transport"); ce != nil {
-			ce.Write(zap.String("leg", "caller"), zap.String("transport", t))
-		}
+		bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused: SDES over a plain transport",
+			zap.String("leg", "caller"), zap.String("transport", t))
 		bc.fail(r.disposition, r.code, r.reason, r.headers...)
 		return
 	}
@@ -387,9 +386,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		body, err = bc.relayOffer(call.A, offer, true)
 		if err != nil {
 			res := refusal(err)
-			if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused"); ce != nil {
-				ce.Write(zap.Int("code", res.code), zap.Error(err))
-			}
+			bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused", zap.Int("code", res.code), zap.Error(err))
 			return res
 		}
 		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {

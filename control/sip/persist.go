@@ -295,7 +295,7 @@ func (s *Server) restoreCall(rec *record) error {
 	bc := &b2bCall{
 		s:          s,
 		c:          c,
-		log:        s.log.With(zap.String("call", c.ID)),
+		log:        s.newCallLog(c.ID, ""),
 		start:      c.Created,
 		a:          a,
 		aUA:        aUA,

@@ -113,6 +113,7 @@ func (c *Config) validate() error {
 type Server struct {
 	cfg     Config
 	log     *zap.Logger
+	clog    *zap.Logger // log for callLog, skipping its frames
 	ua      *sipgo.UserAgent
 	srv     *sipgo.Server
 	client  *sipgo.Client
@@ -179,6 +180,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
+		clog:     log.WithOptions(zap.AddCallerSkip(callLogSkip)),
 		ua:       ua,
 		dialogs:  make(map[string]*sipgo.DialogUA),
 		laddr:    make(map[string]sip.Addr),

@@ -384,7 +384,12 @@ func (r *Relay) Metric(prefix string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(m, "\n") {
+	return sample(m, prefix)
+}
+
+// sample finds the sample whose line starts with prefix in an exposition.
+func sample(exposition, prefix string) (float64, error) {
+	for _, line := range strings.Split(exposition, "\n") {
 		if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
 			var v float64
 			_, err := fmt.Sscan(rest, &v)
@@ -464,13 +469,23 @@ func (r *Relay) Profile(name string) ([]byte, error) {
 	return b, nil
 }
 
-// HeapAfterGC returns relayd's heap in use (HeapInuse) right after a
-// garbage collection, which the heap profile's gc=1 forces: the live heap
-// without the garbage a sample of heap_alloc may include
-// (Options.Profile).
-func (r *Relay) HeapAfterGC() (float64, error) {
+// HeapAfterGC returns relayd's heap right after a garbage collection,
+// which the heap profile's gc=1 forces (Options.Profile): HeapInuse, the
+// spans holding live objects, and HeapAlloc, the live objects themselves
+// (the GC swept every span before it returned). The difference is what
+// fragmentation keeps.
+func (r *Relay) HeapAfterGC() (inuse, live float64, err error) {
 	if _, err := r.Profile("heap?gc=1"); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return r.Metric("go_memstats_heap_inuse_bytes")
+	m, err := r.Metrics()
+	if err != nil {
+		return 0, 0, err
+	}
+	for name, v := range map[string]*float64{"go_memstats_heap_inuse_bytes": &inuse, "go_memstats_heap_alloc_bytes": &live} {
+		if *v, err = sample(m, name); err != nil {
+			return 0, 0, err
+		}
+	}
+	return inuse, live, nil
 }

@@ -19,7 +19,8 @@ import (
 // destinations that answer 503 before the third answers: two failed
 // attempts per call. It reports
 //
-//   - heap per held call: relayd's HeapInuse after a GC with
+//   - heap per held call: relayd's HeapInuse (and HeapAlloc, the live
+//     objects without what fragmentation keeps) after a GC with
 //     RELAYD_SIP_HOLD (default 10000) calls up, minus the same before the
 //     calls, once as soon as the calls are up (their setup's transactions
 //     still linger: 64*T1) and once settled, when those have ended;
@@ -120,12 +121,16 @@ path = %[3]q
 	if profDir != "" {
 		writeProfile(t, r, profDir, "heap.pprof", "heap")
 	}
-	perCall := func(h, n float64) float64 { return (h - heap0) / 1024 / max(n, 1) }
-	t.Logf("held %.0f calls (want %d; up after %.1fs): HeapInuse after GC %.1f MiB idle -> %.1f MiB = %.1f KiB per call; "+
-		"settled (%.0fs later, %.0f calls): %.1f MiB = %.1f KiB per held call; RSS %.1f MiB; goroutines %.0f -> %.0f; XDP flows (static and call) %.0f; "+
-		"relayd CPU while they are held: %.0f%% of one core",
-		active, hold, up.Sub(holdStart).Seconds(), heap0/(1<<20), heap1/(1<<20), perCall(heap1, active),
-		settle.Seconds(), settled, heap2/(1<<20), perCall(heap2, settled), float64(rss)/(1<<20), goroutines0, goroutines, flows,
+	perCall := func(h heap, n float64) (inuse, live float64) {
+		return (h.inuse - heap0.inuse) / 1024 / max(n, 1), (h.live - heap0.live) / 1024 / max(n, 1)
+	}
+	in1, live1 := perCall(heap1, active)
+	in2, live2 := perCall(heap2, settled)
+	t.Logf("held %.0f calls (want %d; up after %.1fs): HeapInuse after GC %.1f MiB idle -> %.1f MiB = %.1f KiB per call (live %.1f KiB); "+
+		"settled (%.0fs later, %.0f calls): %.1f MiB = %.1f KiB per held call (live %.1f KiB); RSS %.1f MiB; goroutines %.0f -> %.0f; "+
+		"XDP flows (static and call) %.0f; relayd CPU while they are held: %.0f%% of one core",
+		active, hold, up.Sub(holdStart).Seconds(), heap0.inuse/(1<<20), heap1.inuse/(1<<20), in1, live1,
+		settle.Seconds(), settled, heap2.inuse/(1<<20), in2, live2, float64(rss)/(1<<20), goroutines0, goroutines, flows,
 		100*idleCPU.Seconds()/idleFor.Seconds())
 	if int(active) < hold {
 		t.Logf("sipp (hold):\n%s", holdOut)
@@ -185,13 +190,15 @@ func waitActive(t *testing.T, r *Relay, want int, d time.Duration) float64 {
 	return active
 }
 
-// heapAfterGC returns relayd's HeapInuse right after a GC.
-func heapAfterGC(t *testing.T, r *Relay) float64 {
-	h, err := r.HeapAfterGC()
+// heap is relayd's heap right after a GC (Relay.HeapAfterGC).
+type heap struct{ inuse, live float64 }
+
+func heapAfterGC(t *testing.T, r *Relay) heap {
+	inuse, live, err := r.HeapAfterGC()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h
+	return heap{inuse, live}
 }
 
 // writeProfile writes relayd's pprof profile name into dir/file.
