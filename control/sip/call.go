@@ -56,6 +56,11 @@ type b2bCall struct {
 	// aID and bID are the dialog IDs; written under s.mu.
 	aID, bID string
 
+	// dlgMu orders what uses the dialogs' INVITE transactions once the
+	// call is up (the BYEs: read, shared) before releaseTxs (write),
+	// which swaps the ended transactions out of them.
+	dlgMu sync.RWMutex
+
 	setupCancel context.CancelCauseFunc // ends the setup early (terminate before answer)
 	reoffer     sync.Mutex              // one re-INVITE/UPDATE at a time
 	ackBody     chan []byte             // bodies of ACKs from A (late offer, offerless re-INVITE)
@@ -75,6 +80,7 @@ type b2bCall struct {
 	savedAt    time.Time     // when
 	restored   bool          // taken back from the store after a restart
 	detached   bool          // kept up for the next run: this one lets go of it
+	released   bool          // the INVITE transactions were let go (releaseTxs)
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -220,7 +226,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	bc.dec = dec
+	bc.dec = route.Decision{Route: dec.Route} // the destinations are the setup's alone
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
 	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
@@ -772,6 +778,8 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	}
 	ctx, done := context.WithTimeout(context.Background(), byeTimeout)
 	defer done()
+	bc.dlgMu.RLock()
+	defer bc.dlgMu.RUnlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -812,6 +820,8 @@ func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransact
 	bc.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
+	bc.dlgMu.RLock()
+	defer bc.dlgMu.RUnlock()
 	if side == call.A {
 		if err := bc.a.ReadBye(req, tx); err != nil {
 			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
