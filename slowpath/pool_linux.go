@@ -461,6 +461,9 @@ type worker struct {
 	ctrlMu  sync.Mutex // guards ctrlQ
 	ctrlQ   []ctrl
 	pending atomic.Bool
+	// ctrlSpare is the queue drained last, emptied, for the next: the
+	// worker's goroutine alone touches it.
+	ctrlSpare []ctrl
 
 	latchWindow int64             // ns
 	latched     chan<- latchEvent // to the pool; never blocks
@@ -600,59 +603,93 @@ func (w *worker) flushLatched() bool {
 // latchRetry is how soon an idle worker retries a latch backlog.
 const latchRetry = 10 * time.Millisecond
 
-// call hands a control request to the worker and waits up to 5 s for its
-// answer.
+// ctrlTimeout bounds the wait for a worker's answer to call and
+// callStats.
+const ctrlTimeout = 5 * time.Second
+
+// Every flow install, update and removal is a round trip to a worker:
+// its reply channels and timers are reused rather than made each time.
+var (
+	replies = sync.Pool{New: func() any { return make(chan ctrlReply, 1) }}
+	timers  = sync.Pool{New: func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}}
+)
+
+// call hands a control request to the worker and waits up to ctrlTimeout
+// for its answer.
 func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return w.callCtx(ctx, c)
+	r, err := w.roundTrip(c, nil, nil)
+	return r.flows, err
 }
 
 // callStats is call for opStats, whose answer is a map.
 func (w *worker) callStats(c ctrl) (map[netip.AddrPort]dataplane.Stats, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r, err := w.roundTrip(ctx, c)
+	r, err := w.roundTrip(c, nil, nil)
 	return r.stats, err
 }
 
 // callCtx hands a control request to the worker and waits for its answer
 // until ctx is done.
 func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, error) {
-	r, err := w.roundTrip(ctx, c)
+	r, err := w.roundTrip(c, ctx.Done(), ctx.Err)
 	return r.flows, err
 }
 
 // roundTrip queues c for the worker, wakes it and waits for its reply
-// until ctx is done.
-func (w *worker) roundTrip(ctx context.Context, c ctrl) (ctrlReply, error) {
+// until done is closed (why says why), or for ctrlTimeout when done is
+// nil.
+func (w *worker) roundTrip(c ctrl, done <-chan struct{}, why func() error) (ctrlReply, error) {
 	if w.closed.Load() {
 		return ctrlReply{}, errWorkerClosed
 	}
-	c.reply = make(chan ctrlReply, 1)
+	reply := replies.Get().(chan ctrlReply)
+	c.reply = reply
 	w.ctrlMu.Lock()
 	w.ctrlQ = append(w.ctrlQ, c)
 	w.ctrlMu.Unlock()
 	w.pending.Store(true)
 	// Wake the worker out of its read.
 	w.conn.SetReadDeadline(time.Unix(1, 0))
-	select {
-	case r := <-c.reply:
-		return r, r.err
-	case <-ctx.Done():
-		return ctrlReply{}, fmt.Errorf("worker %d did not answer: %w", w.id, ctx.Err())
+	var timeout <-chan time.Time
+	var t *time.Timer
+	if done == nil {
+		t = timers.Get().(*time.Timer)
+		t.Reset(ctrlTimeout)
+		timeout = t.C
 	}
+	var r ctrlReply
+	var err error
+	select {
+	case r = <-reply:
+		// The worker sends one reply per request: the channel is free.
+		replies.Put(reply)
+		err = r.err
+	case <-timeout:
+		err = fmt.Errorf("worker %d did not answer: %w", w.id, context.DeadlineExceeded)
+	case <-done:
+		err = fmt.Errorf("worker %d did not answer: %w", w.id, why())
+	}
+	if t != nil {
+		t.Stop() // no stale tick after Stop (Go 1.23 timers)
+		timers.Put(t)
+	}
+	return r, err
 }
 
 func (w *worker) drainCtrl() {
 	w.pending.Store(false)
 	w.ctrlMu.Lock()
 	q := w.ctrlQ
-	w.ctrlQ = nil
+	w.ctrlQ = w.ctrlSpare
 	w.ctrlMu.Unlock()
-	for _, c := range q {
-		c.reply <- w.handleCtrl(c)
+	for i := range q {
+		q[i].reply <- w.handleCtrl(q[i])
 	}
+	clear(q) // the spare keeps no flow, key or channel alive
+	w.ctrlSpare = q[:0]
 }
 
 func (w *worker) handleCtrl(c ctrl) ctrlReply {
