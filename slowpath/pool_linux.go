@@ -194,10 +194,15 @@ func steerKey(ap netip.AddrPort) steerSteerKey {
 // the fewest flows.
 func (p *Pool) Install(fl dataplane.Flow) error { return p.install(fl, false) }
 
-// InstallShadow implements dataplane.PuntRelay.
+// InstallShadow implements dataplane.PuntRelay. The worker is not waited
+// for: a shadow carries no transcoding, so once the pool took it (the
+// checks here) the worker cannot refuse it, and it serves its queue
+// before the packets it receives after (see run). Each XDP flow install
+// would otherwise be a round trip to a worker on a locked thread.
 func (p *Pool) InstallShadow(fl dataplane.Flow) error { return p.install(fl, true) }
 
-// UpdateShadow implements dataplane.PuntRelay.
+// UpdateShadow implements dataplane.PuntRelay; like InstallShadow, it
+// does not wait for the worker.
 func (p *Pool) UpdateShadow(fl dataplane.Flow) error { return p.update(fl, true) }
 
 // RemoveShadow implements dataplane.PuntRelay.
@@ -267,7 +272,11 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}); err != nil {
+	add := ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	if shadow && fl.Transcode == nil {
+		// Queued before the steering: the worker has it before any packet.
+		p.workers[wi].post(add)
+	} else if _, err := p.workers[wi].call(add); err != nil {
 		return err
 	}
 	if err := p.objs.Steer.Update(steerKey(fl.Match), uint32(wi), ebpf.UpdateAny); err != nil {
@@ -297,7 +306,12 @@ func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.workers[wi].call(ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc})
+	c := ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	if shadow && fl.Transcode == nil {
+		p.workers[wi].post(c)
+		return nil
+	}
+	_, err = p.workers[wi].call(c)
 	return err
 }
 
@@ -638,6 +652,21 @@ func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, er
 	return r.flows, err
 }
 
+// post queues c for the worker and wakes it, without waiting for its
+// answer: the worker logs a failure (c.reply is nil). Requests are served
+// in order, posted or not.
+func (w *worker) post(c ctrl) {
+	if w.closed.Load() {
+		return
+	}
+	c.reply = nil
+	w.ctrlMu.Lock()
+	w.ctrlQ = append(w.ctrlQ, c)
+	w.ctrlMu.Unlock()
+	w.pending.Store(true)
+	w.conn.SetReadDeadline(time.Unix(1, 0))
+}
+
 // roundTrip queues c for the worker, wakes it and waits for its reply
 // until done is closed (why says why), or for ctrlTimeout when done is
 // nil.
@@ -686,7 +715,13 @@ func (w *worker) drainCtrl() {
 	w.ctrlQ = w.ctrlSpare
 	w.ctrlMu.Unlock()
 	for i := range q {
-		q[i].reply <- w.handleCtrl(q[i])
+		r := w.handleCtrl(q[i])
+		switch {
+		case q[i].reply != nil:
+			q[i].reply <- r
+		case r.err != nil:
+			w.log.Warn("punted packets of this flow will not be relayed", zap.Stringer("match", q[i].flow.Match), zap.Error(r.err))
+		}
 	}
 	clear(q) // the spare keeps no flow, key or channel alive
 	w.ctrlSpare = q[:0]
@@ -843,6 +878,11 @@ func (w *worker) run() {
 			w.log.Error("receive", zap.Error(err))
 			time.Sleep(10 * time.Millisecond)
 			continue
+		}
+		// Requests queued before these packets came (a posted shadow
+		// install) are served first.
+		if w.pending.Load() {
+			w.drainCtrl()
 		}
 		w.relayBatch(rx, n, tx4, tx6)
 		if w.pending.Load() {

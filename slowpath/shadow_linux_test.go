@@ -1,15 +1,22 @@
 package slowpath
 
 import (
+	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/lab"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // TestShadowStats: ShadowStats gathers, from every worker, the shadows
@@ -88,5 +95,83 @@ func TestShadowStats(t *testing.T) {
 	}
 	if len(each) != 2 || each[flow(30006).Match].Packets != 7 || each[flow(30008).Match] != (dataplane.Stats{}) {
 		t.Errorf("EachStats gave %v, want the two userspace flows, 7 packets and none", each)
+	}
+}
+
+// TestShadowPostedBeforePackets: a shadow install does not wait for the
+// worker, yet a packet sent the moment it returns finds the shadow: the
+// worker serves its queue before the packets it received.
+func TestShadowPostedBeforePackets(t *testing.T) {
+	if os.Geteuid() != 0 {
+		lab.SkipOrFail(t, "needs root: creates a network namespace and attaches sk_lookup")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal("create network namespace:", err)
+	}
+	defer ns.Close()
+	defer netns.Set(orig)
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"198.18.1.1/32", "198.18.0.2/32"} {
+		addr, _ := netlink.ParseAddr(a)
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := New(Config{Workers: 1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 0, 2), Port: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 20 {
+		match := netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), uint16(30000+2*i))
+		if err := p.InstallShadow(dataplane.Flow{Match: match, Action: dataplane.Drop}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteToUDPAddrPort(rtpPayload(1, uint16(i), 160), match); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st, err := p.ShadowStat(match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Packets+st.Dropped > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("shadow %d: the packet sent after its install never reached it", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cs, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Reason == "userspace_no_flow" && c.Packets != 0 {
+			t.Errorf("%d packets found no flow", c.Packets)
+		}
 	}
 }

@@ -152,6 +152,7 @@ path = %[3]q
 		writeProfile(t, r, profDir, "allocs_before.pprof", "allocs")
 		profiling.Go(func() { writeProfile(t, r, profDir, "cpu.pprof", fmt.Sprintf("profile?seconds=%d", secs-2)) })
 	}
+	flowsLeft, _ := r.Metric(`relayd_flows{path="xdp"}`)
 	cpuBefore := procCPU(t, r.Pid())
 	start := time.Now()
 	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sn", "uac", "-s", "100", "-i", l.CallerAddr4.String(), "-p", "5080",
@@ -167,8 +168,8 @@ path = %[3]q
 	}
 	ok, _ := strconv.Atoi(st["SuccessfulCall(C)"])
 	failed, _ := strconv.Atoi(st["FailedCall(C)"])
-	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call",
-		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)))
+	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f)",
+		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft)
 
 	cancel()
 }
