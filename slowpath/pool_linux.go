@@ -40,8 +40,11 @@ type Pool struct {
 
 	latched chan latchEvent
 
-	mu        sync.Mutex // guards the following
-	owner     map[netip.AddrPort]int
+	mu    sync.Mutex // guards the following
+	owner map[netip.AddrPort]int
+	// punted flags each shadow's first packet (its worker sets it): a
+	// shadow without one has nothing to report when removed.
+	punted    map[netip.AddrPort]*atomic.Bool
 	count     []int              // flows per worker
 	relayRefs map[netip.Addr]int // flows (shadows too) by the address they match on
 	relays    relaySet           // relayRefs' addresses, for the workers
@@ -106,7 +109,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("raise memlock limit: %w", err)
 	}
-	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), punted: make(map[netip.AddrPort]*atomic.Bool), count: make([]int, len(cfg.CPUs)),
 		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
 	spec, err := loadSteer()
 	if err != nil {
@@ -273,6 +276,9 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 		return err
 	}
 	add := ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	if shadow {
+		add.punted = new(atomic.Bool)
+	}
 	if shadow && fl.Transcode == nil {
 		// Queued before the steering: the worker has it before any packet.
 		p.workers[wi].post(add)
@@ -284,6 +290,9 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 		return fmt.Errorf("steer %s: %w", fl.Match, err)
 	}
 	p.owner[fl.Match] = wi
+	if add.punted != nil {
+		p.punted[fl.Match] = add.punted
+	}
 	p.count[wi]++
 	p.holdRelay(fl.Match.Addr())
 	return nil
@@ -325,15 +334,25 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
-	// Ask the worker first: the flow must be of the kind asked for.
-	r, err := p.workers[wi].call(ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow})
-	if err != nil {
-		return dataplane.Stats{}, err
+	rm := ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow}
+	var r []dataplane.FlowStats
+	if pb := p.punted[match]; shadow && pb != nil && !pb.Load() {
+		// A shadow XDP never punted to counted nothing: the worker need
+		// not be waited for (a packet it takes meanwhile goes uncounted,
+		// as one arriving just after the removal would).
+		p.workers[wi].post(rm)
+	} else {
+		// Ask the worker first: the flow must be of the kind asked for.
+		var err error
+		if r, err = p.workers[wi].call(rm); err != nil {
+			return dataplane.Stats{}, err
+		}
 	}
 	if err := p.objs.Steer.Delete(steerKey(match)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return dataplane.Stats{}, fmt.Errorf("unsteer %s: %w", match, err)
 	}
 	delete(p.owner, match)
+	delete(p.punted, match)
 	p.count[wi]--
 	p.dropRelay(match.Addr())
 	if len(r) == 0 {
@@ -445,6 +464,8 @@ type ctrl struct {
 	op     ctrlOp
 	flow   dataplane.Flow
 	shadow bool // the flow is a shadow of an XDP flow
+	// punted, for a new shadow, is set at its first packet (Pool.punted).
+	punted *atomic.Bool
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 	reply  chan ctrlReply
@@ -719,6 +740,8 @@ func (w *worker) drainCtrl() {
 		switch {
 		case q[i].reply != nil:
 			q[i].reply <- r
+		case r.err != nil && q[i].op == opRemove:
+			w.log.Warn("remove shadow", zap.Stringer("match", q[i].flow.Match), zap.Error(r.err))
 		case r.err != nil:
 			w.log.Warn("punted packets of this flow will not be relayed", zap.Stringer("match", q[i].flow.Match), zap.Error(r.err))
 		}
@@ -733,7 +756,7 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
+		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc, punted: c.punted}
 		if err := w.setTranscode(f, c.flow.Transcode); err != nil {
 			return ctrlReply{err: err}
 		}
@@ -949,6 +972,10 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		if f == nil {
 			noFlow++
 			continue
+		}
+		if f.punted != nil {
+			f.punted.Store(true) // once: its removal now waits for its counters
+			f.punted = nil
 		}
 		tx := tx4
 		if !f.outIs4() {

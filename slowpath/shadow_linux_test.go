@@ -1,6 +1,7 @@
 package slowpath
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -100,7 +101,8 @@ func TestShadowStats(t *testing.T) {
 
 // TestShadowPostedBeforePackets: a shadow install does not wait for the
 // worker, yet a packet sent the moment it returns finds the shadow: the
-// worker serves its queue before the packets it received.
+// worker serves its queue before the packets it received. The removal of
+// a shadow never punted to does not wait either.
 func TestShadowPostedBeforePackets(t *testing.T) {
 	if os.Geteuid() != 0 {
 		lab.SkipOrFail(t, "needs root: creates a network namespace and attaches sk_lookup")
@@ -173,5 +175,27 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 		if c.Reason == "userspace_no_flow" && c.Packets != 0 {
 			t.Errorf("%d packets found no flow", c.Packets)
 		}
+	}
+	// Removed, a shadow that was punted to returns its counters; one
+	// that never was returns none, without waiting for its worker, and is
+	// gone all the same.
+	punted := netip.MustParseAddrPort("198.18.1.1:30000")
+	if st, err := p.RemoveShadow(punted); err != nil || st.Packets+st.Dropped != 1 {
+		t.Errorf("RemoveShadow of a shadow punted to: %+v, %v; want its packet", st, err)
+	}
+	silent := netip.MustParseAddrPort("198.18.1.1:31000")
+	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.RemoveShadow(silent); err != nil || st != (dataplane.Stats{}) {
+		t.Errorf("RemoveShadow of a silent shadow: %+v, %v; want nothing", st, err)
+	}
+	for _, m := range []netip.AddrPort{punted, silent} {
+		if _, err := p.ShadowStat(m); !errors.Is(err, dataplane.ErrNotFound) {
+			t.Errorf("ShadowStat of removed %s: %v, want ErrNotFound", m, err)
+		}
+	}
+	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+		t.Errorf("install again after the removal: %v", err)
 	}
 }
