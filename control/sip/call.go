@@ -623,12 +623,15 @@ func (bc *b2bCall) relayProvisional(r *sip.Response, haveOffer bool) {
 // answer completes a call B answered: SDP both ways, ACK to B, 200 to A.
 func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sipgo.DialogClientSession) {
 	res := dlgB.InviteResponse
-	ackCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
-	defer cancel()
+	// An ACK goes out at once, on no transaction: nothing to wait for (a
+	// deadline for it would cost a timer per call).
+	ackCtx := context.Background()
 	abandon := func(code int, reason string, err error, headers ...sip.Header) {
 		bc.log.Info("answer not usable", zap.Int("code", code), zap.Error(err))
 		dlgB.Ack(ackCtx)
-		dlgB.Bye(ackCtx)
+		byeCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+		defer cancel()
+		dlgB.Bye(byeCtx)
 		bc.fail(call.Failed, code, reason, headers...)
 	}
 	var bodyA []byte
