@@ -306,22 +306,21 @@ func (m *Manager) Counts() map[dataplane.Path]int {
 // adopted) before it. Static flows are not removed.
 func (m *Manager) Idle(idle time.Duration) ([]FlowState, error) {
 	cutoff := m.now().Add(-idle)
-	seen, err := m.reg.LastSeen(idle)
-	flows, lerr := m.List()
-	if lerr != nil {
-		return nil, errors.Join(err, lerr)
+	flows, err := m.List()
+	if err != nil {
+		return nil, err
 	}
 	var out []FlowState
 	for _, f := range flows {
-		last, ok := seen[f.Flow.Match]
-		if !ok {
+		last := f.Stats.LastSeen
+		if last.IsZero() {
 			last, _ = m.reg.Created(f.Flow.Match)
 		}
 		if last.Before(cutoff) {
 			out = append(out, f)
 		}
 	}
-	return out, err
+	return out, nil
 }
 
 // SweepIdle removes the unclaimed call flows of a previous run that are

@@ -437,6 +437,16 @@ type DataPlane interface {
 	Path() Path
 }
 
+// StatsReader is implemented by data planes that can read every flow's
+// statistics without building the flows as List does: the periodic
+// sweeps over every flow (media timeouts, rebinding) need no more, and
+// with tens of thousands of flows List's copies are most of their cost.
+type StatsReader interface {
+	// EachStats calls fn with the match and statistics of every flow List
+	// would return. fn must not call the data plane.
+	EachStats(fn func(match netip.AddrPort, st Stats)) error
+}
+
 // FlowStats pairs a flow with its statistics.
 type FlowStats struct {
 	Flow  Flow
@@ -491,7 +501,9 @@ type PuntRelay interface {
 	RemoveShadow(match netip.AddrPort) (Stats, error)
 	// ShadowStat returns the statistics of one shadow.
 	ShadowStat(match netip.AddrPort) (Stats, error)
-	// ShadowStats returns the statistics of every shadow by match.
+	// ShadowStats returns the statistics of the shadows that carried or
+	// dropped a packet, by match; those of the others are zero and left
+	// out.
 	ShadowStats() (map[netip.AddrPort]Stats, error)
 }
 

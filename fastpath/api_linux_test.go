@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -57,6 +58,26 @@ func TestFlowAPI(t *testing.T) {
 	}
 	if st := got[7].Stats; st.Packets != 3 || st.SSRC != 5 || st.Received != 3 {
 		t.Errorf("listed stats %+v, want 3 packets of ssrc 5", st)
+	}
+	// EachStats reads the same statistics without the flows.
+	each := map[netip.AddrPort]dataplane.Stats{}
+	if err := e.fp.EachStats(func(m netip.AddrPort, st dataplane.Stats) { each[m] = st }); err != nil {
+		t.Fatal(err)
+	}
+	if len(each) != 2 {
+		t.Errorf("EachStats gave %d flows, want 2", len(each))
+	}
+	for _, fs := range list {
+		// last_seen is the packet's age subtracted from the (fixed)
+		// clock: it moves with the moment of the read.
+		st, want := each[fs.Flow.Match], fs.Stats
+		if d := st.LastSeen.Sub(want.LastSeen); d < -time.Second || d > time.Second || st.LastSeen.IsZero() != want.LastSeen.IsZero() {
+			t.Errorf("EachStats of %s: last seen %v, List's %v", fs.Flow.Match, st.LastSeen, want.LastSeen)
+		}
+		st.LastSeen, want.LastSeen = time.Time{}, time.Time{}
+		if d := cmp.Diff(want, st); d != "" {
+			t.Errorf("EachStats of %s differs from List's (-List +EachStats):\n%s", fs.Flow.Match, d)
+		}
 	}
 
 	// Update keeps the statistics and changes where packets go.

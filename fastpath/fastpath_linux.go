@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -37,7 +38,7 @@ type Fastpath struct {
 	mu        sync.Mutex // guards the following
 	ifaces    []dataplane.Interface
 	links     []link.Link
-	free      []uint32              // released stats slots, reused first
+	free      slotHeap              // released stats slots, reused first, lowest first
 	nextSlot  uint32                // lowest never-used stats slot
 	installed map[flowKey]time.Time // when each flow was installed or adopted
 	loops     loopIndex             // which flows send to which flows' matches
@@ -282,9 +283,9 @@ func (f *Fastpath) adopt() error {
 		f.installed[e.k] = now
 	}
 	f.nextSlot = max
-	for i := max; i > 0; i-- {
-		if !used[i-1] {
-			f.free = append(f.free, i-1)
+	for i := range max {
+		if !used[i] {
+			f.free = append(f.free, i) // ascending: a heap already
 		}
 	}
 	f.adoptLoops(flows)
@@ -735,7 +736,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 	}
 	// A fresh slot starts from zero whatever its previous flow left.
 	if err := f.objs.Stats.Update(slot, relayFlowStats{}, ebpf.UpdateLock); err != nil {
-		f.free = append(f.free, slot)
+		heap.Push(&f.free, slot)
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
 	v := valueOf(&fl, slot)
@@ -745,12 +746,12 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		// The flows that send to k loop once it is installed: flagged
 		// before.
 		if err := f.loopsTo(k, true); err != nil {
-			f.free = append(f.free, slot)
+			heap.Push(&f.free, slot)
 			return errors.Join(fmt.Errorf("install flow %s: %w", fl.Match, err), f.loopsTo(k, false))
 		}
 	}
 	if err := f.objs.Flows.Update(k, v, ebpf.UpdateNoExist); err != nil {
-		f.free = append(f.free, slot)
+		heap.Push(&f.free, slot)
 		if !exists && !errors.Is(err, ebpf.ErrKeyExist) {
 			err = errors.Join(err, f.loopsTo(k, false))
 		}
@@ -770,17 +771,32 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 
 var errClosed = errors.New("fastpath closed")
 
+// allocSlot returns the lowest free stats slot: the slots in use stay
+// at the bottom of the array, which List and EachStats read only up to
+// the highest slot in use, however many flows there were before.
 func (f *Fastpath) allocSlot() (uint32, error) {
-	if n := len(f.free); n > 0 {
-		s := f.free[n-1]
-		f.free = f.free[:n-1]
-		return s, nil
+	if len(f.free) > 0 {
+		return heap.Pop(&f.free).(uint32), nil
 	}
 	if int(f.nextSlot) >= f.cfg.MaxFlows {
 		return 0, dataplane.ErrFull
 	}
 	f.nextSlot++
 	return f.nextSlot - 1, nil
+}
+
+// slotHeap is a min-heap of stats slots (container/heap).
+type slotHeap []uint32
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // resolve resolves the next hop of a forwarded flow before its first
@@ -874,7 +890,7 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 			zap.Stringer("match", match), zap.Error(err))
 	}
 	st, err := f.readStats(v.StatsIdx)
-	f.free = append(f.free, v.StatsIdx)
+	heap.Push(&f.free, v.StatsIdx)
 	if f.cfg.Punt != nil {
 		if sh, err := f.cfg.Punt.RemoveShadow(match); err == nil {
 			st.Add(sh)
@@ -944,24 +960,43 @@ type flowEntry struct {
 
 // dumpFlows reads the whole flow map in batches.
 func (f *Fastpath) dumpFlows() ([]flowEntry, error) {
-	var out []flowEntry
-	const chunk = 4096
+	f.mu.Lock()
+	out := make([]flowEntry, 0, len(f.installed))
+	f.mu.Unlock()
+	err := f.walkFlows(func(k *flowKey, v *relayFlowValue) { out = append(out, flowEntry{*k, *v}) })
+	return out, err
+}
+
+// walkFlows calls fn with every entry of the flow map, read in batches
+// (entry by entry on kernels without batch lookups of hash maps).
+func (f *Fastpath) walkFlows(fn func(k *flowKey, v *relayFlowValue)) error {
+	// Batches as large as the flows, up to 4096; never under 256, which a
+	// hash bucket (a batch's unit) does not outgrow.
+	f.mu.Lock()
+	chunk := min(4096, max(256, len(f.installed)+64))
+	f.mu.Unlock()
 	keys := make([]flowKey, chunk)
 	vals := make([]relayFlowValue, chunk)
 	var cursor ebpf.MapBatchCursor
+	seen := false
 	for {
 		n, err := f.objs.Flows.BatchLookup(&cursor, keys, vals, nil)
 		for i := 0; i < n; i++ {
-			out = append(out, flowEntry{keys[i], vals[i]})
+			fn(&keys[i], &vals[i])
 		}
+		seen = seen || n > 0
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return out, nil
+			return nil
 		}
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return f.iterateFlows()
+		if errors.Is(err, ebpf.ErrNotSupported) && !seen {
+			entries, err := f.iterateFlows()
+			for i := range entries {
+				fn(&entries[i].k, &entries[i].v)
+			}
+			return err
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read flow map: %w", err)
+			return fmt.Errorf("read flow map: %w", err)
 		}
 	}
 }
@@ -981,15 +1016,16 @@ func (f *Fastpath) iterateFlows() ([]flowEntry, error) {
 
 // readAllStats reads the stats slots [0, n) in batches, under each slot's lock.
 func (f *Fastpath) readAllStats(n uint32) ([]relayFlowStats, error) {
-	out := make([]relayFlowStats, 0, n)
+	// The batches go straight into out; keys are the kernel's scratch.
+	out := make([]relayFlowStats, n)
 	const chunk = 4096
-	keys := make([]uint32, chunk)
-	vals := make([]relayFlowStats, chunk)
+	keys := make([]uint32, min(int(n), chunk))
 	var cursor ebpf.MapBatchCursor
-	for uint32(len(out)) < n {
-		want := min(int(n)-len(out), chunk)
-		got, err := f.objs.Stats.BatchLookup(&cursor, keys[:want], vals[:want], &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
-		out = append(out, vals[:got]...)
+	got := 0
+	for got < int(n) {
+		want := min(int(n)-got, chunk)
+		c, err := f.objs.Stats.BatchLookup(&cursor, keys[:want], out[got:got+want], &ebpf.BatchOptions{ElemFlags: uint64(ebpf.LookupLock)})
+		got += c
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			break
 		}
@@ -997,18 +1033,19 @@ func (f *Fastpath) readAllStats(n uint32) ([]relayFlowStats, error) {
 			return nil, fmt.Errorf("read flow statistics: %w", err)
 		}
 	}
-	return out, nil
+	return out[:got], nil
 }
 
 // List implements dataplane.DataPlane: the flow map and the statistics
-// array are each read in batches.
+// array (up to the highest slot in use) are each read in batches.
 func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
-	f.mu.Lock()
-	n := f.nextSlot
-	f.mu.Unlock()
 	flows, err := f.dumpFlows()
 	if err != nil {
 		return nil, err
+	}
+	var n uint32 // the slots in use: flows installed since have none counted
+	for i := range flows {
+		n = max(n, flows[i].v.StatsIdx+1)
 	}
 	stats, err := f.readAllStats(n)
 	if err != nil {
@@ -1031,6 +1068,49 @@ func (f *Fastpath) List() ([]dataplane.FlowStats, error) {
 		out = append(out, fs)
 	}
 	return out, nil
+}
+
+var _ dataplane.StatsReader = (*Fastpath)(nil)
+
+// EachStats implements dataplane.StatsReader: List's statistics, read
+// in the same order (the flow map, then the statistics slots), without
+// building the flows.
+func (f *Fastpath) EachStats(fn func(match netip.AddrPort, st dataplane.Stats)) error {
+	type slotOf struct {
+		match netip.AddrPort
+		slot  uint32
+	}
+	f.mu.Lock()
+	flows := make([]slotOf, 0, len(f.installed))
+	f.mu.Unlock()
+	var n uint32 // the slots in use
+	err := f.walkFlows(func(k *flowKey, v *relayFlowValue) {
+		flows = append(flows, slotOf{addrPortOf(k.Family, k.Addr, k.Port), v.StatsIdx})
+		n = max(n, v.StatsIdx+1)
+	})
+	if err != nil {
+		return err
+	}
+	stats, err := f.readAllStats(n)
+	if err != nil {
+		return err
+	}
+	var shadows map[netip.AddrPort]dataplane.Stats
+	if f.cfg.Punt != nil {
+		if shadows, err = f.cfg.Punt.ShadowStats(); err != nil {
+			f.log.Warn("read punted packet counters", zap.Error(err))
+		}
+	}
+	mono, wall := monoNow(), f.cfg.now()
+	for _, e := range flows {
+		var st dataplane.Stats
+		if int(e.slot) < len(stats) {
+			st = convertStats(&stats[e.slot], mono, wall)
+		}
+		st.Add(shadows[e.match])
+		fn(e.match, st)
+	}
+	return nil
 }
 
 // Sweep returns the flows that have carried no packet for idle: since their

@@ -36,8 +36,11 @@ type Pool struct {
 
 	latched chan latchEvent
 
-	mu        sync.Mutex // guards the following
-	owner     map[netip.AddrPort]int
+	mu    sync.Mutex // guards the following
+	owner map[netip.AddrPort]int
+	// punted flags each shadow's first packet (its worker sets it): a
+	// shadow without one has nothing to report when removed.
+	punted    map[netip.AddrPort]*atomic.Bool
 	count     []int              // flows per worker
 	relayRefs map[netip.Addr]int // flows (shadows too) by the address they match on
 	relays    relaySet           // relayRefs' addresses, for the workers
@@ -99,7 +102,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), punted: make(map[netip.AddrPort]*atomic.Bool), count: make([]int, len(cfg.CPUs)),
 		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
 	// Nothing is steered until flows are installed: attaching before the
 	// workers' sockets are in the sockmap changes no packet's way.
@@ -174,10 +177,15 @@ func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
 // the fewest flows.
 func (p *Pool) Install(fl dataplane.Flow) error { return p.install(fl, false) }
 
-// InstallShadow implements dataplane.PuntRelay.
+// InstallShadow implements dataplane.PuntRelay. The worker is not waited
+// for: a shadow carries no transcoding, so once the pool took it (the
+// checks here) the worker cannot refuse it, and it serves its queue
+// before the packets it receives after (see run). Each XDP flow install
+// would otherwise be a round trip to a worker on a locked thread.
 func (p *Pool) InstallShadow(fl dataplane.Flow) error { return p.install(fl, true) }
 
-// UpdateShadow implements dataplane.PuntRelay.
+// UpdateShadow implements dataplane.PuntRelay; like InstallShadow, it
+// does not wait for the worker.
 func (p *Pool) UpdateShadow(fl dataplane.Flow) error { return p.update(fl, true) }
 
 // RemoveShadow implements dataplane.PuntRelay.
@@ -190,17 +198,34 @@ func (p *Pool) ShadowStat(match netip.AddrPort) (dataplane.Stats, error) {
 	return p.stats(match, true)
 }
 
-// ShadowStats implements dataplane.PuntRelay.
+// ShadowStats implements dataplane.PuntRelay: only the shadows that
+// carried or dropped a packet, which XDP seldom punts to, are copied out
+// of the workers; the others' statistics are zero.
 func (p *Pool) ShadowStats() (map[netip.AddrPort]dataplane.Stats, error) {
-	list, err := p.list(true)
-	if err != nil {
-		return nil, err
+	out := make(map[netip.AddrPort]dataplane.Stats)
+	err := p.eachStats(true, func(match netip.AddrPort, st dataplane.Stats) { out[match] = st })
+	return out, err
+}
+
+var _ dataplane.StatsReader = (*Pool)(nil)
+
+// EachStats implements dataplane.StatsReader.
+func (p *Pool) EachStats(fn func(match netip.AddrPort, st dataplane.Stats)) error {
+	return p.eachStats(false, fn)
+}
+
+// eachStats calls fn with the statistics opStats gets from each worker.
+func (p *Pool) eachStats(shadow bool, fn func(netip.AddrPort, dataplane.Stats)) error {
+	for _, w := range p.workers {
+		r, err := w.callStats(ctrl{op: opStats, shadow: shadow})
+		if err != nil {
+			return err
+		}
+		for match, st := range r {
+			fn(match, st)
+		}
 	}
-	out := make(map[netip.AddrPort]dataplane.Stats, len(list))
-	for _, fs := range list {
-		out[fs.Flow.Match] = fs.Stats
-	}
-	return out, nil
+	return nil
 }
 
 func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
@@ -230,7 +255,14 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.workers[wi].call(ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}); err != nil {
+	add := ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	if shadow {
+		add.punted = new(atomic.Bool)
+	}
+	if shadow && fl.Transcode == nil {
+		// Queued before the steering: the worker has it before any packet.
+		p.workers[wi].post(add)
+	} else if _, err := p.workers[wi].call(add); err != nil {
 		return err
 	}
 	if err := p.steer.Steer(fl.Match, wi); err != nil {
@@ -238,6 +270,9 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 		return err
 	}
 	p.owner[fl.Match] = wi
+	if add.punted != nil {
+		p.punted[fl.Match] = add.punted
+	}
 	p.count[wi]++
 	p.holdRelay(fl.Match.Addr())
 	return nil
@@ -260,7 +295,12 @@ func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.workers[wi].call(ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc})
+	c := ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	if shadow && fl.Transcode == nil {
+		p.workers[wi].post(c)
+		return nil
+	}
+	_, err = p.workers[wi].call(c)
 	return err
 }
 
@@ -274,15 +314,25 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
-	// Ask the worker first: the flow must be of the kind asked for.
-	r, err := p.workers[wi].call(ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow})
-	if err != nil {
-		return dataplane.Stats{}, err
+	rm := ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow}
+	var r []dataplane.FlowStats
+	if pb := p.punted[match]; shadow && pb != nil && !pb.Load() {
+		// A shadow XDP never punted to counted nothing: the worker need
+		// not be waited for (a packet it takes meanwhile goes uncounted,
+		// as one arriving just after the removal would).
+		p.workers[wi].post(rm)
+	} else {
+		// Ask the worker first: the flow must be of the kind asked for.
+		var err error
+		if r, err = p.workers[wi].call(rm); err != nil {
+			return dataplane.Stats{}, err
+		}
 	}
 	if err := p.steer.Unsteer(match); err != nil {
 		return dataplane.Stats{}, err
 	}
 	delete(p.owner, match)
+	delete(p.punted, match)
 	p.count[wi]--
 	p.dropRelay(match.Addr())
 	if len(r) == 0 {
@@ -384,6 +434,9 @@ const (
 	opRemove
 	opGet
 	opList
+	// opStats: the statistics of the flows (shadow false) or of the
+	// shadows that carried or dropped a packet (shadow true), by match.
+	opStats
 	opPing // answers nothing: the worker's loop is alive
 )
 
@@ -391,6 +444,8 @@ type ctrl struct {
 	op     ctrlOp
 	flow   dataplane.Flow
 	shadow bool // the flow is a shadow of an XDP flow
+	// punted, for a new shadow, is set at its first packet (Pool.punted).
+	punted *atomic.Bool
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 	reply  chan ctrlReply
@@ -398,6 +453,7 @@ type ctrl struct {
 
 type ctrlReply struct {
 	flows []dataplane.FlowStats
+	stats map[netip.AddrPort]dataplane.Stats // opStats
 	err   error
 }
 
@@ -440,6 +496,9 @@ type worker struct {
 	ctrlMu  sync.Mutex // guards ctrlQ
 	ctrlQ   []ctrl
 	pending atomic.Bool
+	// ctrlSpare is the queue drained last, emptied, for the next: the
+	// worker's goroutine alone touches it.
+	ctrlSpare []ctrl
 
 	latchWindow int64             // ns
 	latched     chan<- latchEvent // to the pool; never blocks
@@ -624,21 +683,66 @@ func (w *worker) flushLatched() bool {
 // latchRetry is how soon an idle worker retries a latch backlog.
 const latchRetry = 10 * time.Millisecond
 
-// call hands a control request to the worker and waits up to 5 s for its
-// answer.
+// ctrlTimeout bounds the wait for a worker's answer to call and
+// callStats.
+const ctrlTimeout = 5 * time.Second
+
+// Every flow install, update and removal is a round trip to a worker:
+// its reply channels and timers are reused rather than made each time.
+var (
+	replies = sync.Pool{New: func() any { return make(chan ctrlReply, 1) }}
+	timers  = sync.Pool{New: func() any {
+		t := time.NewTimer(time.Hour)
+		t.Stop()
+		return t
+	}}
+)
+
+// call hands a control request to the worker and waits up to ctrlTimeout
+// for its answer.
 func (w *worker) call(c ctrl) ([]dataplane.FlowStats, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	return w.callCtx(ctx, c)
+	r, err := w.roundTrip(c, nil, nil)
+	return r.flows, err
+}
+
+// callStats is call for opStats, whose answer is a map.
+func (w *worker) callStats(c ctrl) (map[netip.AddrPort]dataplane.Stats, error) {
+	r, err := w.roundTrip(c, nil, nil)
+	return r.stats, err
 }
 
 // callCtx hands a control request to the worker and waits for its answer
 // until ctx is done.
 func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, error) {
+	r, err := w.roundTrip(c, ctx.Done(), ctx.Err)
+	return r.flows, err
+}
+
+// post queues c for the worker and wakes it, without waiting for its
+// answer: the worker logs a failure (c.reply is nil). Requests are served
+// in order, posted or not.
+func (w *worker) post(c ctrl) {
 	if w.closed.Load() {
-		return nil, errWorkerClosed
+		return
 	}
-	c.reply = make(chan ctrlReply, 1)
+	c.reply = nil
+	w.ctrlMu.Lock()
+	w.ctrlQ = append(w.ctrlQ, c)
+	w.ctrlMu.Unlock()
+	if !w.pending.Swap(true) {
+		w.wake()
+	}
+}
+
+// roundTrip queues c for the worker, wakes it and waits for its reply
+// until done is closed (why says why), or for ctrlTimeout when done is
+// nil.
+func (w *worker) roundTrip(c ctrl, done <-chan struct{}, why func() error) (ctrlReply, error) {
+	if w.closed.Load() {
+		return ctrlReply{}, errWorkerClosed
+	}
+	reply := replies.Get().(chan ctrlReply)
+	c.reply = reply
 	w.ctrlMu.Lock()
 	w.ctrlQ = append(w.ctrlQ, c)
 	w.ctrlMu.Unlock()
@@ -648,23 +752,51 @@ func (w *worker) callCtx(ctx context.Context, c ctrl) ([]dataplane.FlowStats, er
 	if !w.pending.Swap(true) {
 		w.wake()
 	}
-	select {
-	case r := <-c.reply:
-		return r.flows, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("worker %d did not answer: %w", w.id, ctx.Err())
+	var timeout <-chan time.Time
+	var t *time.Timer
+	if done == nil {
+		t = timers.Get().(*time.Timer)
+		t.Reset(ctrlTimeout)
+		timeout = t.C
 	}
+	var r ctrlReply
+	var err error
+	select {
+	case r = <-reply:
+		// The worker sends one reply per request: the channel is free.
+		replies.Put(reply)
+		err = r.err
+	case <-timeout:
+		err = fmt.Errorf("worker %d did not answer: %w", w.id, context.DeadlineExceeded)
+	case <-done:
+		err = fmt.Errorf("worker %d did not answer: %w", w.id, why())
+	}
+	if t != nil {
+		t.Stop() // no stale tick after Stop (Go 1.23 timers)
+		timers.Put(t)
+	}
+	return r, err
 }
 
 func (w *worker) drainCtrl() {
 	w.pending.Store(false)
 	w.ctrlMu.Lock()
 	q := w.ctrlQ
-	w.ctrlQ = nil
+	w.ctrlQ = w.ctrlSpare
 	w.ctrlMu.Unlock()
-	for _, c := range q {
-		c.reply <- w.handleCtrl(c)
+	for i := range q {
+		r := w.handleCtrl(q[i])
+		switch {
+		case q[i].reply != nil:
+			q[i].reply <- r
+		case r.err != nil && q[i].op == opRemove:
+			w.log.Warn("remove shadow", zap.Stringer("match", q[i].flow.Match), zap.Error(r.err))
+		case r.err != nil:
+			w.log.Warn("punted packets of this flow will not be relayed", zap.Stringer("match", q[i].flow.Match), zap.Error(r.err))
+		}
 	}
+	clear(q) // the spare keeps no flow, key or channel alive
+	w.ctrlSpare = q[:0]
 }
 
 func (w *worker) handleCtrl(c ctrl) ctrlReply {
@@ -673,7 +805,7 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
+		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc, punted: c.punted}
 		if err := w.setTranscode(f, c.flow.Transcode); err != nil {
 			return ctrlReply{err: err}
 		}
@@ -717,13 +849,28 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		}
 		return ctrlReply{flows: []dataplane.FlowStats{{Flow: f.flow, Stats: f.stats()}}}
 	case opList:
-		out := make([]dataplane.FlowStats, 0, len(w.flows))
+		n := 0
+		for _, f := range w.flows {
+			if f.shadow == c.shadow {
+				n++
+			}
+		}
+		out := make([]dataplane.FlowStats, 0, n)
 		for _, f := range w.flows {
 			if f.shadow == c.shadow {
 				out = append(out, dataplane.FlowStats{Flow: f.flow, Stats: f.stats()})
 			}
 		}
 		return ctrlReply{flows: out}
+	case opStats:
+		out := make(map[netip.AddrPort]dataplane.Stats)
+		for match, f := range w.flows {
+			if f.shadow != c.shadow || f.shadow && f.packets == 0 && f.dropped == 0 && f.lastSeen == 0 {
+				continue
+			}
+			out[match] = f.stats()
+		}
+		return ctrlReply{stats: out}
 	}
 	return ctrlReply{}
 }
@@ -799,6 +946,11 @@ func (w *worker) run() {
 		n, errno := rx.recv(w.rxFD)
 		if n > 0 {
 			got = true
+			// Requests queued before these packets came (a posted shadow
+			// install) are served first.
+			if w.pending.Load() {
+				w.drainCtrl()
+			}
 			w.relayBatch(rx, n, tx4, tx6)
 			w.afterBatch()
 			continue
@@ -981,6 +1133,10 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 		if f == nil {
 			noFlow++
 			continue
+		}
+		if f.punted != nil {
+			f.punted.Store(true) // once: its removal now waits for its counters
+			f.punted = nil
 		}
 		tx := tx4
 		if !f.outIs4() {

@@ -2,7 +2,9 @@ package call
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -455,4 +457,23 @@ func TestMediaRebind(t *testing.T) {
 		t.Errorf("callee->caller sends to %s, want %s", f.SendTo, moved)
 	}
 	m.Close()
+}
+
+// TestWantSet: the flows Sync wants come sorted by match, one per match,
+// the last one added for a match, as a map filled in order would hold.
+func TestWantSet(t *testing.T) {
+	flow := func(port uint16, side Side) wanted {
+		return wanted{flow: dataplane.Flow{Match: netip.AddrPortFrom(relay4, port)}, side: side}
+	}
+	ws := wantSet{flow(30002, A), flow(30000, A), flow(30002, B), flow(30004, A)}.sorted()
+	var got []string
+	for _, w := range ws {
+		got = append(got, fmt.Sprintf("%d%s", w.flow.Match.Port(), w.side))
+	}
+	if strings.Join(got, " ") != "30000a 30002b 30004a" {
+		t.Errorf("sorted set %v, want 30000a 30002b 30004a", got)
+	}
+	if !ws.has(netip.AddrPortFrom(relay4, 30004)) || ws.has(netip.AddrPortFrom(relay4, 30006)) {
+		t.Error("has: wrong membership")
+	}
 }

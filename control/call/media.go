@@ -145,6 +145,7 @@ type Media struct {
 	streams []*Stream
 	flows   map[netip.AddrPort]*flowRec
 	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
+	final   []FlowStat                  // once closed: every flow's last statistics (Close's result)
 	learned map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
 	closed  bool
 	// restoreIDs are the flow IDs of a restored call, used by the Sync
@@ -237,9 +238,9 @@ func (m *Media) Streams() []Stream {
 	return out
 }
 
-// want returns the flows the streams call for, by match.
-func (m *Media) want() (map[netip.AddrPort]wanted, error) {
-	out := make(map[netip.AddrPort]wanted)
+// want returns the flows the streams call for, appended to buf.
+func (m *Media) want(buf wantSet) (wantSet, error) {
+	out := buf
 	for _, st := range m.streams {
 		if st.Disabled {
 			continue
@@ -272,7 +273,7 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 					}
 				}
 			}
-			out[rtp.Match] = wanted{rtp, from, dec, enc}
+			out = append(out, wanted{rtp, from, dec, enc})
 			// A leg with rtcp-mux sends its RTCP with its RTP: the RTP
 			// flow carries it. The data plane does not split RTCP from
 			// RTP, so toward a leg without rtcp-mux it arrives on that
@@ -317,10 +318,10 @@ func (m *Media) want() (map[netip.AddrPort]wanted, error) {
 				}
 				rtcp.ExpectSource, rtcp.LatchAddress = netip.AddrPortFrom(l.source.Addr(), port), true
 			}
-			out[rtcp.Match] = wanted{rtcp, from, dec, enc}
+			out = append(out, wanted{rtcp, from, dec, enc})
 		}
 	}
-	return out, nil
+	return out.sorted(), nil
 }
 
 // applyLatch sets how fl treats its source, signalled is (the address the
@@ -454,6 +455,31 @@ type wanted struct {
 	dec, enc *sdes.Crypto
 }
 
+// wantSet is the flows the streams call for, sorted by match, one per
+// match. A media's few flows are found faster in a slice than in a map,
+// and it is one allocation, or none (Sync's is on its stack).
+type wantSet []wanted
+
+// sorted sorts the set by match; of flows with the same match, the last
+// added stays.
+func (ws wantSet) sorted() wantSet {
+	slices.SortStableFunc(ws, func(a, b wanted) int { return a.flow.Match.Compare(b.flow.Match) })
+	out := ws[:0]
+	for i := range ws {
+		if i+1 < len(ws) && ws[i+1].flow.Match == ws[i].flow.Match {
+			continue
+		}
+		out = append(out, ws[i])
+	}
+	return out
+}
+
+// has reports whether the set has a flow with this match.
+func (ws wantSet) has(match netip.AddrPort) bool {
+	_, ok := slices.BinarySearchFunc(ws, match, func(w wanted, m netip.AddrPort) int { return w.flow.Match.Compare(m) })
+	return ok
+}
+
 // Sync makes the installed flows match the streams: flows whose two ends
 // are known are installed, changed ones updated in place (statistics
 // kept, no packet lost), and flows no stream calls for any more removed.
@@ -464,14 +490,15 @@ func (m *Media) Sync() error {
 	if m.closed {
 		return errors.New("media closed")
 	}
-	want, err := m.want()
+	var buf [8]wanted
+	want, err := m.want(buf[:0])
 	if err != nil {
 		return err
 	}
 	var errs []error
 	m.revision++
 	for match, rec := range m.flows {
-		if _, ok := want[match]; ok {
+		if want.has(match) {
 			continue
 		}
 		fs, err := m.t.reg.Remove(match)
@@ -482,8 +509,8 @@ func (m *Media) Sync() error {
 		m.keepLast(rec, fs.Stats)
 		delete(m.flows, match)
 	}
-	for _, match := range sortedKeys(want) {
-		w := want[match]
+	for _, w := range want {
+		match := w.flow.Match
 		w.flow.Owner = dataplane.OwnerCall
 		w.flow.Decrypt, w.flow.Encrypt = toSRTP(w.dec), toSRTP(w.enc)
 		if r, ok := m.restoreROC[match]; ok {
@@ -549,15 +576,6 @@ func (m *Media) Sync() error {
 		m.flows[match] = &flowRec{flow: fl, path: path, side: w.side, installed: m.t.now()}
 	}
 	return errors.Join(errs...)
-}
-
-func sortedKeys(m map[netip.AddrPort]wanted) []netip.AddrPort {
-	keys := make([]netip.AddrPort, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	return keys
 }
 
 // keepLast keeps a removed flow's statistics for the call's totals.
@@ -639,12 +657,18 @@ func (m *Media) Close() []FlowStat {
 		return nil
 	}
 	m.closed = true
+	out := make([]FlowStat, 0, len(m.flows)+len(m.last))
 	for match, rec := range m.flows {
 		fs, err := m.t.reg.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			m.t.log.Warn("remove flow at call end", zap.Stringer("match", match), zap.Error(err))
 		}
-		m.keepLast(rec, fs.Stats)
+		st := fs.Stats
+		if prev, ok := m.last[match]; ok {
+			st.Add(prev.Stats)
+			delete(m.last, match)
+		}
+		out = append(out, FlowStat{Flow: rec.flow, Path: rec.path, Side: rec.side, Stats: st})
 	}
 	m.flows = nil
 	for _, st := range m.streams {
@@ -654,11 +678,11 @@ func (m *Media) Close() []FlowStat {
 			}
 		}
 	}
-	out := make([]FlowStat, 0, len(m.last))
 	for _, fs := range m.last {
 		out = append(out, fs)
 	}
 	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
+	m.last, m.final = nil, out
 	return out
 }
 

@@ -245,6 +245,7 @@ type AnswerOptions struct {
 
 // decision is what relayd decided for one stream of the pending offer.
 type decision struct {
+	made       bool   // the stream has one (an enabled stream of the offer)
 	pass       bool   // a=crypto passes end to end (or no SRTP at all)
 	offerProto string // the offerer's profile, for the answer relayd sends it
 	// terminate: relayd decrypts the offerer's SRTP (its key in Recv,
@@ -263,8 +264,16 @@ type decision struct {
 type pendingOffer struct {
 	from    Side
 	offer   *sdp.Description
-	streams map[int]decision
+	streams []decision // by stream index
 	mux     MuxPolicy
+}
+
+// decision returns the decision for stream i, if there is one.
+func (p *pendingOffer) decision(i int) (decision, bool) {
+	if i < len(p.streams) && p.streams[i].made {
+		return p.streams[i], true
+	}
+	return decision{}, false
 }
 
 // Session is the offer/answer state of one call's media (RFC 3264): for
@@ -413,7 +422,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
 	mp := o.RTCPMux
-	decs := make(map[int]decision)
+	decs := make([]decision, len(d.Streams))
 	for i := range d.Streams {
 		st := &d.Streams[i]
 		if !st.Enabled() {
@@ -488,6 +497,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 			return nil, fmt.Errorf("stream %d: %w", i, err)
 		}
 		sp.Crypto, sp.MoreCrypto = relayKey, moreKeys
+		dec.made = true
 		decs[i] = dec
 		plan.Streams[i] = sp
 	}
@@ -631,7 +641,7 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 		Streams:               make([]sdp.StreamPlan, len(d.Streams)),
 	}
 	for i := range d.Streams {
-		if _, ok := p.streams[i]; ok && i < len(p.offer.Streams) {
+		if _, ok := p.decision(i); ok && i < len(p.offer.Streams) {
 			if err := s.acceptable(from, &d.Streams[i]); err != nil {
 				return nil, fmt.Errorf("stream %d: %w", i, err)
 			}
@@ -641,7 +651,7 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 	out, cloned := d, false
 	for i := range d.Streams {
 		st := &d.Streams[i]
-		dec, ok := p.streams[i]
+		dec, ok := p.decision(i)
 		if i >= len(p.offer.Streams) || !ok || !st.Enabled() {
 			m.Edit(i, func(ms *Stream) { ms.Disabled = true })
 			continue

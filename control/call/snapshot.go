@@ -195,6 +195,9 @@ func (m *Media) snapshot() MediaSnapshot {
 	for match, fs := range m.last {
 		counted[match] = flowCount(fs)
 	}
+	for _, fs := range m.final {
+		counted[fs.Flow.Match] = flowCount(fs)
+	}
 	m.mu.Unlock()
 	// Userspace counters die with the process: carry them over, for
 	// userspace flows and for the userspace shadows of XDP flows (punted
@@ -404,11 +407,12 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	want, err := m.want()
+	want, err := m.want(nil)
 	if err != nil {
 		return err
 	}
-	for match, w := range want {
+	for _, w := range want {
+		match := w.flow.Match
 		f, path, ok := m.t.reg.Claim(match, m)
 		if !ok {
 			continue

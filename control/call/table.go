@@ -202,7 +202,7 @@ func (t *Table) Rebind(stats map[netip.AddrPort]dataplane.Stats, after time.Dura
 // packet for idle (flows never used count from their installation).
 // Calls without flows are not idle.
 func (t *Table) Idle(idle time.Duration) ([]*Call, error) {
-	seen, err := t.reg.LastSeen(idle)
+	seen, err := t.reg.LastSeen()
 	cutoff := t.now().Add(-idle)
 	var out []*Call
 	for _, c := range t.List() {

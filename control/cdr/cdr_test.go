@@ -140,3 +140,45 @@ func TestPostRetryAndOverflow(t *testing.T) {
 		t.Errorf("collector got %v", got)
 	}
 }
+
+// TestRecordBytes: a record is written as json.Marshal encodes it, one
+// per line, and posted without the newline.
+func TestRecordBytes(t *testing.T) {
+	posted := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		posted <- b
+	}))
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "cdr.jsonl")
+	w, err := New(Config{Path: path, PostURL: srv.URL}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := info("a<b>&c")
+	in.From = "\"Ann\" <sip:ann@198.18.0.2>"
+	w.Write(in)
+	var body []byte
+	select {
+	case body = <-posted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing posted")
+	}
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(Record{Type: "cdr", Info: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(file) != string(want)+"\n" {
+		t.Errorf("line %q, want %q and a newline", file, want)
+	}
+	if string(body) != string(want) {
+		t.Errorf("posted %q, want %q", body, want)
+	}
+}

@@ -163,12 +163,6 @@ type Holder interface {
 	Latched(match, source netip.AddrPort, locked bool)
 }
 
-// Sweeper is implemented by data planes that find idle flows themselves
-// (fastpath does, from its per-flow last-seen times).
-type Sweeper interface {
-	Sweep(idle time.Duration) ([]dataplane.FlowStats, error)
-}
-
 // FlowState is a flow, where it runs and its statistics.
 type FlowState struct {
 	Flow  dataplane.Flow
@@ -729,26 +723,36 @@ func (r *Registry) Stats(match netip.AddrPort) (FlowState, error) {
 }
 
 // List returns the flows of one owner with their statistics, sorted by
-// ID; statistics come from one List call per data plane.
+// ID; statistics come from one read of every flow's per data plane.
 func (r *Registry) List(owner dataplane.Owner) ([]FlowState, error) {
-	stats := make(map[netip.AddrPort]dataplane.Stats)
-	for path, p := range r.planes {
-		list, err := p.List()
-		if err != nil {
-			return nil, fmt.Errorf("list %s flows: %w", path, err)
-		}
-		for _, fs := range list {
-			stats[fs.Flow.Match] = fs.Stats
-		}
-	}
 	r.mu.Lock()
-	out := make([]FlowState, 0, len(r.flows))
+	out := []FlowState{}
 	for _, e := range r.flows {
 		if e.flow.Owner == owner {
-			out = append(out, FlowState{Flow: e.flow, Path: e.plane.Path(), Stats: stats[e.flow.Match]})
+			out = append(out, FlowState{Flow: e.flow, Path: e.plane.Path()})
 		}
 	}
 	r.mu.Unlock()
+	if len(out) == 0 {
+		return out, nil
+	}
+	stats := make(map[netip.AddrPort]dataplane.Stats, len(out))
+	for _, fs := range out {
+		stats[fs.Flow.Match] = dataplane.Stats{}
+	}
+	for path, p := range r.planes {
+		err := eachStats(p, func(match netip.AddrPort, st dataplane.Stats) {
+			if _, ok := stats[match]; ok {
+				stats[match] = st
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("list %s flows: %w", path, err)
+		}
+	}
+	for i := range out {
+		out[i].Stats = stats[out[i].Flow.Match]
+	}
 	slices.SortFunc(out, func(a, b FlowState) int { return cmp.Compare(a.Flow.ID, b.Flow.ID) })
 	return out, nil
 }
@@ -856,43 +860,18 @@ func (r *Registry) releaseFound(match netip.AddrPort) {
 }
 
 // LastSeen returns, for every flow the data planes carry, the time of its
-// last packet, with flows a Sweeper data plane does not report idle for
-// idle counted as seen now. Flows that never carried a packet are absent.
-func (r *Registry) LastSeen(idle time.Duration) (map[netip.AddrPort]time.Time, error) {
-	now := r.now()
+// last packet. Flows that never carried a packet are absent.
+func (r *Registry) LastSeen() (map[netip.AddrPort]time.Time, error) {
 	seen := make(map[netip.AddrPort]time.Time)
 	var errs []error
 	for path, p := range r.planes {
-		list, err := p.List()
+		err := eachStats(p, func(match netip.AddrPort, st dataplane.Stats) {
+			if st.LastSeen.After(seen[match]) {
+				seen[match] = st.LastSeen
+			}
+		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list %s flows: %w", path, err))
-			continue
-		}
-		active := make(map[netip.AddrPort]bool, len(list))
-		if s, ok := p.(Sweeper); ok {
-			idleList, err := s.Sweep(idle)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("sweep %s flows: %w", path, err))
-				continue
-			}
-			for _, fs := range list {
-				active[fs.Flow.Match] = true
-			}
-			for _, fs := range idleList {
-				active[fs.Flow.Match] = false
-			}
-		}
-		for _, fs := range list {
-			last := fs.Stats.LastSeen
-			if last.IsZero() {
-				continue
-			}
-			if active[fs.Flow.Match] {
-				last = now // the data plane says it is not idle
-			}
-			if last.After(seen[fs.Flow.Match]) {
-				seen[fs.Flow.Match] = last
-			}
 		}
 	}
 	return seen, errors.Join(errs...)
@@ -905,25 +884,36 @@ func (r *Registry) AllStats() (map[netip.AddrPort]dataplane.Stats, error) {
 	out := make(map[netip.AddrPort]dataplane.Stats)
 	var errs []error
 	for path, p := range r.planes {
-		list, err := p.List()
+		err := eachStats(p, func(match netip.AddrPort, st dataplane.Stats) {
+			prev, ok := out[match]
+			if !ok {
+				out[match] = st
+				return
+			}
+			prev.Dropped += st.Dropped
+			if st.LastSeen.After(prev.LastSeen) {
+				prev.LastSeen = st.LastSeen
+			}
+			out[match] = prev
+		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("list %s flows: %w", path, err))
-			continue
-		}
-		for _, fs := range list {
-			st, ok := out[fs.Flow.Match]
-			if !ok {
-				out[fs.Flow.Match] = fs.Stats
-				continue
-			}
-			st.Dropped += fs.Stats.Dropped
-			if fs.Stats.LastSeen.After(st.LastSeen) {
-				st.LastSeen = fs.Stats.LastSeen
-			}
-			out[fs.Flow.Match] = st
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// eachStats calls fn with the statistics of every flow p carries: through
+// dataplane.StatsReader when p has it, from its List otherwise.
+func eachStats(p dataplane.DataPlane, fn func(netip.AddrPort, dataplane.Stats)) error {
+	if sr, ok := p.(dataplane.StatsReader); ok {
+		return sr.EachStats(fn)
+	}
+	list, err := p.List()
+	for _, fs := range list {
+		fn(fs.Flow.Match, fs.Stats)
+	}
+	return err
 }
 
 // Created returns when the flow with this match was installed or adopted.

@@ -279,3 +279,77 @@ func TestAdoptDeniedWarns(t *testing.T) {
 		t.Errorf("%d warnings, want 1: %v", n, logs.All())
 	}
 }
+
+// statsReading is a fake data plane that reads statistics without List
+// (dataplane.StatsReader), from its own table.
+type statsReading struct {
+	*dataplanetest.DataPlane
+	stats map[netip.AddrPort]dataplane.Stats
+}
+
+func (s statsReading) EachStats(fn func(netip.AddrPort, dataplane.Stats)) error {
+	for m, st := range s.stats {
+		fn(m, st)
+	}
+	return nil
+}
+
+// TestStatsReads: the sweeps' reads of every flow (LastSeen, AllStats,
+// List of one owner) go through a data plane's EachStats when it has one,
+// never its List, and merge the planes: the latest packet, the sum of
+// drops. Flows never seen are absent from LastSeen.
+func TestStatsReads(t *testing.T) {
+	t0 := time.Now()
+	both, onlyUS, silent := ap("198.18.1.1:30000"), ap("198.18.1.1:30002"), ap("198.18.1.1:30004")
+	xdp := statsReading{dataplanetest.New(dataplane.PathXDP), map[netip.AddrPort]dataplane.Stats{
+		both:   {Packets: 5, Dropped: 1, LastSeen: t0},
+		silent: {},
+	}}
+	us := dataplanetest.New(dataplane.PathUserspace)
+	r, err := New(Config{Interfaces: []Interface{internal}}, zaptest.NewLogger(t), xdp, us)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []netip.AddrPort{both, onlyUS} {
+		if _, _, err := r.Install(dataplane.Flow{Match: m, Action: dataplane.Drop}, dataplane.PathUserspace, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xdpLists, usLists := xdp.Calls("List"), us.Calls("List") // adopting the planes' flows
+	us.SetStats(both, dataplane.Stats{Packets: 2, Dropped: 2, LastSeen: t0.Add(time.Second)})
+	us.SetStats(onlyUS, dataplane.Stats{Packets: 1, LastSeen: t0.Add(-time.Second)})
+
+	seen, err := r.LastSeen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || !seen[both].Equal(t0.Add(time.Second)) || !seen[onlyUS].Equal(t0.Add(-time.Second)) {
+		t.Errorf("LastSeen = %v, want %s and %s seen, %s absent", seen, both, onlyUS, silent)
+	}
+	all, err := r.AllStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := all[both]; st.Dropped != 3 || !st.LastSeen.Equal(t0.Add(time.Second)) {
+		t.Errorf("AllStats[%s] = %+v, want 3 dropped, the later last seen", both, st)
+	}
+	if _, ok := all[silent]; !ok || len(all) != 3 {
+		t.Errorf("AllStats = %v, want the 3 flows", all)
+	}
+	static, err := r.List(dataplane.OwnerStatic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(static) != 2 || static[1].Flow.Match != onlyUS || static[1].Stats.Packets != 1 {
+		t.Errorf("List(static) = %+v, want the two flows with their statistics", static)
+	}
+	if n := xdp.Calls("List") - xdpLists; n != 0 {
+		t.Errorf("%d List calls on the data plane with EachStats, want none", n)
+	}
+	if n := us.Calls("List") - usLists; n != 3 {
+		t.Errorf("%d List calls on the data plane without EachStats, want 3 (one per read)", n)
+	}
+	if calls, err := r.List(dataplane.OwnerCall); err != nil || len(calls) != 0 || us.Calls("List")-usLists != 3 {
+		t.Errorf("List(call) = %v, %v with %d data plane Lists: want none, without reading any statistics", calls, err, us.Calls("List")-usLists)
+	}
+}

@@ -41,7 +41,7 @@ type b2bCall struct {
 
 	s     *Server
 	c     *call.Call
-	log   *zap.Logger
+	log   callLog
 	start time.Time
 	a     *sipgo.DialogServerSession // leg A, relayd is UAS
 	aUA   *sipgo.DialogUA
@@ -55,6 +55,11 @@ type b2bCall struct {
 
 	// aID and bID are the dialog IDs; written under s.mu.
 	aID, bID string
+
+	// dlgMu orders what uses the dialogs' INVITE transactions once the
+	// call is up (the BYEs: read, shared) before releaseTxs (write),
+	// which swaps the ended transactions out of them.
+	dlgMu sync.RWMutex
 
 	setupCancel context.CancelCauseFunc // ends the setup early (terminate before answer)
 	reoffer     sync.Mutex              // one re-INVITE/UPDATE at a time
@@ -75,6 +80,7 @@ type b2bCall struct {
 	savedAt    time.Time     // when
 	restored   bool          // taken back from the store after a restart
 	detached   bool          // kept up for the next run: this one lets go of it
+	released   bool          // the INVITE transactions were let go (releaseTxs)
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -162,7 +168,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	bc := &b2bCall{
 		s:       s,
 		c:       c,
-		log:     s.log.With(zap.String("call", c.ID), zap.String("sip_call_id", req.CallID().Value())),
+		log:     s.newCallLog(c.ID, req.CallID().Value()),
 		start:   time.Now(),
 		a:       dlg,
 		aUA:     aUA,
@@ -220,7 +226,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	bc.dec = dec
+	bc.dec = route.Decision{Route: dec.Route} // the destinations are the setup's alone
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
 	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
@@ -228,9 +234,8 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	if t, exposed := bc.sdesExposed(call.A, req.Body()); exposed {
 		// The offer's keys crossed already; the answer's need not.
 		r := sdesRefusal(call.A, t)
-		if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused: SDES over a plain transport"); ce != nil {
-			ce.Write(zap.String("leg", "caller"), zap.String("transport", t))
-		}
+		bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused: SDES over a plain transport",
+			zap.String("leg", "caller"), zap.String("transport", t))
 		bc.fail(r.disposition, r.code, r.reason, r.headers...)
 		return
 	}
@@ -387,9 +392,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		body, err = bc.relayOffer(call.A, offer, true)
 		if err != nil {
 			res := refusal(err)
-			if ce := s.loglim.Check(bc.log, zap.InfoLevel, bc.c.Source.Addr(), "call refused"); ce != nil {
-				ce.Write(zap.Int("code", res.code), zap.Error(err))
-			}
+			bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused", zap.Int("code", res.code), zap.Error(err))
 			return res
 		}
 		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
@@ -620,12 +623,15 @@ func (bc *b2bCall) relayProvisional(r *sip.Response, haveOffer bool) {
 // answer completes a call B answered: SDP both ways, ACK to B, 200 to A.
 func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sipgo.DialogClientSession) {
 	res := dlgB.InviteResponse
-	ackCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
-	defer cancel()
+	// An ACK goes out at once, on no transaction: nothing to wait for (a
+	// deadline for it would cost a timer per call).
+	ackCtx := context.Background()
 	abandon := func(code int, reason string, err error, headers ...sip.Header) {
 		bc.log.Info("answer not usable", zap.Int("code", code), zap.Error(err))
 		dlgB.Ack(ackCtx)
-		dlgB.Bye(ackCtx)
+		byeCtx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+		defer cancel()
+		dlgB.Bye(byeCtx)
 		bc.fail(call.Failed, code, reason, headers...)
 	}
 	var bodyA []byte
@@ -775,6 +781,8 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	}
 	ctx, done := context.WithTimeout(context.Background(), byeTimeout)
 	defer done()
+	bc.dlgMu.RLock()
+	defer bc.dlgMu.RUnlock()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -815,6 +823,8 @@ func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransact
 	bc.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
+	bc.dlgMu.RLock()
+	defer bc.dlgMu.RUnlock()
 	if side == call.A {
 		if err := bc.a.ReadBye(req, tx); err != nil {
 			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")

@@ -2,6 +2,7 @@ package sip
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +12,12 @@ import (
 )
 
 // TestCallLogsCarrySIPCallID: every info line about a call names relayd's
-// call id and the caller's SIP Call-ID, so that the journal can be
-// searched by either.
+// call id and the caller's SIP Call-ID first, so that the journal can be
+// searched by either, and the line of the B2BUA's code that wrote it.
 func TestCallLogsCarrySIPCallID(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	ce := newCallee(t)
-	h := newHarness(t, opts{destinations: []string{ce.addr}, log: zap.New(core)})
+	h := newHarness(t, opts{destinations: []string{ce.addr}, log: zap.New(core, zap.AddCaller())})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	d, err := h.invite(ctx, offerSDP(4000))
@@ -43,6 +44,12 @@ func TestCallLogsCarrySIPCallID(t *testing.T) {
 		fields := entries[0].ContextMap()
 		if fields["sip_call_id"] != callID || fields["call"] == "" || fields["call"] == nil {
 			t.Errorf("%q fields %v, want sip_call_id %q and call", msg, fields, callID)
+		}
+		if ctx := entries[0].Context; len(ctx) < 2 || ctx[0].Key != "call" || ctx[1].Key != "sip_call_id" {
+			t.Errorf("%q fields %v, want call and sip_call_id first", msg, ctx)
+		}
+		if c := entries[0].Caller; !c.Defined || !strings.HasSuffix(c.File, "control/sip/call.go") {
+			t.Errorf("%q logged from %s, want control/sip/call.go", msg, c.FullPath())
 		}
 	}
 }

@@ -295,7 +295,7 @@ func (s *Server) restoreCall(rec *record) error {
 	bc := &b2bCall{
 		s:          s,
 		c:          c,
-		log:        s.log.With(zap.String("call", c.ID)),
+		log:        s.newCallLog(c.ID, ""),
 		start:      c.Created,
 		a:          a,
 		aUA:        aUA,
@@ -309,6 +309,7 @@ func (s *Server) restoreCall(rec *record) error {
 		answered:   true,
 		negotiated: true,
 		restored:   true,
+		released:   true, // the dialogs have no INVITE transaction
 	}
 	neg := call.SessionSnapshot{LastSent: rec.LastSent}
 	for i, o := range rec.Origin {
@@ -453,4 +454,61 @@ func (bc *b2bCall) detach() bool {
 	bc.s.unregister(bc)
 	bc.s.cfg.Calls.Remove(bc.c)
 	return true
+}
+
+// releaseTxs lets go of the INVITE transactions of an answered call once
+// both have ended (64*T1 after the answer over UDP): the dialogs get an
+// endedTx in their place, as a restored call's have. The transactions
+// hold what the call no longer needs for as long as it lasts: the
+// caller's INVITE as parsed (the dialog has its own copy), the ACK
+// template for the callee's retransmitted 2xx, their timers and
+// channels. It reports whether it released them; a call busy with a BYE
+// is left for the next try.
+func (bc *b2bCall) releaseTxs() bool {
+	bc.mu.Lock()
+	ready := bc.negotiated && !bc.released && !bc.detached && bc.b != nil
+	aTx, b := bc.aTx, bc.b
+	bc.mu.Unlock()
+	if !ready || !ended(aTx) {
+		return false
+	}
+	bTx, err := field(b, "inviteTx")
+	if err != nil {
+		return false
+	}
+	if tx, ok := bTx.Interface().(sip.ClientTransaction); !ok || !ended(tx) {
+		return false
+	}
+	if !bc.dlgMu.TryLock() {
+		return false
+	}
+	defer bc.dlgMu.Unlock()
+	if err := setField(bc.a, "inviteTx", sip.ServerTransaction(endedTx{})); err != nil {
+		return false
+	}
+	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
+		return false
+	}
+	bc.mu.Lock()
+	bc.aTx, bc.released = endedTx{}, true
+	bc.mu.Unlock()
+	return true
+}
+
+// ended reports whether a transaction has terminated.
+func ended(tx interface{ Done() <-chan struct{} }) bool {
+	select {
+	case <-tx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// releaseTxs releases the ended INVITE transactions of the calls that
+// are up (b2bCall.releaseTxs).
+func (s *Server) releaseTxs() {
+	for _, bc := range s.calls() {
+		bc.releaseTxs()
+	}
 }

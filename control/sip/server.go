@@ -66,7 +66,8 @@ type Config struct {
 	// UserAgent is sent in User-Agent and Server headers; default relayd.
 	UserAgent string
 	// SweepInterval is how often media timeouts are checked (and changed
-	// media persisted); default 2s.
+	// media persisted) and ended INVITE transactions of answered calls
+	// let go; default 2s.
 	SweepInterval time.Duration
 	// Store keeps answered calls across restarts; optional. With it,
 	// New takes back the calls stored by the previous run and Shutdown
@@ -113,6 +114,7 @@ func (c *Config) validate() error {
 type Server struct {
 	cfg     Config
 	log     *zap.Logger
+	clog    *zap.Logger // log for callLog, skipping its frames
 	ua      *sipgo.UserAgent
 	srv     *sipgo.Server
 	client  *sipgo.Client
@@ -179,6 +181,7 @@ func New(cfg Config, log *zap.Logger) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
+		clog:     log.WithOptions(zap.AddCallerSkip(callLogSkip)),
 		ua:       ua,
 		dialogs:  make(map[string]*sipgo.DialogUA),
 		laddr:    make(map[string]sip.Addr),
@@ -400,11 +403,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// sweep ends calls without media for MediaTimeout.
+// sweep ends calls without media for MediaTimeout (persisting those whose
+// media changed) and lets go of the ended INVITE transactions of the
+// calls that are up.
 func (s *Server) sweep(ctx context.Context) {
-	if s.cfg.MediaTimeout <= 0 {
-		return
-	}
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
 	for {
@@ -412,6 +414,10 @@ func (s *Server) sweep(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		s.releaseTxs()
+		if s.cfg.MediaTimeout <= 0 {
+			continue
 		}
 		idle, err := s.cfg.Calls.Idle(s.cfg.MediaTimeout)
 		if err != nil {

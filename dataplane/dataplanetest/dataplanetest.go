@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/relayd/relayd/dataplane"
 )
@@ -222,22 +221,4 @@ func (d *DataPlane) Interfaces() []dataplane.Interface {
 	defer d.mu.Unlock()
 	d.calls["Interfaces"]++
 	return slices.Clone(d.ifaces)
-}
-
-// Sweep returns the flows whose last packet is older than idle, like
-// fastpath's Sweep. Flows never seen are not returned: the fake does not
-// know when they were installed.
-func (d *DataPlane) Sweep(idle time.Duration) ([]dataplane.FlowStats, error) {
-	all, err := d.List()
-	if err != nil {
-		return nil, err
-	}
-	cutoff := time.Now().Add(-idle)
-	var out []dataplane.FlowStats
-	for _, fs := range all {
-		if !fs.Stats.LastSeen.IsZero() && fs.Stats.LastSeen.Before(cutoff) {
-			out = append(out, fs)
-		}
-	}
-	return out, nil
 }

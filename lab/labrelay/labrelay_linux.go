@@ -60,6 +60,9 @@ type Options struct {
 	// Extra is TOML appended after the [media] section: whole sections
 	// such as [ng].
 	Extra string
+	// Profile builds relayd with its test-only pprof endpoint (unless Bin
+	// is set) for Relay.Profile and Relay.HeapAfterGC.
+	Profile bool
 }
 
 // Relay is a relayd process in a lab namespace (the relay's unless
@@ -75,28 +78,37 @@ type Relay struct {
 	LogPath    string
 
 	client *http.Client
+	pprof  *http.Client // with Options.Profile
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
 var (
-	buildMu  sync.Mutex
-	buildDir string
+	buildMu   sync.Mutex
+	buildDirs = map[string]string{} // by build tags
 )
+
+// pprofTag builds a relayd that serves net/http/pprof on the unix socket
+// named by RELAYD_PPROF (cmd/relayd/pprof.go).
+const pprofTag = "relaydpprof"
 
 // Build compiles relayd into a temporary directory the first time it is
 // called in a process (and again if the binary was removed) and returns its
 // path. RemoveBuild removes it. With RELAYD_TEST_BIN set it returns that
 // binary instead: the VM tests build relayd on the host and run the lab
 // tests under another kernel, where no Go toolchain needs to run.
-func Build() (string, error) {
+func Build() (string, error) { return build("") }
+
+// build is Build with Go build tags ("" none); each set of tags has its
+// own binary.
+func build(tags string) (string, error) {
 	if bin := os.Getenv("RELAYD_TEST_BIN"); bin != "" {
 		return bin, nil
 	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if buildDir != "" {
-		bin := filepath.Join(buildDir, "relayd")
+	if dir := buildDirs[tags]; dir != "" {
+		bin := filepath.Join(dir, "relayd")
 		if _, err := os.Stat(bin); err == nil {
 			return bin, nil
 		}
@@ -106,22 +118,22 @@ func Build() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "relayd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/relayd/relayd/cmd/relayd").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, "github.com/relayd/relayd/cmd/relayd").CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", fmt.Errorf("go build relayd: %w\n%s", err, out)
+		return "", fmt.Errorf("go build relayd (tags %q): %w\n%s", tags, err, out)
 	}
-	buildDir = dir
+	buildDirs[tags] = dir
 	return bin, nil
 }
 
-// RemoveBuild removes the binary Build made, if any.
+// RemoveBuild removes the binaries Build made, if any.
 func RemoveBuild() {
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-		buildDir = ""
+	for tags, dir := range buildDirs {
+		os.RemoveAll(dir)
+		delete(buildDirs, tags)
 	}
 }
 
@@ -152,7 +164,11 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 		o.Media4, o.Media6 = l.RelayMedia4, l.RelayMedia6
 	}
 	if o.Bin == "" {
-		bin, err := Build()
+		tags := ""
+		if o.Profile {
+			tags = pprofTag
+		}
+		bin, err := build(tags)
 		if err != nil {
 			return nil, err
 		}
@@ -166,12 +182,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 		PinPath:    filepath.Join(o.Dir, "bpf"),
 		LogPath:    filepath.Join(o.Dir, "relayd.log"),
 	}
-	r.client = &http.Client{
-		Timeout: 10 * time.Second,
-		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", r.Socket)
-		}},
+	r.client = unixClient(r.Socket, 10*time.Second)
+	if o.Profile {
+		r.pprof = unixClient(r.pprofSocket(), 2*time.Minute)
 	}
 	// A bpffs of our own, outside /sys: `ip netns exec` remounts /sys in
 	// the namespace it creates, which would hide /sys/fs/bpf, and a bpffs
@@ -236,6 +249,9 @@ func (r *Relay) Start() error {
 	}
 	r.cmd = r.opts.NS.Command(r.opts.Bin, "-config", r.ConfigPath)
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if r.pprof != nil {
+		r.cmd.Env = append(os.Environ(), "RELAYD_PPROF="+r.pprofSocket())
+	}
 	// Its own process group: a terminal's Ctrl-C goes to the caller, which
 	// stops relayd in order.
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -373,7 +389,12 @@ func (r *Relay) Metric(prefix string) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(m, "\n") {
+	return sample(m, prefix)
+}
+
+// sample finds the sample whose line starts with prefix in an exposition.
+func sample(exposition, prefix string) (float64, error) {
+	for _, line := range strings.Split(exposition, "\n") {
 		if rest, ok := strings.CutPrefix(line, prefix+" "); ok {
 			var v float64
 			_, err := fmt.Sscan(rest, &v)
@@ -417,4 +438,59 @@ func (r *Relay) do(method, path string, in, out any, want ...int) error {
 		return json.Unmarshal(b, out)
 	}
 	return nil
+}
+
+func unixClient(path string, timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}},
+	}
+}
+
+func (r *Relay) pprofSocket() string { return filepath.Join(r.opts.Dir, "pprof.sock") }
+
+// Profile fetches a pprof profile from relayd (Options.Profile): name is
+// what follows /debug/pprof/ ("profile?seconds=10", "heap?gc=1",
+// "allocs", "goroutine"). The result is what go tool pprof reads.
+func (r *Relay) Profile(name string) ([]byte, error) {
+	if r.pprof == nil {
+		return nil, errors.New("relayd runs without its pprof endpoint (Options.Profile)")
+	}
+	resp, err := r.pprof.Get("http://relayd/debug/pprof/" + name)
+	if err != nil {
+		return nil, fmt.Errorf("pprof %s: %w", name, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("pprof %s: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("pprof %s: %s: %s", name, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
+}
+
+// HeapAfterGC returns relayd's heap right after a garbage collection,
+// which the heap profile's gc=1 forces (Options.Profile): HeapInuse, the
+// spans holding live objects, and HeapAlloc, the live objects themselves
+// (the GC swept every span before it returned). The difference is what
+// fragmentation keeps.
+func (r *Relay) HeapAfterGC() (inuse, live float64, err error) {
+	if _, err := r.Profile("heap?gc=1"); err != nil {
+		return 0, 0, err
+	}
+	m, err := r.Metrics()
+	if err != nil {
+		return 0, 0, err
+	}
+	for name, v := range map[string]*float64{"go_memstats_heap_inuse_bytes": &inuse, "go_memstats_heap_alloc_bytes": &live} {
+		if *v, err = sample(m, name); err != nil {
+			return 0, 0, err
+		}
+	}
+	return inuse, live, nil
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +15,28 @@ import (
 )
 
 // TestSIPBench measures the B2BUA with SIPp in the lab (set
-// RELAYD_SIP_BENCH=1; not part of make test): calls per second with two
-// failed attempts per call, and the heap per call with many calls held.
-// RELAYD_SIP_CPS (default 500) and RELAYD_SIP_HOLD (default 10000) set
-// the load.
+// RELAYD_SIP_BENCH=1; not part of make test). Every call is tried on two
+// destinations that answer 503 before the third answers: two failed
+// attempts per call. It reports
+//
+//   - heap per held call: relayd's HeapInuse (and HeapAlloc, the live
+//     objects without what fragmentation keeps) after a GC with
+//     RELAYD_SIP_HOLD (default 10000) calls up, minus the same before the
+//     calls, once as soon as the calls are up (their setup's transactions
+//     still linger: 64*T1) and once settled, when those have ended;
+//   - CPU per call: relayd's CPU time (utime+stime of /proc/PID/stat)
+//     while SIPp offers RELAYD_SIP_CPS (default 500) calls per second for
+//     RELAYD_SIP_SECS (default 10) s, calls that hang up at once, divided
+//     by the calls answered.
+//
+// RELAYD_TEST_BIN runs another relayd (one built with -tags relaydpprof
+// for the heap figures: an older one to compare).
+// RELAYD_SIP_STATE=1 gives relayd a [state] file (calls persisted);
+// RELAYD_SIP_PROFILE=DIR writes relayd's profiles there: heap.pprof
+// (held calls, settled), cpu_held.pprof (while they are held),
+// cpu.pprof and allocs_{before,after}.pprof
+// (around the CPS run: go tool pprof -base allocs_before.pprof
+// allocs_after.pprof).
 func TestSIPBench(t *testing.T) {
 	if os.Getenv("RELAYD_SIP_BENCH") == "" {
 		t.Skip("set RELAYD_SIP_BENCH=1 to run the SIP benchmark")
@@ -31,6 +50,7 @@ func TestSIPBench(t *testing.T) {
 	if hold == 0 {
 		hold = 10000
 	}
+	profDir := os.Getenv("RELAYD_SIP_PROFILE")
 	l := lab.NewT(t)
 	uas := l.CalleeAddr4.String()
 	dir := t.TempDir()
@@ -43,7 +63,11 @@ destinations = ["sip:%[2]s:5062", "sip:%[2]s:5064", "sip:%[2]s:5060"]
 [cdr]
 path = %[3]q
 `, l.RelayMedia4, uas, filepath.Join(dir, "cdr.jsonl"))
-	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: "20000-59999", LogLevel: "warn"})
+	if os.Getenv("RELAYD_SIP_STATE") != "" {
+		extra += fmt.Sprintf("[state]\npath = %q\n", filepath.Join(dir, "state.db"))
+	}
+	// Held calls carry no media: the media timeout must outlast them.
+	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: "20000-59999", LogLevel: "warn", Timeout: "300s", Profile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,58 +84,82 @@ path = %[3]q
 	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-max_socket", "60000")
 	time.Sleep(500 * time.Millisecond)
 
-	heap0 := minHeap(t, r)
-	// Hold calls: heap per call. heap_alloc counts garbage until the next
-	// GC, so take the lowest of several samples.
-	waitUntil := time.Now().Add(90 * time.Second)
-	for time.Now().Before(waitUntil) {
-		if a, _ := r.Metric("relayd_calls_active"); a == 0 {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+	heap0 := heapAfterGC(t, r)
+	goroutines0, _ := r.Metric("go_goroutines")
+	// Hold calls: placed at 500 per second, held long enough to measure
+	// them once their setup's transactions have ended (64*T1 = 32 s after
+	// the last one).
+	const settle = 35 * time.Second
+	placing := time.Duration(hold/500+1) * time.Second
+	holdFor := placing + settle + 20*time.Second
 	holdCtx, stopHold := context.WithTimeout(ctx, 5*time.Minute)
 	defer stopHold()
 	done := make(chan struct{})
 	var holdOut string
+	holdStart := time.Now()
 	go func() {
 		defer close(done)
 		_, holdOut = runSIPp(t, holdCtx, l.Caller, l.RelayMedia4.String()+":5060", "-sn", "uac", "-s", "100", "-i", l.CallerAddr4.String(), "-p", "5082",
-			"-r", "500", "-m", strconv.Itoa(hold), "-d", "45000", "-l", strconv.Itoa(hold), "-max_socket", "60000", "-recv_timeout", "10000")
+			"-r", "500", "-m", strconv.Itoa(hold), "-d", strconv.Itoa(int(holdFor.Milliseconds())), "-l", strconv.Itoa(hold),
+			"-max_socket", "60000", "-recv_timeout", "10000")
 	}()
-	deadline := time.Now().Add(40 * time.Second)
-	var active float64
-	for time.Now().Before(deadline) {
-		a, err := r.Metric("relayd_calls_active")
-		if err != nil {
-			t.Logf("metrics: %v", err)
-			continue
-		}
-		active = a
-		// Calls carry no media: media.timeout (60 s) would end them.
-		if active >= 0.97*float64(hold) {
-			break
-		}
-		time.Sleep(time.Second)
+	active := waitActive(t, r, hold, 40*time.Second)
+	up := time.Now()
+	heap1 := heapAfterGC(t, r)
+	// What the held calls cost while nothing happens to them (sweeps,
+	// timers), from when the last was set up.
+	time.Sleep(time.Until(holdStart.Add(placing + 2*time.Second)))
+	idleFrom, idleCPU := time.Now(), procCPU(t, r.Pid())
+	if profDir != "" {
+		writeProfile(t, r, profDir, "cpu_held.pprof", fmt.Sprintf("profile?seconds=%d", int(time.Until(up.Add(settle)).Seconds())))
 	}
-	heap1 := minHeap(t, r)
+	time.Sleep(time.Until(up.Add(settle)))
+	idleCPU = procCPU(t, r.Pid()) - idleCPU
+	idleFor := time.Since(idleFrom)
+	settled, _ := r.Metric("relayd_calls_active")
+	heap2 := heapAfterGC(t, r)
+	goroutines, _ := r.Metric("go_goroutines")
 	flows, _ := r.Metric(`relayd_flows{path="xdp"}`)
 	rss := procRSS(t, r.Pid())
-	t.Logf("held %.0f calls (want %d): heap %.1f MiB idle -> %.1f MiB = %.1f KiB per call; RSS %.1f MiB; XDP flows (static and call) %.0f",
-		active, hold, heap0/(1<<20), heap1/(1<<20), (heap1-heap0)/1024/max(active, 1), float64(rss)/(1<<20), flows)
-	stopHold()
+	if profDir != "" {
+		writeProfile(t, r, profDir, "heap.pprof", "heap")
+	}
+	perCall := func(h heap, n float64) (inuse, live float64) {
+		return (h.inuse - heap0.inuse) / 1024 / max(n, 1), (h.live - heap0.live) / 1024 / max(n, 1)
+	}
+	in1, live1 := perCall(heap1, active)
+	in2, live2 := perCall(heap2, settled)
+	t.Logf("held %.0f calls (want %d; up after %.1fs): HeapInuse after GC %.1f MiB idle -> %.1f MiB = %.1f KiB per call (live %.1f KiB); "+
+		"settled (%.0fs later, %.0f calls): %.1f MiB = %.1f KiB per held call (live %.1f KiB); RSS %.1f MiB; goroutines %.0f -> %.0f; "+
+		"XDP flows (static and call) %.0f; relayd CPU while they are held: %.0f%% of one core",
+		active, hold, up.Sub(holdStart).Seconds(), heap0.inuse/(1<<20), heap1.inuse/(1<<20), in1, live1,
+		settle.Seconds(), settled, heap2.inuse/(1<<20), in2, live2, float64(rss)/(1<<20), goroutines0, goroutines, flows,
+		100*idleCPU.Seconds()/idleFor.Seconds())
+	if int(active) < hold {
+		t.Logf("sipp (hold):\n%s", holdOut)
+	}
+	// The held calls end with SIPp's BYEs before the CPS run.
 	<-done
-	// The held calls end (sipp stopped: media timeout) before the CPS run.
-	for end := time.Now().Add(3 * time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(time.Second) {
 		if a, _ := r.Metric("relayd_calls_active"); a == 0 {
 			break
 		}
 	}
-	if int(active) < hold {
-		t.Logf("sipp (hold):\n%s", holdOut)
+	if a, _ := r.Metric("relayd_calls_active"); a != 0 {
+		t.Fatalf("%.0f held calls still up before the CPS run", a)
 	}
+
+	secs, _ := strconv.Atoi(os.Getenv("RELAYD_SIP_SECS"))
+	if secs <= 2 {
+		secs = 10
+	}
+	var profiling sync.WaitGroup
+	if profDir != "" {
+		writeProfile(t, r, profDir, "allocs_before.pprof", "allocs")
+		profiling.Go(func() { writeProfile(t, r, profDir, "cpu.pprof", fmt.Sprintf("profile?seconds=%d", secs-2)) })
+	}
+	flowsLeft, _ := r.Metric(`relayd_flows{path="xdp"}`)
 	cpuBefore := procCPU(t, r.Pid())
-	const secs = 10
 	start := time.Now()
 	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sn", "uac", "-s", "100", "-i", l.CallerAddr4.String(), "-p", "5080",
 		"-r", strconv.Itoa(cps), "-m", strconv.Itoa(cps*secs), "-d", "0", "-l", strconv.Itoa(cps*4), "-recv_timeout", "10000")
@@ -120,28 +168,55 @@ path = %[3]q
 	if st == nil {
 		t.Fatalf("sipp: %s", out)
 	}
+	profiling.Wait()
+	if profDir != "" {
+		writeProfile(t, r, profDir, "allocs_after.pprof", "allocs")
+	}
 	ok, _ := strconv.Atoi(st["SuccessfulCall(C)"])
 	failed, _ := strconv.Atoi(st["FailedCall(C)"])
-	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call",
-		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)))
+	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f)",
+		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft)
 
 	cancel()
 }
 
-// minHeap returns the lowest heap_alloc of 10 samples a second apart.
-func minHeap(t *testing.T, r *Relay) float64 {
-	low := 0.0
-	for i := range 10 {
-		h, err := r.Metric("go_memstats_heap_alloc_bytes")
+// waitActive waits up to d for relayd to have 97% of want calls (SIPp's
+// retransmission timeouts may lose a few) and returns how many it has.
+func waitActive(t *testing.T, r *Relay, want int, d time.Duration) float64 {
+	var active float64
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(time.Second) {
+		a, err := r.Metric("relayd_calls_active")
 		if err != nil {
-			t.Fatal(err)
+			t.Logf("metrics: %v", err)
+			continue
 		}
-		if i == 0 || h < low {
-			low = h
+		if active = a; active >= 0.97*float64(want) {
+			break
 		}
-		time.Sleep(time.Second)
 	}
-	return low
+	return active
+}
+
+// heap is relayd's heap right after a GC (Relay.HeapAfterGC).
+type heap struct{ inuse, live float64 }
+
+func heapAfterGC(t *testing.T, r *Relay) heap {
+	inuse, live, err := r.HeapAfterGC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return heap{inuse, live}
+}
+
+// writeProfile writes relayd's pprof profile name into dir/file.
+func writeProfile(t *testing.T, r *Relay, dir, file, name string) {
+	b, err := r.Profile(name)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, file), b, 0o644)
+	}
+	if err != nil {
+		t.Errorf("profile %s: %v", name, err)
+	}
 }
 
 func procCPU(t *testing.T, pid int) time.Duration {

@@ -1,0 +1,201 @@
+package slowpath
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/testenv"
+	"github.com/relayd/relayd/lab"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// TestShadowStats: ShadowStats gathers, from every worker, the shadows
+// that carried or dropped a packet, and leaves out the silent ones and
+// the flows that are not shadows; EachStats gives every flow that is not
+// a shadow, silent or not.
+func TestShadowStats(t *testing.T) {
+	testenv.NeedRoot(t) // raw sockets
+	var ws []*worker
+	for i := range 2 {
+		w, err := newWorker(i, 0, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	flow := func(port uint16) dataplane.Flow {
+		return dataplane.Flow{Match: netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), port),
+			SendFrom: netip.MustParseAddrPort("198.18.1.1:40000"), SendTo: netip.MustParseAddrPort("198.18.2.2:5000")}
+	}
+	seen := time.Unix(1700000000, 0)
+	// The workers do not run yet: their flows may be set up directly.
+	for _, c := range []struct {
+		w       *worker
+		port    uint16
+		shadow  bool
+		packets uint64
+		dropped uint64
+	}{
+		{ws[0], 30000, true, 5, 0},  // punted traffic: reported
+		{ws[0], 30002, true, 0, 0},  // silent shadow: left out
+		{ws[1], 30004, true, 0, 2},  // dropped only: reported
+		{ws[1], 30006, false, 7, 0}, // a userspace flow, not a shadow
+		{ws[0], 30008, false, 0, 0}, // a silent one
+	} {
+		if r := c.w.handleCtrl(ctrl{op: opAdd, flow: flow(c.port), shadow: c.shadow}); r.err != nil {
+			t.Fatal(r.err)
+		}
+		f := c.w.flows[flow(c.port).Match]
+		f.packets, f.bytes, f.dropped = c.packets, 100*c.packets, c.dropped
+		if c.packets+c.dropped > 0 {
+			f.lastSeen = seen.UnixNano()
+		}
+	}
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(w.run)
+	}
+	t.Cleanup(func() {
+		for _, w := range ws {
+			w.close()
+		}
+		wg.Wait()
+	})
+	p := &Pool{workers: ws}
+	got, err := p.ShadowStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[netip.AddrPort]dataplane.Stats{
+		flow(30000).Match: {Packets: 5, Bytes: 500, LastSeen: seen},
+		flow(30004).Match: {Dropped: 2, LastSeen: seen},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ShadowStats = %v, want %v", got, want)
+	}
+	for m, w := range want {
+		g, ok := got[m]
+		if !ok || g.Packets != w.Packets || g.Bytes != w.Bytes || g.Dropped != w.Dropped || !g.LastSeen.Equal(w.LastSeen) {
+			t.Errorf("ShadowStats[%s] = %+v (present %v), want %+v", m, g, ok, w)
+		}
+	}
+	each := map[netip.AddrPort]dataplane.Stats{}
+	if err := p.EachStats(func(m netip.AddrPort, st dataplane.Stats) { each[m] = st }); err != nil {
+		t.Fatal(err)
+	}
+	if len(each) != 2 || each[flow(30006).Match].Packets != 7 || each[flow(30008).Match] != (dataplane.Stats{}) {
+		t.Errorf("EachStats gave %v, want the two userspace flows, 7 packets and none", each)
+	}
+}
+
+// TestShadowPostedBeforePackets: a shadow install does not wait for the
+// worker, yet a packet sent the moment it returns finds the shadow: the
+// worker serves its queue before the packets it received. The removal of
+// a shadow never punted to does not wait either.
+func TestShadowPostedBeforePackets(t *testing.T) {
+	if os.Geteuid() != 0 {
+		lab.SkipOrFail(t, "needs root: creates a network namespace and attaches sk_lookup")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	ns, err := netns.New()
+	if err != nil {
+		t.Fatal("create network namespace:", err)
+	}
+	defer ns.Close()
+	defer netns.Set(orig)
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []string{"198.18.1.1/32", "198.18.0.2/32"} {
+		addr, _ := netlink.ParseAddr(a)
+		addr.Flags = unix.IFA_F_NODAD
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := New(Config{Workers: 1}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 0, 2), Port: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 20 {
+		match := netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), uint16(30000+2*i))
+		if err := p.InstallShadow(dataplane.Flow{Match: match, Action: dataplane.Drop}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.WriteToUDPAddrPort(rtpPayload(1, uint16(i), 160), match); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st, err := p.ShadowStat(match)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Packets+st.Dropped > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("shadow %d: the packet sent after its install never reached it", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cs, err := p.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Reason == "userspace_no_flow" && c.Packets != 0 {
+			t.Errorf("%d packets found no flow", c.Packets)
+		}
+	}
+	// Removed, a shadow that was punted to returns its counters; one
+	// that never was returns none, without waiting for its worker, and is
+	// gone all the same.
+	punted := netip.MustParseAddrPort("198.18.1.1:30000")
+	if st, err := p.RemoveShadow(punted); err != nil || st.Packets+st.Dropped != 1 {
+		t.Errorf("RemoveShadow of a shadow punted to: %+v, %v; want its packet", st, err)
+	}
+	silent := netip.MustParseAddrPort("198.18.1.1:31000")
+	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.RemoveShadow(silent); err != nil || st != (dataplane.Stats{}) {
+		t.Errorf("RemoveShadow of a silent shadow: %+v, %v; want nothing", st, err)
+	}
+	for _, m := range []netip.AddrPort{punted, silent} {
+		if _, err := p.ShadowStat(m); !errors.Is(err, dataplane.ErrNotFound) {
+			t.Errorf("ShadowStat of removed %s: %v, want ErrNotFound", m, err)
+		}
+	}
+	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+		t.Errorf("install again after the removal: %v", err)
+	}
+}
