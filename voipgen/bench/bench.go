@@ -329,6 +329,16 @@ type benchRatio struct {
 	What string  `json:"what"`
 	Task float64 `json:"tasks"`
 	Idle float64 `json:"idle"`
+	// Steps are the call counts both relays completed (lossless,
+	// comparable), over which Task and Idle are taken, each with its own
+	// tasks ratio.
+	Steps []benchStepRatio `json:"steps,omitempty"`
+}
+
+// benchStepRatio is one call count's tasks ratio.
+type benchStepRatio struct {
+	Calls int     `json:"calls"`
+	Task  float64 `json:"tasks"`
 }
 
 type Report struct {
@@ -409,14 +419,37 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 	}
 	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"},
 		{transcodeRelayd, transcodeRtpengine}} {
-		a, okA := byRelay[p[0]]
-		b, okB := byRelay[p[1]]
-		if !okA || !okB || a.TaskNsPerPkt <= 0 || b.TaskNsPerPkt <= 0 {
+		if _, ok := byRelay[p[0]]; !ok {
 			continue
 		}
-		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: a.TaskNsPerPkt / b.TaskNsPerPkt}
-		if a.IdleNsPerPkt > 0 && b.IdleNsPerPkt > 0 {
-			r.Idle = a.IdleNsPerPkt / b.IdleNsPerPkt
+		if _, ok := byRelay[p[1]]; !ok {
+			continue
+		}
+		// Over the steps both completed: medians over different steps
+		// would compare different loads.
+		rowsB := map[int]benchRow{}
+		for _, r := range rep.Rows {
+			if r.Relay == p[1] && r.lossless() && r.Comparable {
+				rowsB[r.Calls] = r
+			}
+		}
+		var ta, tb, ia, ib []float64
+		var steps []benchStepRatio
+		for _, ra := range rep.Rows {
+			rb, ok := rowsB[ra.Calls]
+			if ra.Relay != p[0] || !ok || !ra.lossless() || !ra.Comparable || ra.TaskNsPerPkt <= 0 || rb.TaskNsPerPkt <= 0 {
+				continue
+			}
+			ta, tb = append(ta, ra.TaskNsPerPkt), append(tb, rb.TaskNsPerPkt)
+			ia, ib = append(ia, ra.IdleNsPerPkt), append(ib, rb.IdleNsPerPkt)
+			steps = append(steps, benchStepRatio{Calls: ra.Calls, Task: ra.TaskNsPerPkt / rb.TaskNsPerPkt})
+		}
+		if len(steps) == 0 {
+			continue
+		}
+		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: median(ta) / median(tb), Steps: steps}
+		if mi, mj := median(ia), median(ib); mi > 0 && mj > 0 {
+			r.Idle = mi / mj
 		}
 		rep.Ratios = append(rep.Ratios, r)
 	}
@@ -587,6 +620,14 @@ func (rep *Report) WriteText(w io.Writer) {
 				idle = fmt.Sprintf("%.2f", r.Idle)
 			}
 			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, idle)
+		}
+		fmt.Fprintln(w, "  (medians over the call counts both relays completed; per call count, tasks:")
+		for _, r := range rep.Ratios {
+			steps := make([]string, len(r.Steps))
+			for i, st := range r.Steps {
+				steps[i] = fmt.Sprintf("%d calls %.2f", st.Calls, st.Task)
+			}
+			fmt.Fprintf(w, "   %s: %s)\n", r.What, strings.Join(steps, ", "))
 		}
 	}
 	writeTranscodeText(w, rep.Transcode)
