@@ -2,16 +2,13 @@ package slowpath
 
 import (
 	"net/netip"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
-	"github.com/relayd/relayd/internal/testenv"
 )
 
 // BenchmarkRelayBatch: a worker's whole batch path, 64 G.711 packets of
@@ -23,20 +20,7 @@ import (
 //
 //	go test -run '^$' -bench RelayBatch ./slowpath/
 func BenchmarkRelayBatch(b *testing.B) {
-	testenv.NeedRoot(b)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ns.Close()
-	defer netns.Set(orig)
+	enterTestNS(b)
 	// out0's peer takes the frames and drops them (no address, no
 	// forwarding); a permanent neighbour entry spares ARP.
 	v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "out0"}, PeerName: "sink0"}

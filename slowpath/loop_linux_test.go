@@ -3,19 +3,13 @@ package slowpath
 import (
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/testenv"
-	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/slowpath/codec/g729"
 )
 
@@ -79,34 +73,7 @@ func TestRelayBatchLoop(t *testing.T) {
 // the packet is dropped once and counted. The pool's relay addresses
 // follow its flows.
 func TestPoolLoopGuard(t *testing.T) {
-	if os.Geteuid() != 0 {
-		lab.SkipOrFail(t, "needs root: creates a network namespace and attaches sk_lookup")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal("create network namespace:", err)
-	}
-	defer ns.Close()
-	defer netns.Set(orig)
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	a, _ := netlink.ParseAddr("198.18.1.1/32")
-	a.Flags = unix.IFA_F_NODAD
-	if err := netlink.AddrAdd(lo, a); err != nil {
-		t.Fatal(err)
-	}
+	enterTestNS(t, "198.18.1.1/32")
 	p, err := New(Config{Workers: 1}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)

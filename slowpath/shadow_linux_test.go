@@ -4,20 +4,14 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
-	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/testenv"
-	"github.com/relayd/relayd/lab"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // TestShadowStats: ShadowStats gathers, from every worker, the shadows
@@ -104,36 +98,7 @@ func TestShadowStats(t *testing.T) {
 // worker serves its queue before the packets it received. The removal of
 // a shadow never punted to does not wait either.
 func TestShadowPostedBeforePackets(t *testing.T) {
-	if os.Geteuid() != 0 {
-		lab.SkipOrFail(t, "needs root: creates a network namespace and attaches sk_lookup")
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal("create network namespace:", err)
-	}
-	defer ns.Close()
-	defer netns.Set(orig)
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{"198.18.1.1/32", "198.18.0.2/32"} {
-		addr, _ := netlink.ParseAddr(a)
-		addr.Flags = unix.IFA_F_NODAD
-		if err := netlink.AddrAdd(lo, addr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enterTestNS(t, "198.18.1.1/32", "198.18.0.2/32")
 	p, err := New(Config{Workers: 1}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
