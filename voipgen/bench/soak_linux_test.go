@@ -12,22 +12,23 @@ import (
 
 // TestSoakLab is voipgen soak's short version: 100 calls for 50 s with
 // the full run's background, through the same code. It must pass as the
-// full run must, but for the heap: 16 s after a baseline at 34 s (the
+// full run must, but for the heap: 46 s after a baseline at 34 s (the
 // stranger's refused INVITEs stop piling up after 32 s, SIP's Timer H)
-// hold two or three GCs per window, whose live heap swings by half from
+// hold two or three GCs per 15-s window (relayd collects about every 7 s
+// here; 16 s left windows of 5 s, some without a GC), whose live heap swings by half from
 // one GC to the next at this size; the test asks only that it did not
 // grow by half (a gross leak), the full run asks 5% over minutes. It also
 // checks that the attacks happened as configured and were seen by relayd.
 func TestSoakLab(t *testing.T) {
 	testenv.NeedRoot(t)
 	if testing.Short() {
-		t.Skip("builds relayd and a lab, runs 50 s: skipped with -short")
+		t.Skip("builds relayd and a lab, runs 80 s: skipped with -short")
 	}
 	bin, err := labrelay.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ParseSoak([]string{"--calls", "100", "--duration", "50s", "--baseline", "34s", "--sample", "1s", "--chunk", "5s",
+	cfg, err := ParseSoak([]string{"--calls", "100", "--duration", "80s", "--baseline", "34s", "--sample", "1s", "--chunk", "5s",
 		"--heap-tolerance", "0.5", "--relayd", bin}, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
