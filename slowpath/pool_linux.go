@@ -1152,7 +1152,7 @@ func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
 			out = tx.next()
 		}
 		if ts == 0 {
-			ts = time.Now().UnixNano()
+			ts = now // no kernel timestamp: the batch's clock read
 		}
 		if f.flow.Latch {
 			ok, res := f.latch(src, ts, w.latchWindow)
