@@ -470,6 +470,15 @@ const endQueueLen = 10000
 //     redirects into the peer's ring of the CPU it runs on; with one ring
 //     both CPUs fill the same 256 frames, and a burst from one while the
 //     other's NAPI waits for its CPU is dropped (xdp_xmit_errors).
+//   - Threaded NAPI at real-time priority (endNAPIPriority, SCHED_FIFO):
+//     a NIC's receive interrupt runs at once, but a veth's NAPI is a
+//     softirq that the kernel hands to ksoftirqd, an ordinary task, when
+//     softirqs run long; behind the sender, the sink and the relay on a
+//     busy 2-CPU machine it can wait 10 ms and more, long enough for the
+//     relay's XDP to fill the 256 frames (at 50,000 pps, 5 ms) and lose
+//     the rest. Each receive ring gets its own kernel thread
+//     ("napi/<device>-<id>") that preempts ordinary tasks, as a NIC's
+//     interrupt would.
 //
 // Call it before the relay attaches XDP: the relay's veths keep one
 // queue each, so the number of transmit queues, which native XDP on a
@@ -490,8 +499,76 @@ func (l *Lab) EndHostQueues() error {
 				return fmt.Errorf("ethtool -L %s rx %d in %s: %v: %s", e.name, rings, e.ns.name, err, bytes.TrimSpace(out))
 			}
 		}
+		if err := e.ns.threadedNAPI(e.name, endNAPIPriority); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// endNAPIPriority is the SCHED_FIFO priority EndHostQueues gives the end
+// hosts' NAPI threads: that of the kernel's threaded interrupt handlers.
+const endNAPIPriority = 50
+
+// threadedNAPI moves ifname's NAPI instances (its receive rings: a veth
+// has them while GRO or XDP is on) into kernel threads and gives those
+// threads SCHED_FIFO priority prio. The threads are found by name among
+// the ones that were not there before: a device name is unique only in
+// its namespace, and another lab may have threads of the same name.
+func (ns *NS) threadedNAPI(ifname string, prio int) error {
+	prefix := "napi/" + ifname + "-"
+	before, err := kernelThreads(prefix)
+	if err != nil {
+		return err
+	}
+	// sysfs shows the devices of the namespace that mounted it: ip netns
+	// exec mounts one of the namespace's own.
+	if out, err := ns.Command("sh", "-c", "echo 1 > /sys/class/net/"+ifname+"/threaded").CombinedOutput(); err != nil {
+		return fmt.Errorf("threaded NAPI on %s in %s: %v: %s", ifname, ns.name, err, bytes.TrimSpace(out))
+	}
+	after, err := kernelThreads(prefix)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for pid := range after {
+		if before[pid] {
+			continue
+		}
+		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
+		if err := unix.SchedSetAttr(pid, attr, 0); err != nil {
+			return fmt.Errorf("SCHED_FIFO %d for %s's NAPI thread %d in %s: %w", prio, ifname, pid, ns.name, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("threaded NAPI on %s in %s: no new %s* kernel thread (is GRO or XDP on?)", ifname, ns.name, prefix)
+	}
+	return nil
+}
+
+// kernelThreads returns the pids of the tasks whose name starts with
+// prefix.
+func kernelThreads(prefix string) (map[int]bool, error) {
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, d := range dir {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + d.Name() + "/comm")
+		if err != nil {
+			continue // gone
+		}
+		if bytes.HasPrefix(comm, []byte(prefix)) {
+			out[pid] = true
+		}
+	}
+	return out, nil
 }
 
 // setTxQueue sets ifname's transmit queue length to n and gives it a

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	osexec "os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -447,4 +449,56 @@ func TestTeardownOnPanic(t *testing.T) {
 			deleteNamedNS(prefix + r)
 		}
 	}
+}
+
+func TestEndHostQueues(t *testing.T) {
+	t.Parallel()
+	l := NewT(t)
+	if err := l.EndHostQueues(); err != nil {
+		t.Fatal(err)
+	}
+	rings := runtime.NumCPU()
+	for _, e := range []struct {
+		ns     *NS
+		ifname string
+	}{{l.Caller, CallerIfName}, {l.Callee, CalleeIfName}} {
+		out, err := e.ns.Command("sh", "-c", "cat /sys/class/net/"+e.ifname+"/threaded; ls -d /sys/class/net/"+e.ifname+"/queues/rx-* | wc -l; tc qdisc show dev "+e.ifname).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s/%s: %v: %s", e.ns, e.ifname, err, out)
+		}
+		f := strings.SplitN(string(out), "\n", 3)
+		if len(f) < 3 {
+			t.Fatalf("%s/%s: short output %q", e.ns, e.ifname, out)
+		}
+		if f[0] != "1" {
+			t.Errorf("%s/%s: threaded = %q, want 1", e.ns, e.ifname, f[0])
+		}
+		if f[1] != strconv.Itoa(rings) {
+			t.Errorf("%s/%s: %s receive queues, want %d", e.ns, e.ifname, f[1], rings)
+		}
+		if want := fmt.Sprintf(" limit %dp", endQueueLen); !strings.HasPrefix(f[2], "qdisc pfifo 1: root") || !strings.Contains(f[2], want) {
+			t.Errorf("%s/%s: qdisc %q, want a root pfifo with%s", e.ns, e.ifname, f[2], want)
+		}
+	}
+	// Every receive ring of both end hosts has a real-time thread (of
+	// this lab or another: the names are per namespace).
+	for _, ifname := range []string{CallerIfName, CalleeIfName} {
+		pids, err := kernelThreads("napi/" + ifname + "-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fifo := 0
+		for pid := range pids {
+			attr, err := unix.SchedGetAttr(pid, 0)
+			if err == nil && attr.Policy == unix.SCHED_FIFO && attr.Priority == endNAPIPriority {
+				fifo++
+			}
+		}
+		if fifo < rings {
+			t.Errorf("%d napi/%s-* threads at SCHED_FIFO %d, want at least %d", fifo, ifname, endNAPIPriority, rings)
+		}
+	}
+	// The end hosts still reach each other through the relay.
+	expectDelivery(t, l, l.Callee, l.CalleeAddr4, 40000)
+	expectDelivery(t, l, l.Callee, l.CalleeAddr6, 40001)
 }
