@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/pion/transport/v5/replaydetector"
+
 	"github.com/relayd/relayd/sdes"
 )
 
@@ -75,7 +77,7 @@ func differential(t *testing.T, seed uint64, n int) (accepted, sent int) {
 	}
 	fe, fd := mk(cfg)
 	pe, pd := mk(pcfg)
-	if fe.t.cm == nil || pe.t.cm != nil {
+	if !fe.t.ownRTP || pe.t.ownRTP {
 		t.Fatal("paths not as configured")
 	}
 
@@ -213,5 +215,51 @@ func TestCMRejectsAllocateNothing(t *testing.T) {
 	}
 	if got := len(d.t.cm.states); got != 1 {
 		t.Errorf("%d SSRC states after forgeries, want 1", got)
+	}
+}
+
+// TestReplayWindow holds the AES-CM path's replay window to pion's
+// sliding-window detector, which SRTCP and the GCM suites use, over random
+// walks of packet indices, forward in steps on both sides of the window's
+// two words (64) and of its size (128), and back into and past the window:
+// the same verdict for every index; then at the largest index, 2^48-1.
+func TestReplayWindow(t *testing.T) {
+	for seed := uint64(1); seed <= 50; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 14))
+		var w replayWindow
+		ref := replaydetector.New(ReplayWindow, maxIndex).(replaydetector.CheckAccepter)
+		idx := uint64(rng.IntN(300))
+		steps := []int{1, 2, 63, 64, 65, 127, 128, 129, 200}
+		rejected := 0
+		step := func(i int) {
+			tok := ref.CheckSeq(idx)
+			if got := w.check(idx); got != tok.Passed() {
+				t.Fatalf("seed %d step %d: index %d: check %v, pion %v", seed, i, idx, got, tok.Passed())
+			}
+			if tok.Passed() {
+				w.accept(idx)
+				ref.Accept(tok)
+			} else {
+				rejected++
+			}
+		}
+		for i := range 2000 {
+			if rng.IntN(2) == 0 {
+				idx += uint64(steps[rng.IntN(len(steps))])
+			} else {
+				idx -= min(idx, uint64(rng.IntN(140)))
+			}
+			step(i)
+		}
+		if rejected < 500 {
+			t.Fatalf("seed %d: %d of 2000 indices rejected: the walk tests little", seed, rejected)
+		}
+		// At and past the largest index.
+		for i, d := range []uint64{2, 1, 0, 1, 0} {
+			idx = maxIndex - d
+			step(2000 + i)
+		}
+		idx = maxIndex + 1
+		step(2005)
 	}
 }
