@@ -8,8 +8,6 @@ import (
 	"crypto/subtle"
 	"encoding/binary"
 	"hash"
-
-	"github.com/pion/transport/v5/replaydetector"
 )
 
 // cmRTP is the SRTP (not SRTCP) transform of the AES-CM/HMAC-SHA1 suites,
@@ -17,39 +15,90 @@ import (
 // crypto/subtle directly. It replaces pion for RTP packets because pion's
 // AES-CM takes a pooled buffer per packet and XORs one 16-byte block at a
 // time, and its packet handling (an rtp.Header parse, closures, interface
-// calls) costs as much again; here the packet's counter blocks are encrypted
-// in place into a per-context buffer and XORed in one call. The AES calls
-// stay one block each: the standard library's only pipelined CTR,
-// cipher.NewCTR, allocates per IV. The rollover counter estimation
-// and the replay window follow pion's (context.go, srtp.go) so that both
-// paths accept and reject the same packets; TestDifferential checks that.
+// calls) costs as much again; here a packet's counter blocks are encrypted
+// a few at a time into a small per-context buffer and XORed in one call per
+// chunk. The AES calls stay one block each: the standard library's only
+// pipelined CTR, cipher.NewCTR, allocates per IV. The rollover counter
+// estimation and the replay window follow pion's (context.go, srtp.go,
+// transport's replaydetector) so that both paths accept and reject the same
+// packets; TestDifferential checks that.
+//
+// What a packet touches is kept small: a worker meets hundreds of flows in
+// turn, so their state is rarely in the CPU's first caches and every line
+// of it costs a miss (BenchmarkEncryptDecryptRTPFlows). The fields read per
+// packet come first; the replay window is two words of the SSRC's state,
+// not a detector behind an interface and two more pointers.
 type cmRTP struct {
-	block  cipher.Block
-	mac    hash.Hash // HMAC-SHA1 under the session auth key; Reset keeps the keyed state
-	salt   [16]byte  // session salt, 112 bits, then two zero bytes for the block counter
-	tagLen int
+	block          cipher.Block
+	mac            hash.Hash // HMAC-SHA1 under the session auth key; Reset keeps the keyed state
+	saltHi, saltLo uint64    // session salt, 112 bits, as the IV's halves (low 16 bits zero)
+	tagLen         int
+	last           *cmState // the SSRC of the previous packet, to skip the map
+
 	mki    []byte
-
 	states map[uint32]*cmState
-	last   *cmState // the SSRC of the previous packet, to skip the map
 	spare  *cmState // state for an SSRC seen but not yet authenticated
+	sum    [sha1.Size]byte
+	roc    [4]byte
 
-	ks  [keystreamChunk]byte
-	sum [sha1.Size]byte
-	roc [4]byte
+	ks [keystreamChunk]byte
 }
 
-// keystreamChunk is how much keystream is generated per pass: more than a
-// 1500-byte packet's payload, so a packet takes one pass.
-const keystreamChunk = 1536
+// keystreamChunk is how much keystream is generated per pass: four blocks,
+// one cache line. A bigger buffer saves XOR calls but costs the lines it
+// spans in every context; the stack cannot hold it, as the slices handed to
+// cipher.Block's Encrypt, an interface method, escape.
+const keystreamChunk = 4 * aes.BlockSize
 
 // cmState is one SSRC's rollover state (pion's srtpSSRCState): index is the
 // highest packet index seen, ROC<<16 | SEQ.
 type cmState struct {
 	ssrc      uint32
-	index     uint64
 	processed bool // rolloverHasProcessed
-	replay    replaydetector.CheckAccepter
+	index     uint64
+	replay    replayWindow
+}
+
+// replayWindow is the replay list of RFC 3711 section 3.3.2 over the last
+// ReplayWindow packet indices, with the semantics of pion/transport's
+// sliding-window detector (replaydetector.New(ReplayWindow, 1<<48-1)):
+// bit i of mask says index latest-i was accepted. The zero value is an
+// empty window.
+type replayWindow struct {
+	latest uint64
+	mask   [ReplayWindow / 64]uint64
+}
+
+const maxIndex = 1<<48 - 1
+
+// check reports whether index idx may be accepted: not past the largest
+// index, not older than the window, not accepted before.
+func (w *replayWindow) check(idx uint64) bool {
+	if idx > maxIndex {
+		return false
+	}
+	if idx > w.latest {
+		return true
+	}
+	d := w.latest - idx
+	return d < ReplayWindow && w.mask[d/64]&(1<<(d%64)) == 0
+}
+
+// accept records idx, which check allowed.
+func (w *replayWindow) accept(idx uint64) {
+	if idx > w.latest {
+		switch n := idx - w.latest; {
+		case n >= 128:
+			w.mask = [2]uint64{}
+		case n >= 64:
+			w.mask = [2]uint64{0, w.mask[0] << (n - 64)}
+		default:
+			w.mask = [2]uint64{w.mask[0] << n, w.mask[1]<<n | w.mask[0]>>(64-n)}
+		}
+		w.latest = idx
+	}
+	d := w.latest - idx
+	w.mask[d/64] |= 1 << (d % 64)
 }
 
 const (
@@ -58,34 +107,37 @@ const (
 	maxROC       = 1<<32 - 1
 )
 
-// newCMRTP derives the SRTP session keys from the master key and salt with
+// init derives the SRTP session keys from the master key and salt with
 // the RFC 3711 section 4.3 KDF (key_derivation_rate 0).
-func newCMRTP(cfg Config) (*cmRTP, error) {
+func (c *cmRTP) init(cfg Config) error {
 	ekey, err := sessionKey(0, cfg.Key, cfg.Salt, len(cfg.Key))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	akey, err := sessionKey(1, cfg.Key, cfg.Salt, sha1.Size)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	salt, err := sessionKey(2, cfg.Key, cfg.Salt, len(cfg.Salt))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	blk, err := aes.NewCipher(ekey)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c := &cmRTP{
+	var iv [16]byte
+	copy(iv[:], salt)
+	*c = cmRTP{
 		block:  blk,
 		mac:    hmac.New(sha1.New, akey),
+		saltHi: binary.BigEndian.Uint64(iv[0:]),
+		saltLo: binary.BigEndian.Uint64(iv[8:]),
 		tagLen: cfg.Suite.RTPTagLen(),
 		mki:    append([]byte(nil), cfg.MKI...),
 		states: make(map[uint32]*cmState),
 	}
-	copy(c.salt[:], salt)
-	return c, nil
+	return nil
 }
 
 // sessionKey is the AES-CM PRF of RFC 3711 section 4.3.3: the keystream under the
@@ -104,7 +156,7 @@ func sessionKey(label byte, key, salt []byte, n int) ([]byte, error) {
 }
 
 func newCMState(ssrc uint32) *cmState {
-	return &cmState{ssrc: ssrc, replay: replaydetector.New(ReplayWindow, 1<<48-1).(replaydetector.CheckAccepter)}
+	return &cmState{ssrc: ssrc}
 }
 
 // state returns ssrc's state; keep says to record a new one at once (the
@@ -191,8 +243,8 @@ func (s *cmState) update(seq uint16, diff int64) {
 // xorKeystream XORs the AES-CM keystream of the packet (ssrc, roc, seq) onto
 // src into dst (which may be src).
 func (c *cmRTP) xorKeystream(dst, src []byte, ssrc, roc uint32, seq uint16) {
-	hi := binary.BigEndian.Uint64(c.salt[0:]) ^ uint64(ssrc)
-	lo := binary.BigEndian.Uint64(c.salt[8:]) ^ (uint64(roc)<<16|uint64(seq))<<16
+	hi := c.saltHi ^ uint64(ssrc)
+	lo := c.saltLo ^ (uint64(roc)<<16|uint64(seq))<<16
 	// The low 16 bits of lo are the block counter (zero in the IV); a
 	// packet has far fewer than 2^16 blocks, so it never carries into
 	// the index bits.
@@ -210,12 +262,18 @@ func (c *cmRTP) xorKeystream(dst, src []byte, ssrc, roc uint32, seq uint16) {
 	}
 }
 
-// tag computes the HMAC-SHA1 of authenticated||ROC into c.sum.
-func (c *cmRTP) tag(authenticated []byte, roc uint32) []byte {
+// tag computes the HMAC-SHA1 of authenticated||ROC into c.sum; with
+// rocInPlace the caller has written the ROC after authenticated (in the
+// packet's spare capacity), and the MAC takes both in one Write.
+func (c *cmRTP) tag(authenticated []byte, roc uint32, rocInPlace bool) []byte {
 	c.mac.Reset()
-	c.mac.Write(authenticated)
-	binary.BigEndian.PutUint32(c.roc[:], roc)
-	c.mac.Write(c.roc[:])
+	if rocInPlace {
+		c.mac.Write(authenticated[:len(authenticated)+4])
+	} else {
+		c.mac.Write(authenticated)
+		binary.BigEndian.PutUint32(c.roc[:], roc)
+		c.mac.Write(c.roc[:])
+	}
 	return c.mac.Sum(c.sum[:0])[:c.tagLen]
 }
 
@@ -234,8 +292,12 @@ func (c *cmRTP) encrypt(dst, src []byte, hl int) ([]byte, error) {
 	out := dst[:n+len(c.mki)+c.tagLen]
 	copy(out[:hl], src[:hl])
 	c.xorKeystream(out[hl:n], src[hl:], ssrc, roc, seq)
+	// The ROC goes where the MKI and tag will: out has at least 4
+	// bytes there (the shortest tag).
+	binary.BigEndian.PutUint32(out[n:], roc)
+	tag := c.tag(out[:n], roc, true)
 	copy(out[n:], c.mki)
-	copy(out[n+len(c.mki):], c.tag(out[:n], roc))
+	copy(out[n+len(c.mki):], tag)
 	return out, nil
 }
 
@@ -246,8 +308,8 @@ func (c *cmRTP) decrypt(dst, src []byte, hl int) ([]byte, error) {
 	seq := binary.BigEndian.Uint16(src[2:])
 	s, known := c.state(ssrc, false)
 	roc, diff, _ := s.nextROC(seq)
-	tok := s.replay.CheckSeq(uint64(roc)<<16 | uint64(seq))
-	if !tok.Passed() {
+	idx := uint64(roc)<<16 | uint64(seq)
+	if !s.replay.check(idx) {
 		return nil, ErrReplay
 	}
 	if isCryptex(src) {
@@ -259,13 +321,13 @@ func (c *cmRTP) decrypt(dst, src []byte, hl int) ([]byte, error) {
 	if len(c.mki) > 0 && !hmac.Equal(src[n:n+len(c.mki)], c.mki) {
 		return nil, ErrUnknownMKI
 	}
-	if !hmac.Equal(c.tag(src[:n], roc), src[len(src)-c.tagLen:]) {
+	if !hmac.Equal(c.tag(src[:n], roc, false), src[len(src)-c.tagLen:]) {
 		return nil, ErrAuth
 	}
 	out := dst[:n]
 	copy(out[:hl], src[:hl])
 	c.xorKeystream(out[hl:], src[hl:n], ssrc, roc, seq)
-	s.replay.Accept(tok)
+	s.replay.accept(idx)
 	s.update(seq, diff)
 	if !known {
 		c.commit(s)

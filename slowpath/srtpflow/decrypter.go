@@ -33,7 +33,7 @@ func (d *Decrypter) DecryptRTP(dst, src []byte) ([]byte, error) {
 	if cap(dst) < len(src) {
 		return nil, ErrShortBuffer
 	}
-	if d.t.cm != nil {
+	if d.t.ownRTP {
 		return d.t.cm.decrypt(dst[:0:cap(dst)], src, hl)
 	}
 	d.t.replayed = false

@@ -37,7 +37,7 @@ func (e *Encrypter) EncryptRTP(dst, src []byte) ([]byte, error) {
 	if cap(dst) < len(src)+e.t.rtpOver {
 		return nil, ErrShortBuffer
 	}
-	if e.t.cm != nil {
+	if e.t.ownRTP {
 		return e.t.cm.encrypt(dst[:0:cap(dst)], src, hl)
 	}
 	out, err := e.t.ctx.EncryptRTP(dst[:0], src, &e.t.rtpHdr)

@@ -132,10 +132,14 @@ func (c *Config) profile() (srtp.ProtectionProfile, error) {
 
 // transform is what Decrypter and Encrypter share.
 type transform struct {
+	// cm, the RTP transform of the AES-CM suites, comes first and is held
+	// by value: a packet's walk through the context starts in the same
+	// cache line as the Encrypter or Decrypter.
+	cm       cmRTP
+	ownRTP   bool // cm protects RTP; false: pion does RTP too
+	rtpOver  int  // bytes SRTP adds to RTP: tag + MKI
+	rtcpOver int  // bytes SRTCP adds to RTCP: tag + index + MKI
 	ctx      *srtp.Context
-	cm       *cmRTP // RTP of the AES-CM suites; nil: pion does RTP too
-	rtpOver  int    // bytes SRTP adds to RTP: tag + MKI
-	rtcpOver int    // bytes SRTCP adds to RTCP: tag + index + MKI
 
 	rtpHdr  rtp.Header  // reused per packet
 	rtcpHdr rtcp.Header // reused per packet
@@ -174,9 +178,10 @@ func (t *transform) init(cfg Config) error {
 	// The GCM suites stay with pion: it seals with crypto/cipher's GCM,
 	// whose assembly leaves little to gain.
 	if !cfg.Suite.AEAD() && !cfg.pionRTP {
-		if t.cm, err = newCMRTP(cfg); err != nil {
+		if err = t.cm.init(cfg); err != nil {
 			return fmt.Errorf("derive SRTP keys for %s: %w", cfg.Suite, err)
 		}
+		t.ownRTP = true
 	}
 	if cfg.ROC != 0 {
 		t.setROC(cfg.SSRC, cfg.ROC)
@@ -186,7 +191,7 @@ func (t *transform) init(cfg Config) error {
 
 // setROC sets the rollover counter SRTP stream ssrc continues with.
 func (t *transform) setROC(ssrc, roc uint32) {
-	if t.cm != nil {
+	if t.ownRTP {
 		t.cm.setROC(ssrc, roc)
 		return
 	}
