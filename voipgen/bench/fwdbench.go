@@ -1006,11 +1006,14 @@ type relayCounters struct {
 // (relayd_userspace_delay_seconds and the wake-up counters, the run's
 // increase): the time from the kernel's receive timestamp to the worker's
 // read. Quantiles are the upper bound of the histogram bucket that holds
-// them (so "at most").
+// them (so "at most"); one past the last finite bucket is that bucket's
+// bound with its Over flag set (so "more than": JSON has no infinity).
 type WorkerDelay struct {
 	Packets  uint64  `json:"packets"`
 	P50US    float64 `json:"p50_us"`
-	P99US    float64 `json:"p99_us"` // +Inf above the last bucket
+	P50Over  bool    `json:"p50_over,omitempty"`
+	P99US    float64 `json:"p99_us"`
+	P99Over  bool    `json:"p99_over,omitempty"`
 	Wakeups  uint64  `json:"wakeups"`
 	Naps     uint64  `json:"naps"`
 	Batches  uint64  `json:"batches"`
@@ -1036,15 +1039,21 @@ func (c relayCounters) workerDelay(before relayCounters) *WorkerDelay {
 	if d.Batches > 0 {
 		d.PerBatch = float64(total) / float64(d.Batches)
 	}
-	q := func(f float64) float64 {
+	q := func(f float64) (us float64, over bool) {
+		last := 0.0 // the last finite bound
 		for _, b := range bounds {
-			if float64(c.delay[b]-before.delay[b]) >= f*float64(total) {
-				return b * 1e6
+			if math.IsInf(b, 1) {
+				break
 			}
+			if float64(c.delay[b]-before.delay[b]) >= f*float64(total) {
+				return b * 1e6, false
+			}
+			last = b
 		}
-		return math.Inf(1)
+		return last * 1e6, true
 	}
-	d.P50US, d.P99US = q(0.5), q(0.99)
+	d.P50US, d.P50Over = q(0.5)
+	d.P99US, d.P99Over = q(0.99)
 	return d
 }
 

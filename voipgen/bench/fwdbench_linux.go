@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -1525,13 +1524,15 @@ func delayText(d *WorkerDelay) string {
 	if d == nil {
 		return ""
 	}
-	return fmt.Sprintf("; worker delay p50 <= %s, p99 <= %s, %.1f packets per read, %d wake-ups + %d naps",
-		usText(d.P50US), usText(d.P99US), d.PerBatch, d.Wakeups, d.Naps)
+	return fmt.Sprintf("; worker delay p50 %s, p99 %s, %.1f packets per read, %d wake-ups + %d naps",
+		usText(d.P50US, d.P50Over), usText(d.P99US, d.P99Over), d.PerBatch, d.Wakeups, d.Naps)
 }
 
-func usText(us float64) string {
-	if math.IsInf(us, 1) {
-		return "inf"
+// usText is a quantile of a histogram: at most us, or more than us past
+// the last bucket.
+func usText(us float64, over bool) string {
+	if over {
+		return fmt.Sprintf("> %g us", us)
 	}
-	return fmt.Sprintf("%g us", us)
+	return fmt.Sprintf("<= %g us", us)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -288,5 +289,19 @@ relayd_userspace_batches_total %d
 	}
 	if d := before.workerDelay(before); d != nil {
 		t.Errorf("no packets: %+v, want nil", d)
+	}
+	// 100 more, 10 of them past the last bucket: p99 is "more than
+	// 200 us", and the report still encodes (JSON has no infinity).
+	late, err := parseRelayCounters(metrics(90, 195, 199, 210, 9, 36, 45))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = late.workerDelay(after)
+	want = &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, P99Over: true, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5}
+	if got == nil || *got != *want {
+		t.Errorf("workerDelay past the last bucket = %+v, want %+v", got, want)
+	}
+	if b, err := json.Marshal(got); err != nil || !strings.Contains(string(b), `"p99_us":200,"p99_over":true`) {
+		t.Errorf("json: %s, %v; want p99_us 200 with p99_over", b, err)
 	}
 }
