@@ -185,6 +185,9 @@ type FwdConfig struct {
 	// quietWait bounds the time spent waiting for a quiet machine.
 	quietWait time.Duration
 	allSteps  bool // run every rate (tests)
+	// sender and sink: benchEndMmsg (default when empty) or benchEndXDP;
+	// see Config.
+	sender, sink string
 }
 
 const (
@@ -310,6 +313,12 @@ func period(flows, rate int) time.Duration {
 }
 
 func (c FwdConfig) maxFlows() int { return slices.Max(c.flows) }
+
+// share returns label's threads' CPU time over the run's elapsed time (1
+// = a whole CPU), from its ns per packet sent.
+func (st *fwdStep) share(label string) float64 {
+	return finite(st.LabelNsPkt[label] * st.SentPPS / 1e9)
+}
 
 // fwdStep is one measured run.
 type fwdStep struct {
