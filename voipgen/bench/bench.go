@@ -617,8 +617,9 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
 	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way;")
 	fmt.Fprintln(w, "       ng-xc = ng calls (both relays) with a PCMU caller leg and a G.729 callee leg, every packet checked transcoded")
-	fmt.Fprintln(w, "       relay/sender/sink CPU: share of one CPU (1.00 = a whole CPU) at the step's rate: the relay's cost (tasks); the sender's and the sink's threads in the direct runs")
-	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\trelay CPU\tsender CPU\tsink CPU\tnote\t")
+	fmt.Fprintln(w, "       relay/sender/sink CPU: share of one CPU (1.00 = a whole CPU) at the step's rate: the relay's cost (tasks); the sender's and the sink's threads in the direct runs,"+
+		" and the sink's in the relay runs")
+	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\trelay CPU\tsender CPU\tsink CPU\tsink CPU relay runs\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"
 		if r.Relayed >= 0 {
@@ -640,8 +641,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		if media == "" {
 			media = "static"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
-			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, r.RelayCPU, r.SenderCPU, r.SinkCPU, strings.Join(notes, ", "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, r.RelayCPU, r.SenderCPU, r.SinkCPU, r.SinkCPURelayRun, strings.Join(notes, ", "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

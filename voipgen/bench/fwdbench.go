@@ -349,6 +349,9 @@ type fwdStep struct {
 	LossPct       float64 `json:"loss_pct"`
 	// StreamsShort counts flows that received fewer packets than sent.
 	StreamsShort int `json:"streams_short"`
+	// LabDrops are the lab's drop counters that grew over a run with
+	// loss (see labPathDrops): where outside relayd the packets went.
+	LabDrops map[string]uint64 `json:"lab_drops,omitempty"`
 	// Relayed and RelayDropped are relayd's counters of packets forwarded
 	// and dropped (relayd_packets_total), -1 without relayd.
 	Relayed      int64 `json:"relayed"`

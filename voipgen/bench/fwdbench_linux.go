@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -444,6 +446,9 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 		if st.RelayDropped > 0 {
 			fmt.Fprintf(b.log, "  relayd dropped %d packets: %v\n", st.RelayDropped, st.RelayDrops)
 		}
+		if len(st.LabDrops) > 0 {
+			fmt.Fprintf(b.log, "  lab drop counters that grew: %v\n", st.LabDrops)
+		}
 		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s%s\n",
 			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optNs(st.RelayBusyNsPerPkt),
 			progText(st.ProgNsPerRun), delayText(st.WorkerDelay), waitText(st))
@@ -627,6 +632,7 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		x = &fwdExpect{tag: tag, ports: p.xc.ports}
 		b.sink.expect.Store(x)
 	}
+	dropsBefore := labPathDrops(b.l)
 	targets := b.targets()
 	// Collect this process's garbage now (the metrics just read, the
 	// last run's), not in the measured run.
@@ -659,6 +665,16 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	st.ElapsedS = res.elapsed.Seconds()
 	if st.Sent > 0 {
 		st.LossPct = 100 * float64(st.Lost) / float64(st.Sent)
+	}
+	if st.Lost > 0 {
+		for k, v := range labPathDrops(b.l) {
+			if d := v - dropsBefore[k]; v > dropsBefore[k] {
+				if st.LabDrops == nil {
+					st.LabDrops = map[string]uint64{}
+				}
+				st.LabDrops[k] = d
+			}
+		}
 	}
 	if res.elapsed > 0 {
 		st.SentPPS = float64(st.Sent) / res.elapsed.Seconds()
@@ -1801,6 +1817,50 @@ func (k *fwdSink) close() {
 		k.xdp.Close()
 	}
 	unix.Close(k.fd)
+}
+
+// labPathDrops reads the lab's drop counters on the media's way (see
+// labDrops) and the end and relay veths' own: the interface statistics'
+// rx and tx drops, and ethtool -S's counters of drops, errors and failures
+// (veth's XDP ring overruns: xdp_xmit_errors, peer_tq_xdp_xmit_fail...).
+// Keys are "<namespace> <counter>" or "<device> <counter>".
+func labPathDrops(l *lab.Lab) map[string]uint64 {
+	out := labDrops(l)
+	for _, x := range []struct {
+		ns  *lab.NS
+		ifs []string
+	}{{l.Caller, []string{lab.CallerIfName, fwdDirectIfs[0]}}, {l.Callee, []string{lab.CalleeIfName, fwdDirectIfs[1]}},
+		{l.Relay, []string{lab.RelayCallerIfName, lab.RelayCalleeIfName}}} {
+		for _, ifname := range x.ifs {
+			if b, err := x.ns.Command("ip", "-s", "-j", "link", "show", ifname).Output(); err == nil {
+				var links []struct {
+					Stats struct {
+						RX, TX struct {
+							Dropped uint64 `json:"dropped"`
+						}
+					} `json:"stats64"`
+				}
+				if json.Unmarshal(b, &links) == nil && len(links) == 1 {
+					out[ifname+" rx_dropped"] = links[0].Stats.RX.Dropped
+					out[ifname+" tx_dropped"] = links[0].Stats.TX.Dropped
+				}
+			}
+			b, err := x.ns.Command("ethtool", "-S", ifname).Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+				if !ok || !(strings.Contains(k, "drop") || strings.Contains(k, "err") || strings.Contains(k, "fail")) {
+					continue
+				}
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+					out[ifname+" "+k] = n
+				}
+			}
+		}
+	}
+	return out
 }
 
 // delayText describes what the userspace workers added to a run's packets.
