@@ -9,7 +9,9 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -498,8 +500,11 @@ func (l *Lab) EndHostQueues() error {
 // HostQueues gives ifname, a veth in ns, what EndHostQueues gives the end
 // hosts' (a pfifo queue of endQueueLen packets, a receive ring per CPU,
 // threaded NAPI at endNAPIPriority) and returns its NAPI threads' pids,
-// whose CPU time is the device's receive work. Call it before XDP is
-// attached to the veth's peer.
+// whose CPU time is the device's receive work, in the order of the rings
+// (veth adds ring 0's NAPI instance first, and NAPI ids grow): an XDP
+// redirect into a veth fills the ring of the CPU it runs on, so pinning
+// thread i to CPU i keeps the thread that drains a ring beside the one
+// that fills it. Call it before XDP is attached to the veth's peer.
 func (ns *NS) HostQueues(ifname string) ([]int, error) {
 	// A veth has as many receive queues as the machine has possible
 	// CPUs, one of them in use.
@@ -554,6 +559,13 @@ func (ns *NS) threadedNAPI(ifname string, prio int) ([]int, error) {
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("threaded NAPI on %s in %s: no new %s* kernel thread (is GRO or XDP on?)", ifname, ns.name, prefix)
 	}
+	// By NAPI id, the number after the prefix.
+	id := func(pid int) int {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		n, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(string(comm)), prefix))
+		return n
+	}
+	slices.SortFunc(pids, func(a, b int) int { return id(a) - id(b) })
 	return pids, nil
 }
 
