@@ -52,6 +52,14 @@ waking every millisecond to drain its sockets, so their wakeups are the
 same whatever the relay (a receiver woken per packet costs more the more
 the relay spreads the packets, and that was billed to the relay).
 
+--sender xdp sends the same packets as whole Ethernet frames through
+AF_XDP TX rings on the caller's and callee's veths (one thread, the same
+1 ms slots), past the 200-270k pps one sendmmsg core offers; --sink xdp
+counts them with an XDP program on the end hosts' veths that drops them
+(lab/xdpsink), its work in those veths' NAPI threads (pinned one per CPU,
+SCHED_FIFO), measured as the sink's CPU. Each row gives the relay's, the
+sender's and the sink's share of one CPU.
+
 Why a baseline, and not SIP calls' own media: the CPU figures need a run
 of the same packets without the relay (direct over an extra veth pair),
 and voipgen call's media (a socket and goroutine per call, full
