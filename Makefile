@@ -53,11 +53,11 @@ need:
 # bpf2go with Debian's clang-16; the generated .go and .o are committed so
 # `go build` needs no clang.
 generate:
-	$(GO) generate ./fastpath/ ./slowpath/ ./lab/minfwd/
+	$(GO) generate ./fastpath/ ./slowpath/ ./lab/minfwd/ ./lab/xdpsink/
 
 # Regenerate and fail if the committed objects differ from the sources.
 generate-check: generate
-	@git diff --exit-code --stat -- fastpath/ slowpath/ lab/minfwd/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- fastpath/ slowpath/ lab/minfwd/ lab/xdpsink/ || { echo "generated BPF objects are stale: run make generate and commit"; exit 1; }
 
 build:
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./voipgen/cmd/...

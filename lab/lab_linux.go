@@ -9,7 +9,9 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -484,26 +486,38 @@ const endQueueLen = 10000
 // queue each, so the number of transmit queues, which native XDP on a
 // veth requires its peer not to exceed, does not change.
 func (l *Lab) EndHostQueues() error {
-	// A veth has as many receive queues as the machine has possible
-	// CPUs, one of them in use.
-	rings := runtime.NumCPU()
 	for _, e := range []struct {
 		ns   *NS
 		name string
 	}{{l.Caller, CallerIfName}, {l.Callee, CalleeIfName}} {
-		if err := e.ns.setTxQueue(e.name, endQueueLen); err != nil {
-			return err
-		}
-		if rings > 1 {
-			if out, err := e.ns.Command("ethtool", "-L", e.name, "rx", strconv.Itoa(rings)).CombinedOutput(); err != nil {
-				return fmt.Errorf("ethtool -L %s rx %d in %s: %v: %s", e.name, rings, e.ns.name, err, bytes.TrimSpace(out))
-			}
-		}
-		if err := e.ns.threadedNAPI(e.name, endNAPIPriority); err != nil {
+		if _, err := e.ns.HostQueues(e.name); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// HostQueues gives ifname, a veth in ns, what EndHostQueues gives the end
+// hosts' (a pfifo queue of endQueueLen packets, a receive ring per CPU,
+// threaded NAPI at endNAPIPriority) and returns its NAPI threads' pids,
+// whose CPU time is the device's receive work, in the order of the rings
+// (veth adds ring 0's NAPI instance first, and NAPI ids grow): an XDP
+// redirect into a veth fills the ring of the CPU it runs on, so pinning
+// thread i to CPU i keeps the thread that drains a ring beside the one
+// that fills it. Call it before XDP is attached to the veth's peer.
+func (ns *NS) HostQueues(ifname string) ([]int, error) {
+	// A veth has as many receive queues as the machine has possible
+	// CPUs, one of them in use.
+	rings := runtime.NumCPU()
+	if err := ns.setTxQueue(ifname, endQueueLen); err != nil {
+		return nil, err
+	}
+	if rings > 1 {
+		if out, err := ns.Command("ethtool", "-L", ifname, "rx", strconv.Itoa(rings)).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ethtool -L %s rx %d in %s: %v: %s", ifname, rings, ns.name, err, bytes.TrimSpace(out))
+		}
+	}
+	return ns.threadedNAPI(ifname, endNAPIPriority)
 }
 
 // endNAPIPriority is the SCHED_FIFO priority EndHostQueues gives the end
@@ -514,37 +528,45 @@ const endNAPIPriority = 50
 // has them while GRO or XDP is on) into kernel threads and gives those
 // threads SCHED_FIFO priority prio. The threads are found by name among
 // the ones that were not there before: a device name is unique only in
-// its namespace, and another lab may have threads of the same name.
-func (ns *NS) threadedNAPI(ifname string, prio int) error {
+// its namespace, and another lab may have threads of the same name. It
+// returns their pids.
+func (ns *NS) threadedNAPI(ifname string, prio int) ([]int, error) {
 	prefix := "napi/" + ifname + "-"
 	before, err := kernelThreads(prefix)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// sysfs shows the devices of the namespace that mounted it: ip netns
 	// exec mounts one of the namespace's own.
 	if out, err := ns.Command("sh", "-c", "echo 1 > /sys/class/net/"+ifname+"/threaded").CombinedOutput(); err != nil {
-		return fmt.Errorf("threaded NAPI on %s in %s: %v: %s", ifname, ns.name, err, bytes.TrimSpace(out))
+		return nil, fmt.Errorf("threaded NAPI on %s in %s: %v: %s", ifname, ns.name, err, bytes.TrimSpace(out))
 	}
 	after, err := kernelThreads(prefix)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	n := 0
+	var pids []int
 	for pid := range after {
 		if before[pid] {
 			continue
 		}
 		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 		if err := unix.SchedSetAttr(pid, attr, 0); err != nil {
-			return fmt.Errorf("SCHED_FIFO %d for %s's NAPI thread %d in %s: %w", prio, ifname, pid, ns.name, err)
+			return nil, fmt.Errorf("SCHED_FIFO %d for %s's NAPI thread %d in %s: %w", prio, ifname, pid, ns.name, err)
 		}
-		n++
+		pids = append(pids, pid)
 	}
-	if n == 0 {
-		return fmt.Errorf("threaded NAPI on %s in %s: no new %s* kernel thread (is GRO or XDP on?)", ifname, ns.name, prefix)
+	if len(pids) == 0 {
+		return nil, fmt.Errorf("threaded NAPI on %s in %s: no new %s* kernel thread (is GRO or XDP on?)", ifname, ns.name, prefix)
 	}
-	return nil
+	// By NAPI id, the number after the prefix.
+	id := func(pid int) int {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		n, _ := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(string(comm)), prefix))
+		return n
+	}
+	slices.SortFunc(pids, func(a, b int) int { return id(a) - id(b) })
+	return pids, nil
 }
 
 // kernelThreads returns the pids of the tasks whose name starts with

@@ -1,7 +1,8 @@
 // Package pktio holds the packet code the relay's userspace workers
-// (slowpath) and the traffic generator (voipgen) share: the Internet
-// checksum, struct mmsghdr for sendmmsg and recvmmsg, and the kernel's
-// receive timestamps.
+// (slowpath) and the traffic generators (voipgen) share: the Internet
+// checksum, struct mmsghdr for sendmmsg and recvmmsg, the kernel's receive
+// timestamps, and an AF_XDP socket for transmitting whole frames (XSK).
 //
-// Everything here is safe for concurrent use and allocates nothing.
+// Nothing here allocates per packet. Everything is safe for concurrent use
+// except an XSK, which belongs to one thread at a time.
 package pktio

@@ -75,6 +75,7 @@ func debianKernel(t *testing.T) *Kernel {
 // guestBinaries are the host binaries the guests run, in binDir.
 type guestBinaries struct {
 	fastpath, slowpath, labrelay string // test binaries (go test -c)
+	xdpsink                      string
 	relayd                       string
 }
 
@@ -95,6 +96,7 @@ var bins = sync.OnceValues(func() (guestBinaries, error) {
 	b.fastpath = testC("fastpath")
 	b.slowpath = testC("slowpath")
 	b.labrelay = testC("lab/labrelay")
+	b.xdpsink = testC("lab/xdpsink")
 	b.relayd = filepath.Join(binDir, "relayd")
 	if err == nil {
 		if o, e := exec.Command("go", "build", "-o", b.relayd, "github.com/relayd/relayd/cmd/relayd").CombinedOutput(); e != nil {
@@ -181,6 +183,25 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 	res := boot(t, k, dir, preamble+bin+" -test.v -test.count=1\n", 8*time.Minute)
 	if res.ExitCode != 0 {
 		t.Fatalf("fastpath tests under %s: exit status %d", k.Release, res.ExitCode)
+	}
+}
+
+// TestXDPSinkOnDebianKernel loads the benchmarks' XDP sink (lab/xdpsink,
+// voipgen bench --sink xdp) under Debian 12's kernel and runs its
+// prog.Run test there: it must load and count on 6.1 as on current
+// kernels.
+func TestXDPSinkOnDebianKernel(t *testing.T) {
+	requireVM(t)
+	t.Parallel()
+	k := debianKernel(t)
+	bin := binaries(t).xdpsink
+	dir := t.TempDir()
+	res := boot(t, k, dir, preamble+bin+" -test.v -test.count=1\n", 5*time.Minute)
+	if res.ExitCode != 0 {
+		t.Fatalf("xdpsink tests under %s: exit status %d", k.Release, res.ExitCode)
+	}
+	if !strings.Contains(res.Output, "--- PASS: TestSinkCounts") {
+		t.Errorf("TestSinkCounts did not pass under %s", k.Release)
 	}
 }
 

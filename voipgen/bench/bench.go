@@ -52,6 +52,14 @@ waking every millisecond to drain its sockets, so their wakeups are the
 same whatever the relay (a receiver woken per packet costs more the more
 the relay spreads the packets, and that was billed to the relay).
 
+--sender xdp sends the same packets as whole Ethernet frames through
+AF_XDP TX rings on the caller's and callee's veths (one thread, the same
+1 ms slots), past the 200-270k pps one sendmmsg core offers; --sink xdp
+counts them with an XDP program on the end hosts' veths that drops them
+(lab/xdpsink), its work in those veths' NAPI threads (pinned one per CPU,
+SCHED_FIFO), measured as the sink's CPU. Each row gives the relay's, the
+sender's and the sink's share of one CPU.
+
 Why a baseline, and not SIP calls' own media: the CPU figures need a run
 of the same packets without the relay (direct over an extra veth pair),
 and voipgen call's media (a socket and goroutine per call, full
@@ -115,7 +123,17 @@ type Config struct {
 	voipgen  string
 	JSON     bool
 	Progress io.Writer
+	// sender and sink are the sweep's traffic ends: benchEndMmsg (a
+	// socket, sendmmsg / recvmmsg) or benchEndXDP (an AF_XDP TX socket
+	// per veth / the XDP sink on the end hosts' veths).
+	sender, sink string
 }
+
+// The sweep's sender and sink kinds (--sender, --sink).
+const (
+	benchEndMmsg = "mmsg"
+	benchEndXDP  = "xdp"
+)
 
 // How the sweep's media is set up, per row.
 const (
@@ -127,16 +145,22 @@ const (
 )
 
 const (
-	benchPPSPerCall  = 100 // two flows of 50 pps
-	benchMaxCalls    = fwdMaxFlows / 2
-	defaultBenchCall = "250,500,1000,2000,4000,5000"
+	benchPPSPerCall = 100 // two flows of 50 pps
+	// benchMaxCalls is what relayd's media ports in the SIP sweep hold
+	// (benchSIPRelayPorts, four ports a call: RTP and RTCP on each leg)
+	// and what the far prefix's addresses number (farPrefix, one a call).
+	benchMaxCalls = 13000
+	// benchMaxStaticCalls: static flows take one port each of relayd's
+	// default range 30000-39999, two a call.
+	benchMaxStaticCalls = fwdMaxFlows / 2
+	defaultBenchCall    = "250,500,1000,2000,4000,5000"
 )
 
 func Parse(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
-	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 5000: relayd's lab port range)")
+	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 13000: relayd's lab port range, 5000 with --static-flows)")
 	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, transcode")
 	tcalls := fs.String("transcode-calls", defaultTranscodeCalls, "concurrent calls per step of the transcode sweep, comma-separated")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
@@ -151,6 +175,8 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	voipgen := fs.String("voipgen", "", "voipgen binary for the SIP phase's voipgen call and answer (default: this program, else go build)")
 	js := fs.Bool("json", false, "print the report as JSON")
+	sender := fs.String("sender", benchEndMmsg, "the sweep's sender: mmsg (sendmmsg on a socket in each end namespace) or xdp (AF_XDP TX sockets on the end hosts' veths)")
+	sink := fs.String("sink", benchEndMmsg, "the sweep's sink: mmsg (recvmmsg on the end sockets) or xdp (an XDP program counting and dropping on the end hosts' veths)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -158,14 +184,18 @@ func Parse(args []string, out io.Writer) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
-		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js}
+		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink}
 	var err error
-	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
+	maxCalls := benchMaxCalls
+	if c.static {
+		maxCalls = benchMaxStaticCalls
+	}
+	if c.calls, err = parseCounts("--calls", *calls, 1, maxCalls); err != nil {
 		return c, err
 	}
 	slices.Sort(c.calls)
 	c.calls = slices.Compact(c.calls)
-	if c.transcodeCalls, err = parseCounts("--transcode-calls", *tcalls, 1, benchMaxCalls); err != nil {
+	if c.transcodeCalls, err = parseCounts("--transcode-calls", *tcalls, 1, benchMaxStaticCalls); err != nil {
 		return c, err
 	}
 	slices.Sort(c.transcodeCalls)
@@ -185,6 +215,16 @@ func Parse(args []string, out io.Writer) (Config, error) {
 		default:
 			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, transcode)", m)
 		}
+	}
+	for _, e := range []struct{ flag, v string }{{"--sender", c.sender}, {"--sink", c.sink}} {
+		if e.v != benchEndMmsg && e.v != benchEndXDP {
+			return c, fmt.Errorf("%s %q: want mmsg or xdp", e.flag, e.v)
+		}
+	}
+	if (c.sender == benchEndXDP || c.sink == benchEndXDP) && slices.Contains(c.modes, transcodeRelayd) {
+		// The transcode runs count by the relay's source port and check
+		// every packet's format: the socket sink's work.
+		return c, errors.New("--sender xdp and --sink xdp do not run the transcode mode")
 	}
 	switch {
 	case c.step < 200*time.Millisecond:
@@ -237,6 +277,18 @@ type benchRow struct {
 	IdleCPUPct float64 `json:"idle_cpu_pct"`
 	// ProgNsPerRun: XDP program run time per packet (BPF stats), xdp only.
 	ProgNsPerRun float64 `json:"prog_ns_per_run,omitempty"`
+	// Shares of one CPU (1 = a whole CPU) at the step's rate: the relay's
+	// (tasks ns/pkt x sent pps), and the sender's and the sink's threads'
+	// (CPU time / elapsed) in the step's direct runs, where neither runs
+	// relay work in its softirq, and in the relay runs (where the
+	// sender's includes the XDP relay's work on veth). The sink's is its
+	// recvmmsg threads, or with the XDP sink the end veths' NAPI threads
+	// that run it.
+	RelayCPU          float64 `json:"relay_cpu_share"`
+	SenderCPU         float64 `json:"sender_cpu_share"`
+	SinkCPU           float64 `json:"sink_cpu_share"`
+	SenderCPURelayRun float64 `json:"sender_cpu_share_relay_runs"`
+	SinkCPURelayRun   float64 `json:"sink_cpu_share_relay_runs"`
 	// Rerun: the step's runs disagreed and it was run again (this row is
 	// the second attempt).
 	Rerun bool `json:"rerun,omitempty"`
@@ -461,12 +513,16 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
 	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
 	var task, idle, pps, prog []float64
+	var sndD, sinkD, sndR, sinkR []float64
 	relayed, userspace := int64(0), int64(0)
 	for i := range runs {
 		r := &runs[i]
+		snd, sink := r.share("sender"), r.share("sink")+r.share("napi")
 		if r.Mode == "direct" {
+			sndD, sinkD = append(sndD, snd), append(sinkD, sink)
 			continue
 		}
+		sndR, sinkR = append(sndR, snd), append(sinkR, sink)
 		row.Sent += r.Sent
 		row.Received += r.Received
 		row.Lost += r.Lost
@@ -504,6 +560,8 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 	if len(task) == 0 {
 		row.Comparable = false
 	}
+	row.RelayCPU = row.TaskNsPerPkt * row.SentPPS / 1e9
+	row.SenderCPU, row.SinkCPU, row.SenderCPURelayRun, row.SinkCPURelayRun = mean(sndD), mean(sinkD), mean(sndR), mean(sinkR)
 	if cpus > 0 {
 		row.TaskCPUPct = 100 * row.TaskNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
 		row.IdleCPUPct = 100 * row.IdleNsPerPkt * row.SentPPS / 1e9 / float64(cpus)
@@ -567,7 +625,9 @@ func (rep *Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
 	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way;")
 	fmt.Fprintln(w, "       ng-xc = ng calls (both relays) with a PCMU caller leg and a G.729 callee leg, every packet checked transcoded")
-	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\tnote\t")
+	fmt.Fprintln(w, "       relay/sender/sink CPU: share of one CPU (1.00 = a whole CPU) at the step's rate: the relay's cost (tasks); the sender's and the sink's threads in the direct runs,"+
+		" and the sink's in the relay runs")
+	fmt.Fprintln(tw, "relay\tcalls\tmedia\tpps\tsent\treceived\trelayed\tloss %\tCPU % tasks\tCPU % idle\tns/pkt tasks\tns/pkt idle\trelay CPU\tsender CPU\tsink CPU\tsink CPU relay runs\tnote\t")
 	for _, r := range rep.Rows {
 		rel := "-"
 		if r.Relayed >= 0 {
@@ -589,8 +649,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		if media == "" {
 			media = "static"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
-			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, strings.Join(notes, ", "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, r.RelayCPU, r.SenderCPU, r.SinkCPU, r.SinkCPURelayRun, strings.Join(notes, ", "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -67,7 +67,8 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	for i, c := range steps {
 		rates[i] = benchPPSPerCall * c
 	}
-	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait}
+	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait,
+		sender: cfg.sender, sink: cfg.sink}
 	b := &fwdBench{cfg: fc, log: cfg.Progress, quietLeft: cfg.quietWait}
 	var relays []string
 	for _, m := range cfg.modes {
@@ -101,6 +102,9 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			transcodeRtpengine: "Debian's rtpengine as for rtpengine (bcg729 for G.729), the same ng offer and answer as relayd's transcode calls",
 		},
 		"transcode_calls": cfg.transcodeCalls,
+		"sender":          benchEndText[cfg.sender],
+		"sink":            benchEndText[cfg.sink+" sink"],
+		"relay_ports_sip": benchSIPRelayPorts,
 		"cpu_methods": map[string]string{
 			"tasks":   "schedstat run time of voipgen (sender, sink, runtime), the relay process (relayd or rtpengine) and ksoftirqd/N, per packet sent, relay runs minus the mean of the two direct runs",
 			"idle":    "whole machine: CPUs x elapsed - idle - iowait - steal from /proc/stat (10 ms ticks), per packet sent, relay runs minus direct runs",
@@ -205,6 +209,16 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.Notes = append(rep.Notes, "srtp: no SIP phase with media (voipgen's per-call media is plain RTP); its sweep's SIP calls offer SDES")
 	}
 	return rep, nil
+}
+
+// benchEndText describes the sender and sink kinds in the report.
+var benchEndText = map[string]string{
+	benchEndMmsg: "mmsg: one thread, sendmmsg on a socket in the caller namespace and one in the callee namespace (reverse streams, IP_PKTINFO sources)",
+	benchEndXDP: "xdp: one thread, whole Ethernet+IPv4+UDP frames (UDP checksum computed per packet) through AF_XDP TX rings (copy mode) on the caller's and callee's veths " +
+		"(c0, e0; fb0, fb1 for direct runs)",
+	benchEndMmsg + " sink": "mmsg: a thread per end socket waking every 1 ms to drain it with recvmmsg, counting per SSRC",
+	benchEndXDP + " sink": "xdp: lab/xdpsink on c0, e0, fb0 and fb1 counting per SSRC in per-CPU arrays and dropping; those veths get a pfifo queue, a receive ring per CPU " +
+		"and threaded NAPI at SCHED_FIFO 50, whose threads are the sink's CPU (label napi)",
 }
 
 func benchMode(name string) fwdMode {
@@ -496,7 +510,9 @@ destinations = ["sip:answer@%s"]
 
 // benchSIPRelayPorts is relayd's media port range for the SIP sweep: each
 // call takes an RTP and an RTCP port on each leg.
-const benchSIPRelayPorts = "20000-60999"
+// 10000-65535 holds 13,884 calls (benchMaxCalls: 13,000); nothing else in
+// the relay namespace binds a UDP port there (SIP is on 5060).
+const benchSIPRelayPorts = "10000-65535"
 
 // benchCalls is the SIP side of the sweep through relayd: an answerer in
 // the callee namespace and batches of callers in the caller namespace,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,66 @@ func TestBenchLab(t *testing.T) {
 	checkBenchOutputs(t, dir, rep)
 	if _, err := os.Stat(filepath.Join(dir, "bench.json")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestBenchLabXDPEnds runs a sweep step of 30 calls through relayd (xdp
+// and userspace) with the XDP sender and the XDP sink, and checks the
+// accounting: every packet sent, both ways, in every run (direct and
+// through relayd) was counted by the sink to its run and to its stream,
+// relayd forwarded each of them, and the sink's CPU is its NAPI threads'.
+func TestBenchLabXDPEnds(t *testing.T) {
+	testenv.NeedRoot(t)
+	if testing.Short() {
+		t.Skip("builds relayd and a lab: skipped with -short")
+	}
+	bin, err := labrelay.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg, err := Parse([]string{"--calls", "30", "--modes", "xdp,userspace", "--step", "1s", "--sip-calls", "0", "--sender", "xdp", "--sink", "xdp",
+		"--quiet-wait", "5s", "--relayd", bin, "--out", dir}, testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Progress = testWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := runBenchLab(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 2 {
+		t.Fatalf("rows %+v", rep.Rows)
+	}
+	for _, r := range rep.Rows {
+		if r.Calls != 30 || r.Media != benchMediaSIP || r.Sent == 0 || r.Lost != 0 || r.Received != r.Sent || r.Relayed != int64(r.Received) {
+			t.Errorf("row %+v", r)
+		}
+		if r.SinkCPU <= 0 || r.SenderCPU <= 0 {
+			t.Errorf("%s: sender CPU %.3f, sink CPU %.3f: want both measured", r.Relay, r.SenderCPU, r.SinkCPU)
+		}
+	}
+	if n := len(rep.Runs); n < 8 || n%4 != 0 {
+		t.Fatalf("%d runs", n)
+	}
+	for _, st := range rep.Runs {
+		// 30 calls at 100 pps for 1 s: 50 cycles of 60 streams, half
+		// each way.
+		if st.Sent != 3000 || st.Received != st.Sent || st.SendErrors != 0 || st.StreamsShort != 0 {
+			t.Errorf("%s run of %s: sent %d, received %d, %d send errors, %d streams short", st.Mode, st.Phase, st.Sent, st.Received, st.SendErrors, st.StreamsShort)
+		}
+		if _, ok := st.LabelNsPkt["sink"]; ok {
+			t.Errorf("%s run of %s: a sink thread measured beside the XDP sink", st.Mode, st.Phase)
+		}
+		if st.LabelNsPkt["napi"] <= 0 {
+			t.Errorf("%s run of %s: no NAPI thread time (the XDP sink's)", st.Mode, st.Phase)
+		}
+	}
+	var text strings.Builder
+	rep.WriteText(&text)
+	if !strings.Contains(text.String(), "sink CPU") {
+		t.Errorf("no sink CPU column:\n%s", text.String())
 	}
 }

@@ -185,6 +185,9 @@ type FwdConfig struct {
 	// quietWait bounds the time spent waiting for a quiet machine.
 	quietWait time.Duration
 	allSteps  bool // run every rate (tests)
+	// sender and sink: benchEndMmsg (default when empty) or benchEndXDP;
+	// see Config.
+	sender, sink string
 }
 
 const (
@@ -311,6 +314,12 @@ func period(flows, rate int) time.Duration {
 
 func (c FwdConfig) maxFlows() int { return slices.Max(c.flows) }
 
+// share returns label's threads' CPU time over the run's elapsed time (1
+// = a whole CPU), from its ns per packet sent.
+func (st *fwdStep) share(label string) float64 {
+	return finite(st.LabelNsPkt[label] * st.SentPPS / 1e9)
+}
+
 // fwdStep is one measured run.
 type fwdStep struct {
 	Mode    string `json:"mode"`  // direct | a mode name
@@ -340,6 +349,9 @@ type fwdStep struct {
 	LossPct       float64 `json:"loss_pct"`
 	// StreamsShort counts flows that received fewer packets than sent.
 	StreamsShort int `json:"streams_short"`
+	// LabDrops are the lab's drop counters that grew over a run with
+	// loss (see labPathDrops): where outside relayd the packets went.
+	LabDrops map[string]uint64 `json:"lab_drops,omitempty"`
 	// Relayed and RelayDropped are relayd's counters of packets forwarded
 	// and dropped (relayd_packets_total), -1 without relayd.
 	Relayed      int64 `json:"relayed"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,11 +27,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/internal/pktio"
 	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/lab/cmmsg"
 	"github.com/relayd/relayd/lab/labrelay"
 	"github.com/relayd/relayd/lab/measure"
 	"github.com/relayd/relayd/lab/minfwd"
+	"github.com/relayd/relayd/lab/xdpsink"
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
@@ -84,6 +88,9 @@ type fwdBench struct {
 	sink     *fwdSink
 	sampler  measure.Sampler
 	softirqd []int
+	// napi: with the XDP sink, the end veths' NAPI threads (the sink's
+	// receive work, label napi).
+	napi     []int
 	run      uint8    // id of the last run; its tag goes in the SSRC's bits 16-23
 	srtpRuns [2]uint8 // SRTP modes: direct and relay runs so far (see tag)
 	// senderMax is the most pps the sender managed in a direct run.
@@ -438,6 +445,9 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 		if st.RelayDropped > 0 {
 			fmt.Fprintf(b.log, "  relayd dropped %d packets: %v\n", st.RelayDropped, st.RelayDrops)
 		}
+		if len(st.LabDrops) > 0 {
+			fmt.Fprintf(b.log, "  lab drop counters that grew: %v\n", st.LabDrops)
+		}
 		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s%s\n",
 			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optNs(st.RelayBusyNsPerPkt),
 			progText(st.ProgNsPerRun), delayText(st.WorkerDelay), waitText(st))
@@ -555,12 +565,15 @@ func (b *fwdBench) tag(m fwdMode, direct bool) uint8 {
 // resolved and caches are warm before the first measured run.
 func (b *fwdBench) warm(ctx context.Context, p fwdPath, m fwdMode, direct bool) error {
 	tag := b.tag(m, direct)
-	before := b.sink.runs[tag].Load()
+	before := b.sink.run(tag)
 	if p.xc != nil && !direct {
 		b.sink.expect.Store(&fwdExpect{tag: tag, ports: p.xc.ports})
 		defer b.sink.expect.Store(nil)
 	}
 	res := b.snd.run(ctx, p, fwdWarm/2, fwdWarm, tag)
+	if res.err != nil {
+		return res.err
+	}
 	b.sink.drain(tag, before+res.packets)
 	return ctx.Err()
 }
@@ -569,8 +582,13 @@ func (b *fwdBench) targets() []measure.Target {
 	pid := os.Getpid()
 	t := []measure.Target{
 		{Label: "sender", PID: pid, TIDs: []int{b.snd.tid}},
-		{Label: "sink", PID: pid, TIDs: []int{b.sink.tid, b.sink.tid2}},
-		{Label: "voipgen", PID: pid},
+	}
+	if b.sink.xdp == nil {
+		t = append(t, measure.Target{Label: "sink", PID: pid, TIDs: []int{b.sink.tid, b.sink.tid2}})
+	}
+	t = append(t, measure.Target{Label: "voipgen", PID: pid})
+	for _, p := range b.napi {
+		t = append(t, measure.Target{Label: "napi", PID: p})
 	}
 	if b.relay != nil && b.relay.Pid() != 0 {
 		t = append(t, measure.Target{Label: "relayd", PID: b.relay.Pid()})
@@ -590,19 +608,20 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	st := fwdStep{Mode: name, Phase: m.Name, Flows: f, Workers: m.Workers, OfferedPPS: rate,
 		PerFlowPPS: float64(rate) / float64(f), Relayed: -1, RelayDropped: -1, RelayedUserspace: -1}
 	viaRelay := name != "direct" && (b.relay != nil || b.cm != nil)
-	countsBefore := b.sink.counts(f)
+	countsBefore, err := b.sink.counts(f)
+	if err != nil {
+		return st, err
+	}
 	tag := b.tag(m, name == "direct")
-	totalBefore := b.sink.runs[tag].Load() // earlier runs with this tag
+	totalBefore := b.sink.run(tag) // earlier runs with this tag
 	var countersBefore relayCounters
 	var progBefore *ebpf.ProgramStats
 	if viaRelay {
-		var err error
 		if countersBefore, err = b.relayed(); err != nil {
 			return st, err
 		}
 	}
 	if name != "direct" && b.prog != nil {
-		var err error
 		if progBefore, err = b.prog.Stats(); err != nil {
 			return st, fmt.Errorf("program stats: %w", err)
 		}
@@ -612,6 +631,7 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		x = &fwdExpect{tag: tag, ports: p.xc.ports}
 		b.sink.expect.Store(x)
 	}
+	dropsBefore := labPathDrops(b.l)
 	targets := b.targets()
 	// Collect this process's garbage now (the metrics just read, the
 	// last run's), not in the measured run.
@@ -621,6 +641,9 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 		return st, err
 	}
 	res := b.snd.run(ctx, p, period(f, rate), b.cfg.step, tag)
+	if res.err != nil {
+		return st, res.err
+	}
 	b.sink.drain(tag, res.packets+totalBefore)
 	s1, err := b.sampler.Snapshot(targets)
 	if err != nil {
@@ -636,18 +659,31 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	u := measure.Diff(s0, s1)
 
 	st.Sent, st.SendErrors, st.EncryptErrors = res.packets, res.errors, res.encErrors
-	st.Received = b.sink.runs[tag].Load() - totalBefore
+	st.Received = b.sink.run(tag) - totalBefore
 	st.Lost = int64(st.Sent) - int64(st.Received)
 	st.ElapsedS = res.elapsed.Seconds()
 	if st.Sent > 0 {
 		st.LossPct = 100 * float64(st.Lost) / float64(st.Sent)
+	}
+	if st.Lost > 0 {
+		for k, v := range labPathDrops(b.l) {
+			if d := v - dropsBefore[k]; v > dropsBefore[k] {
+				if st.LabDrops == nil {
+					st.LabDrops = map[string]uint64{}
+				}
+				st.LabDrops[k] = d
+			}
+		}
 	}
 	if res.elapsed > 0 {
 		st.SentPPS = float64(st.Sent) / res.elapsed.Seconds()
 		st.AchievedPPS = float64(st.Received) / res.elapsed.Seconds()
 		st.SenderLimited = st.SentPPS < 0.97*float64(st.OfferedPPS)
 	}
-	countsAfter := b.sink.counts(f)
+	countsAfter, err := b.sink.counts(f)
+	if err != nil {
+		return st, err
+	}
 	for i := range f {
 		if countsAfter[i]-countsBefore[i] < res.cycles {
 			st.StreamsShort++
@@ -756,15 +792,45 @@ func (b *fwdBench) setup(flows int) error {
 	if b.softirqd, err = b.sampler.FindByComm("ksoftirqd/"); err != nil {
 		return err
 	}
+	xdpSink := b.cfg.sink == benchEndXDP
+	if xdpSink {
+		// What a host's NIC has (see lab.EndHostQueues), on the four end
+		// veths, before any XDP program is attached: the sink's receive
+		// work runs in NAPI threads of its own, measured as its CPU.
+		for _, e := range []struct {
+			ns   *lab.NS
+			name string
+		}{{l.Caller, lab.CallerIfName}, {l.Callee, lab.CalleeIfName}, {l.Caller, c}, {l.Callee, e}} {
+			pids, err := e.ns.HostQueues(e.name)
+			if err != nil {
+				return err
+			}
+			// Ring i's thread on CPU i, where the relay's XDP redirects
+			// into ring i run: a wake-up across CPUs can wait for a
+			// kernel without preemption (PREEMPT_NONE) on the other CPU
+			// for milliseconds, while the 256-frame ring overflows.
+			for i, pid := range pids {
+				var set unix.CPUSet
+				set.Set(i % runtime.NumCPU())
+				if err := unix.SchedSetaffinity(pid, &set); err != nil {
+					return fmt.Errorf("pin %s's NAPI thread %d: %w", e.name, pid, err)
+				}
+			}
+			b.napi = append(b.napi, pids...)
+		}
+	}
 	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {
 		return err
 	}
-	if b.snd, err = newFwdSender(l, flows); err != nil {
+	if b.snd, err = newFwdSender(l, flows, b.cfg.sender == benchEndXDP); err != nil {
 		return err
 	}
 	// Reverse streams go out of the sink's socket and come back to the
 	// sender's.
 	b.snd.rfd = b.sink.fd
+	if xdpSink {
+		return b.sink.useXDP(l, c, e)
+	}
 	b.sink.watch(b.snd.fd)
 	return nil
 }
@@ -1000,13 +1066,41 @@ func (b *fwdBench) close() error {
 // (srtpflow.Encrypter, no allocation once the SSRC is known). A single
 // goroutine locked to one thread sends, so its time on CPU is that
 // thread's.
+//
+// With xdp (--sender xdp) the messages also carry whole frames' headers
+// (fwdFrames) and go out through AF_XDP TX rings, one per veth, instead
+// of the sockets.
 type fwdSender struct {
 	fd      int // caller side
 	rfd     int // callee side, for reverse streams: the sink's socket
 	streams []fwdStream
 	tid     int
 	jobs    chan fwdSendJob
+	// xdp: send frames through xsks (opened as paths need them).
+	xdp  bool
+	l    *lab.Lab
+	xsks []fwdXSK
 }
+
+// fwdXSK is the sender's AF_XDP socket on one veth.
+type fwdXSK struct {
+	ns      *lab.NS
+	ifindex int
+	x       *pktio.XSK
+}
+
+// fwdFrames is an fwdMsgs' XDP side: per message the Ethernet, IPv4 and
+// UDP headers of its frame (UDP checksum 0) and the one's complement sum
+// of its UDP pseudo-header and header, to which each packet's payload is
+// added; the payload is the message's iovec.
+type fwdFrames struct {
+	xsk  *pktio.XSK
+	hdrs [][fwdHdrLen]byte
+	sums []uint64
+}
+
+// fwdHdrLen is the Ethernet, IPv4 and UDP headers of a frame.
+const fwdHdrLen = 14 + 20 + 8
 
 // fwdMsgs is one sendmmsg vector: message i carries flow i's buffer to
 // its destination.
@@ -1015,6 +1109,10 @@ type fwdMsgs struct {
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet4
 	ctrl  []fwdPktinfo // reverse streams: each message's source address
+	// frames: the XDP sender's frames (nil for sendmmsg); err, when
+	// building them failed (a next hop that did not resolve).
+	frames *fwdFrames
+	err    error
 }
 
 // fwdPktinfo is a control message that sets a datagram's source address
@@ -1087,6 +1185,7 @@ type fwdSendResult struct {
 	packets, errors, encErrors, cycles uint64
 	rev                                uint64 // of packets: the reverse streams' (callee -> caller)
 	elapsed                            time.Duration
+	err                                error // the path could not be sent (nothing was)
 }
 
 // fwdSocket opens a UDP socket bound to 0.0.0.0:port in ns, with buffers
@@ -1118,12 +1217,15 @@ func fwdSocket(ns *lab.NS, port int) (int, error) {
 // blocking socket that the Go runtime does not know, so that neither its
 // sends nor the kernel freeing its packets (sock_wfree, EPOLLOUT) ever
 // wake the netpoller. Its thread paces itself with clock_nanosleep.
-func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
+//
+// With xdp it sends frames through AF_XDP sockets instead (the socket is
+// still opened: the reverse streams come back to it).
+func newFwdSender(l *lab.Lab, n int, xdp bool) (*fwdSender, error) {
 	fd, err := fwdSocket(l.Caller, fwdSenderPort)
 	if err != nil {
 		return nil, fmt.Errorf("sender socket: %w", err)
 	}
-	s := &fwdSender{fd: fd, streams: make([]fwdStream, n), jobs: make(chan fwdSendJob)}
+	s := &fwdSender{fd: fd, streams: make([]fwdStream, n), jobs: make(chan fwdSendJob), xdp: xdp, l: l}
 	for i := range s.streams {
 		st := &s.streams[i]
 		st.seq, st.ts = uint16(i*7), uint32(i)*1000
@@ -1138,19 +1240,19 @@ func newFwdSender(l *lab.Lab, n int) (*fwdSender, error) {
 // messages returns one message per flow 0..f-1 to dst(i) (IPv4), carrying
 // the flow's RTP buffer, or its SRTP buffer of srtpLen bytes if srtpLen > 0.
 func (s *fwdSender) messages(f, srtpLen int, dst func(i int) netip.AddrPort) fwdMsgs {
-	return s.build(0, f, srtpLen, nil, dst)
+	return s.build(s.l.Caller, 0, f, srtpLen, nil, dst)
 }
 
 // revMessages returns one message per reverse stream off+0..off+c-1
 // (plain RTP), from src(j) to dst(j), to send on the callee's socket.
 func (s *fwdSender) revMessages(off, c int, src, dst func(j int) netip.AddrPort) fwdMsgs {
-	return s.build(off, c, 0, src, dst)
+	return s.build(s.l.Callee, off, c, 0, src, dst)
 }
 
-// build returns the messages of streams off+0..off+n-1: stream off+i's
-// buffer (SRTP of srtpLen bytes if srtpLen > 0) to dst(i), from src(i)
-// when src is not nil.
-func (s *fwdSender) build(off, n, srtpLen int, src, dst func(i int) netip.AddrPort) fwdMsgs {
+// build returns the messages of streams off+0..off+n-1, sent from
+// namespace ns: stream off+i's buffer (SRTP of srtpLen bytes if srtpLen >
+// 0) to dst(i), from src(i) when src is not nil.
+func (s *fwdSender) build(ns *lab.NS, off, n, srtpLen int, src, dst func(i int) netip.AddrPort) fwdMsgs {
 	m := fwdMsgs{hdrs: make([]mmsghdr, n), iovs: make([]unix.Iovec, n), names: make([]unix.RawSockaddrInet4, n)}
 	if src != nil {
 		m.ctrl = make([]fwdPktinfo, n)
@@ -1182,7 +1284,145 @@ func (s *fwdSender) build(off, n, srtpLen int, src, dst func(i int) netip.AddrPo
 			h.SetControllen(unix.CmsgSpace(unix.SizeofInet4Pktinfo))
 		}
 	}
+	if s.xdp && n > 0 {
+		m.frames, m.err = s.frames(ns, &m, src, dst)
+	}
 	return m
+}
+
+// frames builds m's frames from ns: every message goes out of the
+// interface and to the next hop of dst(0)'s route (each path's
+// destinations share one: the relay's address, or a prefix routed to one
+// gateway), from src(i), or from the route's source address and the
+// sender's port.
+func (s *fwdSender) frames(ns *lab.NS, m *fwdMsgs, src, dst func(i int) netip.AddrPort) (*fwdFrames, error) {
+	var ifindex int
+	var eth [14]byte
+	var from netip.Addr
+	err := ns.Do(func() error {
+		var err error
+		if ifindex, eth, err = gen.NextHop(dst(0).Addr()); err != nil {
+			return err
+		}
+		routes, err := netlink.RouteGet(dst(0).Addr().AsSlice())
+		if err != nil || len(routes) == 0 {
+			return fmt.Errorf("route to %s: %v", dst(0).Addr(), err)
+		}
+		from, _ = netip.AddrFromSlice(routes[0].Src.To4())
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("XDP sender in %s: %w", ns, err)
+	}
+	x, err := s.xsk(ns, ifindex)
+	if err != nil {
+		return nil, err
+	}
+	n := len(m.hdrs)
+	fr := &fwdFrames{xsk: x, hdrs: make([][fwdHdrLen]byte, n), sums: make([]uint64, n)}
+	for i := range n {
+		sa, da := netip.AddrPortFrom(from, uint16(fwdSenderPort)), dst(i)
+		if src != nil {
+			sa = src(i)
+		}
+		fr.sums[i] = fwdFrameHeader(&fr.hdrs[i], eth, sa, da, int(m.iovs[i].Len))
+	}
+	return fr, nil
+}
+
+// fwdFrameHeader writes the Ethernet, IPv4 and UDP headers of a frame
+// from src to dst with payload bytes of UDP payload (checksum left 0) and
+// returns the one's complement sum of the UDP pseudo-header and header.
+func fwdFrameHeader(h *[fwdHdrLen]byte, eth [14]byte, src, dst netip.AddrPort, payload int) uint64 {
+	copy(h[:14], eth[:])
+	ip := h[14:34]
+	ip[0], ip[1] = 0x45, 0
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+8+payload))
+	binary.BigEndian.PutUint16(ip[4:], 0)      // id
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	ip[8], ip[9] = 64, unix.IPPROTO_UDP
+	ip[10], ip[11] = 0, 0
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], pktio.Checksum(pktio.Sum(0, ip)))
+	udp := h[34:42]
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+payload))
+	udp[6], udp[7] = 0, 0
+	sum := pktio.Sum(0, ip[12:20]) + unix.IPPROTO_UDP + uint64(8+payload)
+	return pktio.Sum(sum, udp)
+}
+
+// xsk returns the sender's AF_XDP socket on ifindex in ns, opening it
+// the first time.
+func (s *fwdSender) xsk(ns *lab.NS, ifindex int) (*pktio.XSK, error) {
+	for _, x := range s.xsks {
+		if x.ns == ns && x.ifindex == ifindex {
+			return x.x, nil
+		}
+	}
+	var x *pktio.XSK
+	err := ns.Do(func() (err error) {
+		x, err = pktio.OpenXSK(ifindex, 0)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("XDP sender in %s: %w", ns, err)
+	}
+	s.xsks = append(s.xsks, fwdXSK{ns: ns, ifindex: ifindex, x: x})
+	return x, nil
+}
+
+// push sends messages lo..hi-1 of m as frames: each frame is its header
+// and the stream's current packet, the UDP checksum its header's sum plus
+// the payload's. A frame that finds no free UMEM frame for fwdXSKWait
+// counts as an error. It does not allocate.
+func (s *fwdSender) push(res *fwdSendResult, m *fwdMsgs, lo, hi int, rev bool) {
+	fr := m.frames
+	x := fr.xsk
+	for i := lo; i < hi; i++ {
+		f := x.Frame()
+		if f == nil {
+			for deadline := gen.MonoNow() + int64(fwdXSKWait); f == nil && gen.MonoNow() < deadline; {
+				x.Flush()
+				gen.SleepUntil(gen.MonoNow() + int64(20*time.Microsecond))
+				f = x.Frame()
+			}
+			if f == nil {
+				res.errors++
+				continue
+			}
+		}
+		pay := unsafe.Slice(m.iovs[i].Base, m.iovs[i].Len)
+		copy(f, fr.hdrs[i][:])
+		n := fwdHdrLen + copy(f[fwdHdrLen:], pay)
+		binary.BigEndian.PutUint16(f[40:], pktio.Checksum(pktio.Sum(fr.sums[i], pay)))
+		x.Queue(n)
+		res.packets++
+		if rev {
+			res.rev++
+		}
+	}
+	x.Flush()
+}
+
+// fwdXSKWait is how long the XDP sender waits for a free UMEM frame (the
+// kernel has not sent or completed the ring's 4,096) before it counts a
+// packet as not sent.
+const fwdXSKWait = 5 * time.Millisecond
+
+// flushAll waits, up to 100 ms, until every frame queued on the sender's
+// AF_XDP sockets has been taken by the kernel: a run's packets leave
+// within the run.
+func (s *fwdSender) flushAll() {
+	deadline := gen.MonoNow() + int64(100*time.Millisecond)
+	for _, x := range s.xsks {
+		for x.x.Flush() > 0 && gen.MonoNow() < deadline {
+			gen.SleepUntil(gen.MonoNow() + int64(50*time.Microsecond))
+		}
+	}
 }
 
 func (s *fwdSender) loop(tid chan<- int) {
@@ -1203,6 +1443,9 @@ func (s *fwdSender) run(ctx context.Context, p fwdPath, period, dur time.Duratio
 func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	var res fwdSendResult
 	msgs, rev, enc := j.path.msgs, j.path.rev, j.path.enc
+	if res.err = errors.Join(msgs.err, rev.err); res.err != nil {
+		return res
+	}
 	nf := msgs.len()
 	n := nf + rev.len()
 	ssrcHigh := uint32(j.tag) << 16
@@ -1236,15 +1479,26 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 					}
 				}
 			}
-			if lo < nf {
-				s.sendmmsg(&res, s.fd, msgs.hdrs[lo:min(hi, nf)])
-			}
-			if hi > nf {
-				s.sendmmsg(&res, s.rfd, rev.hdrs[max(lo, nf)-nf:hi-nf])
+			switch {
+			case msgs.frames != nil:
+				if lo < nf {
+					s.push(&res, &msgs, lo, min(hi, nf), false)
+				}
+				if hi > nf && rev.frames != nil {
+					s.push(&res, &rev, max(lo, nf)-nf, hi-nf, true)
+				}
+			default:
+				if lo < nf {
+					s.sendmmsg(&res, s.fd, msgs.hdrs[lo:min(hi, nf)])
+				}
+				if hi > nf {
+					s.sendmmsg(&res, s.rfd, rev.hdrs[max(lo, nf)-nf:hi-nf])
+				}
 			}
 		}
 		res.cycles++
 	}
+	s.flushAll()
 	res.elapsed = time.Duration(gen.MonoNow() - start)
 	return res
 }
@@ -1270,7 +1524,11 @@ func (s *fwdSender) sendmmsg(res *fwdSendResult, fd int, hs []mmsghdr) {
 
 func (s *fwdSender) close() error {
 	close(s.jobs)
-	return unix.Close(s.fd)
+	errs := []error{unix.Close(s.fd)}
+	for _, x := range s.xsks {
+		errs = append(errs, x.x.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // fwdSink receives on one UDP socket in the callee namespace on a thread
@@ -1296,8 +1554,11 @@ type fwdSink struct {
 	// expect, when set, is the transcode run in progress: its packets are
 	// counted by fwdExpect's rules, not by SSRC.
 	expect atomic.Pointer[fwdExpect]
-	wg     sync.WaitGroup
-	tid    int
+	// xdp, when set, is the sink (useXDP): perSSRC, runs and total are
+	// not used, the program's counters are.
+	xdp *xdpsink.Sink
+	wg  sync.WaitGroup
+	tid int
 	// fd2 and tid2: the caller's socket (the sender's), drained by a
 	// second thread when reverse streams come back to it (watch).
 	fd2  int
@@ -1328,15 +1589,58 @@ func newFwdSink(ns *lab.NS, n int) (*fwdSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sink socket: %w", err)
 	}
-	k := &fwdSink{fd: fd, fd2: -1, perSSRC: make([]atomic.Uint64, n)}
-	k.tid = k.start(k.fd)
-	return k, nil
+	return &fwdSink{fd: fd, fd2: -1, perSSRC: make([]atomic.Uint64, n)}, nil
 }
 
-// watch also receives on fd (not closed by the sink).
+// watch starts the sink's threads: one receiving on its own socket, one
+// on fd (the sender's socket, not closed by the sink).
 func (k *fwdSink) watch(fd int) {
+	k.tid = k.start(k.fd)
 	k.fd2 = fd
 	k.tid2 = k.start(fd)
+}
+
+// useXDP makes the sink the XDP program of lab/xdpsink, counting what
+// arrives for the sink's and the sender's ports on the end hosts' veths
+// (c0 and e0) and on the direct pair (callerIf in the caller namespace,
+// calleeIf in the callee's): no thread, no socket receives anything.
+func (k *fwdSink) useXDP(l *lab.Lab, callerIf, calleeIf string) error {
+	if len(k.perSSRC) > xdpsink.Streams {
+		return fmt.Errorf("XDP sink: %d streams, it tells %d apart", len(k.perSSRC), xdpsink.Streams)
+	}
+	x, err := xdpsink.Load(uint16(fwdSinkPort), uint16(fwdSenderPort))
+	if err != nil {
+		return err
+	}
+	if err := x.Attach(l.Caller.Path(), lab.CallerIfName, callerIf); err != nil {
+		return errors.Join(err, x.Close())
+	}
+	if err := x.Attach(l.Callee.Path(), lab.CalleeIfName, calleeIf); err != nil {
+		return errors.Join(err, x.Close())
+	}
+	k.xdp = x
+	return nil
+}
+
+// run returns the packets counted for run tag so far.
+func (k *fwdSink) run(tag uint8) uint64 {
+	if k.xdp != nil {
+		n, err := k.xdp.Run(tag)
+		if err != nil {
+			return 0 // read again at the next call: the map does not go away
+		}
+		return n
+	}
+	return k.runs[tag].Load()
+}
+
+// all returns every packet counted so far, RTP or not.
+func (k *fwdSink) all() uint64 {
+	if k.xdp != nil {
+		n, _ := k.xdp.Total()
+		return n
+	}
+	return k.total.Load()
 }
 
 func (k *fwdSink) start(fd int) int {
@@ -1469,12 +1773,15 @@ func (k *fwdSink) countTranscoded(x *fwdExpect, side int, bufs [][2048]byte, hdr
 }
 
 // counts returns the packets counted for the first n streams.
-func (k *fwdSink) counts(n int) []uint64 {
+func (k *fwdSink) counts(n int) ([]uint64, error) {
 	c := make([]uint64, n)
+	if k.xdp != nil {
+		return c, k.xdp.Streams(c)
+	}
 	for i := range c {
 		c[i] = k.perSSRC[i].Load()
 	}
-	return c
+	return c, nil
 }
 
 // drain waits until run's count reaches want, or until no packet arrived
@@ -1483,13 +1790,13 @@ func (k *fwdSink) counts(n int) []uint64 {
 // counted before the step ends, also when a thread is starved for a while
 // on a busy machine.
 func (k *fwdSink) drain(run uint8, want uint64) {
-	last, since := k.total.Load(), time.Now()
+	last, since := k.all(), time.Now()
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		if k.runs[run].Load() >= want {
+		if k.run(run) >= want {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
-		if v := k.total.Load(); v != last {
+		if v := k.all(); v != last {
 			last, since = v, time.Now()
 		} else if k.queued() {
 			since = time.Now()
@@ -1516,7 +1823,54 @@ func (k *fwdSink) close() {
 	k.stop.Store(true)
 	k.resume()
 	k.wg.Wait()
+	if k.xdp != nil {
+		k.xdp.Close()
+	}
 	unix.Close(k.fd)
+}
+
+// labPathDrops reads the lab's drop counters on the media's way (see
+// labDrops) and the end and relay veths' own: the interface statistics'
+// rx and tx drops, and ethtool -S's counters of drops, errors and failures
+// (veth's XDP ring overruns: xdp_xmit_errors, peer_tq_xdp_xmit_fail...).
+// Keys are "<namespace> <counter>" or "<device> <counter>".
+func labPathDrops(l *lab.Lab) map[string]uint64 {
+	out := labDrops(l)
+	for _, x := range []struct {
+		ns  *lab.NS
+		ifs []string
+	}{{l.Caller, []string{lab.CallerIfName, fwdDirectIfs[0]}}, {l.Callee, []string{lab.CalleeIfName, fwdDirectIfs[1]}},
+		{l.Relay, []string{lab.RelayCallerIfName, lab.RelayCalleeIfName}}} {
+		for _, ifname := range x.ifs {
+			if b, err := x.ns.Command("ip", "-s", "-j", "link", "show", ifname).Output(); err == nil {
+				var links []struct {
+					Stats struct {
+						RX, TX struct {
+							Dropped uint64 `json:"dropped"`
+						}
+					} `json:"stats64"`
+				}
+				if json.Unmarshal(b, &links) == nil && len(links) == 1 {
+					out[ifname+" rx_dropped"] = links[0].Stats.RX.Dropped
+					out[ifname+" tx_dropped"] = links[0].Stats.TX.Dropped
+				}
+			}
+			b, err := x.ns.Command("ethtool", "-S", ifname).Output()
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+				if !ok || !(strings.Contains(k, "drop") || strings.Contains(k, "err") || strings.Contains(k, "fail")) {
+					continue
+				}
+				if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+					out[ifname+" "+k] = n
+				}
+			}
+		}
+	}
+	return out
 }
 
 // delayText describes what the userspace workers added to a run's packets.

@@ -123,8 +123,8 @@ func ParseSoak(args []string, out io.Writer) (SoakConfig, error) {
 
 func (c *SoakConfig) validate() error {
 	switch {
-	case c.Calls < 1 || c.Calls > benchMaxCalls:
-		return fmt.Errorf("--calls %d: want 1-%d", c.Calls, benchMaxCalls)
+	case c.Calls < 1 || c.Calls > benchMaxStaticCalls:
+		return fmt.Errorf("--calls %d: want 1-%d", c.Calls, benchMaxStaticCalls)
 	case c.Chunk < time.Second:
 		return fmt.Errorf("--chunk %v: need at least 1s", c.Chunk)
 	case c.Sample < time.Second:

@@ -174,7 +174,7 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	fmt.Fprintf(cfg.Progress, "soak: %d calls up in %.1f s; media, %d pps of spoofed media, %d INVITEs/s and %d malformed SIP datagrams/s from a stranger for %v\n",
 		n, rep.Calls.SetupS, cfg.AttackPPS, cfg.InviteRate, cfg.SIPGarbageRate, cfg.Duration)
 
-	totalBefore := b.sink.total.Load()
+	totalBefore := b.sink.all()
 	var legit uint64
 	per := period(2*n, benchPPSPerCall*n)
 	lastReport := time.Now()
@@ -189,11 +189,18 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 			return rep, fmt.Errorf("out of SSRC tags at chunk %d", len(rep.Chunks))
 		}
 		ch := SoakChunk{StartS: time.Since(t0).Seconds(), Tag: tag}
-		before, runBefore := b.sink.counts(2*n), b.sink.runs[tag].Load()
+		before, err := b.sink.counts(2 * n)
+		if err != nil {
+			return rep, err
+		}
+		runBefore := b.sink.run(tag)
 		res := b.snd.run(ctx, relay, per, d, tag)
 		b.sink.drain(tag, runBefore+res.packets)
-		after := b.sink.counts(2 * n)
-		got := b.sink.runs[tag].Load() - runBefore
+		after, err := b.sink.counts(2 * n)
+		if err != nil {
+			return rep, err
+		}
+		got := b.sink.run(tag) - runBefore
 		legit += got
 		ch.Sent = [2]uint64{res.packets - res.rev, res.rev}
 		for i := range 2 * n {
@@ -240,7 +247,7 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	}
 	// Answers in flight, and anything relayd lets through late.
 	time.Sleep(time.Second)
-	rep.Attack.Delivered = b.sink.total.Load() - totalBefore - legit
+	rep.Attack.Delivered = b.sink.all() - totalBefore - legit
 	dropsAfter := labDrops(l)
 	for k, keys := range labDropKeys {
 		for _, key := range keys {

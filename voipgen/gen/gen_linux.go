@@ -338,7 +338,7 @@ func (g *Generator) openSockets() error {
 		network = "udp6"
 	}
 	if cfg.Transport == "xdp" {
-		ifindex, eth, err := nextHop(cfg.Dst.Lo)
+		ifindex, eth, err := NextHop(cfg.Dst.Lo)
 		if err != nil {
 			return err
 		}
