@@ -517,7 +517,23 @@ func (ns *NS) HostQueues(ifname string) ([]int, error) {
 			return nil, fmt.Errorf("ethtool -L %s rx %d in %s: %v: %s", ifname, rings, ns.name, err, bytes.TrimSpace(out))
 		}
 	}
-	return ns.threadedNAPI(ifname, endNAPIPriority)
+	pids, err := ns.threadedNAPI(ifname, endNAPIPriority)
+	if err != nil {
+		return nil, err
+	}
+	// Ring i's thread on CPU i, where the relay's XDP redirects into
+	// ring i run: a thread woken on the other CPU waits there for a kernel
+	// without full preemption (this machine's 6.18 is PREEMPT_NONE,
+	// Debian's 6.1 PREEMPT_VOLUNTARY) to reach a scheduling point, for
+	// milliseconds, while the 256-frame ring overflows.
+	for i, pid := range pids {
+		var set unix.CPUSet
+		set.Set(i % rings)
+		if err := unix.SchedSetaffinity(pid, &set); err != nil {
+			return nil, fmt.Errorf("pin %s's NAPI thread %d in %s to CPU %d: %w", ifname, pid, ns.name, i%rings, err)
+		}
+	}
+	return pids, nil
 }
 
 // endNAPIPriority is the SCHED_FIFO priority EndHostQueues gives the end
@@ -532,6 +548,14 @@ const endNAPIPriority = 50
 // returns their pids.
 func (ns *NS) threadedNAPI(ifname string, prio int) ([]int, error) {
 	prefix := "napi/" + ifname + "-"
+	// Threads are told apart from another lab's of the same name by
+	// being new: no other process of this code may create some between
+	// the two looks.
+	unlock, err := lockFile(napiLock)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	before, err := kernelThreads(prefix)
 	if err != nil {
 		return nil, err
@@ -567,6 +591,30 @@ func (ns *NS) threadedNAPI(ifname string, prio int) ([]int, error) {
 	}
 	slices.SortFunc(pids, func(a, b int) int { return id(a) - id(b) })
 	return pids, nil
+}
+
+// napiLock serializes threadedNAPI across processes (test binaries of
+// several packages run at once).
+const napiLock = "/run/lock/relayd-lab-napi.lock"
+
+// lockFile takes an exclusive flock on path, creating it, and returns the
+// function that releases it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("flock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // kernelThreads returns the pids of the tasks whose name starts with

@@ -480,25 +480,42 @@ func TestEndHostQueues(t *testing.T) {
 			t.Errorf("%s/%s: qdisc %q, want a root pfifo with%s", e.ns, e.ifname, f[2], want)
 		}
 	}
-	// Every receive ring of both end hosts has a real-time thread (of
-	// this lab or another: the names are per namespace).
-	for _, ifname := range []string{CallerIfName, CalleeIfName} {
-		pids, err := kernelThreads("napi/" + ifname + "-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		fifo := 0
-		for pid := range pids {
-			attr, err := unix.SchedGetAttr(pid, 0)
-			if err == nil && attr.Policy == unix.SCHED_FIFO && attr.Priority == endNAPIPriority {
-				fifo++
-			}
-		}
-		if fifo < rings {
-			t.Errorf("%d napi/%s-* threads at SCHED_FIFO %d, want at least %d", fifo, ifname, endNAPIPriority, rings)
-		}
-	}
 	// The end hosts still reach each other through the relay.
 	expectDelivery(t, l, l.Callee, l.CalleeAddr4, 40000)
 	expectDelivery(t, l, l.Callee, l.CalleeAddr6, 40001)
+}
+
+func TestHostQueuesThreads(t *testing.T) {
+	t.Parallel()
+	l := NewT(t)
+	pids, err := l.Caller.HostQueues(CallerIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rings := runtime.NumCPU()
+	if len(pids) != rings {
+		t.Fatalf("%d NAPI threads, want one per ring: %d", len(pids), rings)
+	}
+	prefix := "napi/" + CallerIfName + "-"
+	last := -1
+	for i, pid := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := strconv.Atoi(strings.TrimPrefix(strings.TrimSpace(string(comm)), prefix))
+		if err != nil || id <= last {
+			t.Errorf("thread %d is %q: want %s<NAPI id> in increasing order", i, comm, prefix)
+		}
+		last = id
+		attr, err := unix.SchedGetAttr(pid, 0)
+		if err != nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != endNAPIPriority {
+			t.Errorf("thread %s: %+v, %v; want SCHED_FIFO %d", comm, attr, err, endNAPIPriority)
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(pid, &set); err != nil || set.Count() != 1 || !set.IsSet(i%rings) {
+			t.Errorf("thread %s (ring %d): affinity %v, %v; want CPU %d alone", comm, i, set, err, i%rings)
+		}
+	}
+	expectDelivery(t, l, l.Callee, l.CalleeAddr4, 40002)
 }

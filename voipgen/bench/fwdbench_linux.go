@@ -805,17 +805,7 @@ func (b *fwdBench) setup(flows int) error {
 			if err != nil {
 				return err
 			}
-			// Ring i's thread on CPU i, where the relay's XDP redirects
-			// into ring i run: a wake-up across CPUs can wait for a
-			// kernel without preemption (PREEMPT_NONE) on the other CPU
-			// for milliseconds, while the 256-frame ring overflows.
-			for i, pid := range pids {
-				var set unix.CPUSet
-				set.Set(i % runtime.NumCPU())
-				if err := unix.SchedSetaffinity(pid, &set); err != nil {
-					return fmt.Errorf("pin %s's NAPI thread %d: %w", e.name, pid, err)
-				}
-			}
+			// HostQueues pinned ring i's thread to CPU i.
 			b.napi = append(b.napi, pids...)
 		}
 	}
