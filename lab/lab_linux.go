@@ -536,6 +536,36 @@ func (ns *NS) HostQueues(ifname string) ([]int, error) {
 	return pids, nil
 }
 
+// relayNAPIPriority is the SCHED_FIFO priority RelayNAPIThreads gives the
+// relay's NAPI threads: below the end hosts' (endNAPIPriority), so that a
+// relay thread that has just redirected a poll's frames (at most 64) into
+// an end host's ring yields to the thread that drains it.
+const relayNAPIPriority = 40
+
+// RelayNAPIThreads moves the receive work of the relay's veths toward the
+// caller and the callee, where its XDP program runs, into NAPI threads at
+// SCHED_FIFO relayNAPIPriority, for tests that must lose nothing at high
+// rates on a busy machine (the soak), after EndHostQueues. In a softirq
+// the relay's XDP can redirect far more than an end host's 256-frame ring
+// holds before that ring's thread runs: with a backlog in the sender's
+// queue, softirq rounds of up to 300 packets follow one another for
+// milliseconds (the kernel hands them to ksoftirqd only after ten). A
+// thread yields after each poll of at most 64 frames to the higher
+// priority thread of the ring it filled. The relay's veths keep their one
+// receive ring and the thread is not pinned. It returns the threads'
+// pids.
+func (l *Lab) RelayNAPIThreads() ([]int, error) {
+	var pids []int
+	for _, name := range []string{RelayCallerIfName, RelayCalleeIfName} {
+		p, err := l.Relay.threadedNAPI(name, relayNAPIPriority)
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, p...)
+	}
+	return pids, nil
+}
+
 // endNAPIPriority is the SCHED_FIFO priority EndHostQueues gives the end
 // hosts' NAPI threads: that of the kernel's threaded interrupt handlers.
 const endNAPIPriority = 50

@@ -519,3 +519,35 @@ func TestHostQueuesThreads(t *testing.T) {
 	}
 	expectDelivery(t, l, l.Callee, l.CalleeAddr4, 40002)
 }
+
+func TestRelayNAPIThreads(t *testing.T) {
+	t.Parallel()
+	l := NewT(t)
+	if err := l.EndHostQueues(); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := l.RelayNAPIThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One receive ring each toward the caller and the callee.
+	if len(pids) != 2 {
+		t.Fatalf("%d relay NAPI threads, want 2", len(pids))
+	}
+	for i, pid := range pids {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := []string{RelayCallerIfName, RelayCalleeIfName}[i]
+		if !strings.HasPrefix(string(comm), "napi/"+name+"-") {
+			t.Errorf("thread %d is %q, want napi/%s-<id>", pid, comm, name)
+		}
+		attr, err := unix.SchedGetAttr(pid, 0)
+		if err != nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != relayNAPIPriority || relayNAPIPriority >= endNAPIPriority {
+			t.Errorf("thread %s: %+v, %v; want SCHED_FIFO %d, below the end hosts' %d", comm, attr, err, relayNAPIPriority, endNAPIPriority)
+		}
+	}
+	expectDelivery(t, l, l.Callee, l.CalleeAddr4, 40003)
+	expectDelivery(t, l, l.Callee, l.CalleeAddr6, 40004)
+}

@@ -71,6 +71,9 @@ func runSoakLab(ctx context.Context, cfg SoakConfig) (rep *SoakReport, err error
 	if err := l.EndHostQueues(); err != nil {
 		return rep, err
 	}
+	if _, err := l.RelayNAPIThreads(); err != nil {
+		return rep, err
+	}
 	m := benchMode("xdp")
 	b.relayPorts = benchSIPRelayPorts
 	b.relayExtra = "latch_window = \"50ms\"\n" + soakSIPConfig(l)
