@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -149,6 +150,11 @@ type KmodRun struct {
 	Relayed int64 `json:"relayed"`
 	// RelayErrors: the module's error counter, relayd's drops.
 	RelayErrors int64 `json:"relay_errors"`
+	// VethDrops and SocketDrops are the lab's drops outside the relays
+	// over the run: the veths' rx and tx dropped (a full queue or XDP
+	// ring), the parties' UDP receive buffer errors.
+	VethDrops   int64 `json:"veth_drops"`
+	SocketDrops int64 `json:"socket_drops"`
 	// RelayedUserspace is the part of Relayed that relayd's userspace
 	// forwarded (latching, punts), -1 for the others.
 	RelayedUserspace int64 `json:"relayed_userspace"`
@@ -288,11 +294,11 @@ func (r *KmodReport) WriteText(w io.Writer) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nRuns:")
-	fmt.Fprintln(tw, "rep\trelay\tsent (all)\treceived (all)\tlost\tsent (measured)\trelayed\tof it userspace\trelay errors\tjitter p50/max ms\tmax gap ms\t"+
+	fmt.Fprintln(tw, "rep\trelay\tsent (all)\treceived (all)\tlost\tsent (measured)\trelayed\tof it userspace\trelay errors\tveth drops\tsocket drops\tjitter p50/max ms\tmax gap ms\t"+
 		"softirq ns/pkt\tsystem ns/pkt\tbusy ns/pkt\tidle %\tprocess ns/pkt\tprocess idle %\tkernelized\terror\t")
 	for _, x := range r.Runs {
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f/%.2f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%s\t\n", x.Repetition, x.Relay, x.SentAll, x.Received, x.Lost,
-			x.Sent, x.Relayed, x.RelayedUserspace, x.RelayErrors, x.JitterP50Ms, x.JitterMaxMs, x.MaxGapMs, x.SoftirqNs, x.SystemNs, x.BusyNs, x.IdlePct, x.ProcessNs, x.ProcessIdlePct, x.Kernelized, x.Error)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f/%.2f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t%d\t%s\t\n", x.Repetition, x.Relay, x.SentAll, x.Received, x.Lost,
+			x.Sent, x.Relayed, x.RelayedUserspace, x.RelayErrors, x.VethDrops, x.SocketDrops, x.JitterP50Ms, x.JitterMaxMs, x.MaxGapMs, x.SoftirqNs, x.SystemNs, x.BusyNs, x.IdlePct, x.ProcessNs, x.ProcessIdlePct, x.Kernelized, x.Error)
 	}
 	tw.Flush()
 	rows := r.Rows()
@@ -342,4 +348,26 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// udpRcvbufErrors returns the Udp: RcvbufErrors of /proc/net/snmp.
+func udpRcvbufErrors(snmp string) (uint64, error) {
+	var names []string
+	for _, line := range strings.Split(snmp, "\n") {
+		rest, ok := strings.CutPrefix(line, "Udp: ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, name := range names {
+			if name == "RcvbufErrors" && i < len(f) {
+				return strconv.ParseUint(f[i], 10, 64)
+			}
+		}
+	}
+	return 0, errors.New("no Udp: RcvbufErrors")
 }

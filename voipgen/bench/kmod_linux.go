@@ -302,6 +302,10 @@ func kmodRunOne(ctx context.Context, l *lab.Lab, cfg KmodConfig, name, relayd st
 			snap1, rel1, user1, errs1 = snap, rel, us, e
 		}
 	}
+	drops0, derr := kmodDrops(l)
+	if derr != nil {
+		return fail(derr)
+	}
 	conns := append(slices.Clone(callers), callees...)
 	dsts := append(slices.Clone(r.toCallee), r.toCaller...)
 	sent, sentAll, sendErrs := kmodSend(ctx, conns, dsts, cfg.Warmup, cfg.Duration, mark)
@@ -318,6 +322,9 @@ func kmodRunOne(ctx context.Context, l *lab.Lab, cfg KmodConfig, name, relayd st
 			rel1, user1, errs1 = rel, us, e
 		}
 		run.Relayed, run.RelayErrors = int64(rel1-rel0), int64(errs1-errs0)
+	}
+	if drops1, err := kmodDrops(l); err == nil {
+		run.VethDrops, run.SocketDrops = int64(drops1.veth-drops0.veth), int64(drops1.udp-drops0.udp)
 	}
 	run.RelayedUserspace = -1
 	if name == kmodXDP {
@@ -361,6 +368,48 @@ func kmodRunOne(ctx context.Context, l *lab.Lab, cfg KmodConfig, name, relayd st
 		run.ProcessNs = measure.NsPerPacket(u.Get("relay"), measured)
 	}
 	return run
+}
+
+// kmodDropCounts are where the lab drops packets outside the relays.
+type kmodDropCounts struct {
+	veth uint64 // rx and tx dropped of the four veths (a full queue or ring)
+	udp  uint64 // the parties' UDP RcvbufErrors (a receiver too slow)
+}
+
+// kmodDrops reads the lab's drop counters, in every namespace's own view.
+func kmodDrops(l *lab.Lab) (kmodDropCounts, error) {
+	var d kmodDropCounts
+	for _, x := range []struct {
+		ns     *lab.NS
+		ifname string
+	}{{l.Caller, lab.CallerIfName}, {l.Relay, lab.RelayCallerIfName}, {l.Relay, lab.RelayCalleeIfName}, {l.Callee, lab.CalleeIfName}} {
+		out, err := x.ns.Command("ip", "-s", "-j", "link", "show", "dev", x.ifname).Output()
+		if err != nil {
+			return d, fmt.Errorf("ip -s link show %s in %s: %w", x.ifname, x.ns, err)
+		}
+		var links []struct {
+			Stats struct {
+				RX struct{ Dropped uint64 } `json:"rx"`
+				TX struct{ Dropped uint64 } `json:"tx"`
+			} `json:"stats64"`
+		}
+		if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+			return d, fmt.Errorf("ip -s -j link show %s: %v: %q", x.ifname, err, out)
+		}
+		d.veth += links[0].Stats.RX.Dropped + links[0].Stats.TX.Dropped
+	}
+	for _, ns := range []*lab.NS{l.Caller, l.Callee} {
+		out, err := ns.Command("cat", "/proc/net/snmp").Output()
+		if err != nil {
+			return d, fmt.Errorf("/proc/net/snmp in %s: %w", ns, err)
+		}
+		n, err := udpRcvbufErrors(string(out))
+		if err != nil {
+			return d, fmt.Errorf("/proc/net/snmp in %s: %w", ns, err)
+		}
+		d.udp += n
+	}
+	return d, nil
 }
 
 func kmodCaller(l *lab.Lab, i int) netip.AddrPort {

@@ -71,3 +71,17 @@ func TestKmodReport(t *testing.T) {
 		t.Errorf("ratio to a relay without a completed run:\n%s", b.String())
 	}
 }
+
+func TestUDPRcvbufErrors(t *testing.T) {
+	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\n" +
+		"Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n" +
+		"Udp: 12000 0 7 12000 7 0 0 0 0\n" +
+		"UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors\n" +
+		"UdpLite: 0 0 0 0 3 0 0 0 0\n"
+	if n, err := udpRcvbufErrors(snmp); err != nil || n != 7 {
+		t.Errorf("RcvbufErrors %d, %v; want 7", n, err)
+	}
+	if _, err := udpRcvbufErrors("Ip: Forwarding\nIp: 1\n"); err == nil {
+		t.Error("no Udp lines: no error")
+	}
+}
