@@ -189,15 +189,15 @@ type KmodRun struct {
 // KmodRow is a relay's summary over the repetitions: medians, and the
 // spread (min-max) of the CPU figures.
 type KmodRow struct {
-	Relay                       string  `json:"relay"`
-	Runs                        int     `json:"runs"`
-	SentAll, Received           uint64  `json:"-"`
-	Lost                        int64   `json:"lost"` // summed over the runs
-	RelayedP50                  float64 `json:"relayed_p50"`
-	JitterP50Ms, JitterMaxMs    float64 `json:"-"`
-	MaxGapMs                    float64 `json:"max_gap_ms"` // the largest of the runs
-	SoftirqNs, SystemNs, BusyNs Spread  `json:"-"`
-	ProcessNs                   Spread  `json:"-"`
+	Relay                    string
+	Runs                     int
+	SentAll, Received        uint64
+	Lost                     int64 // summed over the runs
+	RelayedP50               float64
+	JitterP50Ms, JitterMaxMs float64 // medians of the runs' figures
+	MaxGapMs                 float64 // the largest of the runs
+	SoftirqNs, SystemNs      Spread
+	BusyNs, ProcessNs        Spread
 }
 
 // Spread is a median and the range of a figure over the repetitions.
