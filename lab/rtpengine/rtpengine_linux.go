@@ -2,8 +2,9 @@
 // namespace (or another, Options.NS), the anchor the lab comparison measures relayd against, and
 // sets calls up on it over its ng control protocol.
 //
-// It runs in userspace only (--table=-1: no kernel module, no iptables),
-// in the foreground as a child of the test, with no configuration file
+// It runs in userspace (--table=-1: no kernel module, no iptables) unless
+// Options.Kernel asks for its kernel module (kmod_linux.go: only in
+// lab/vm's Debian 6.1 guest), in the foreground as a child of the test, with no configuration file
 // (--config-file=none, so Debian's /etc/rtpengine/rtpengine.conf, which
 // binds every address, is never read). Its media sockets are bound only to
 // the lab's relay media addresses, 198.18.1.1 and 2001:2:0:1::1; its ng
@@ -76,6 +77,12 @@ type Options struct {
 	Client ngclient.Config
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
+	// Kernel makes the daemon forward in the kernel through
+	// xt_RTPENGINE's table Table (--table, --no-fallback: it does not
+	// start without the module) instead of in userspace (--table=-1).
+	// The module and the iptables rules must be in place (SetupKernel).
+	Kernel bool
+	Table  int
 	// NS is the namespace to run in; default the lab's relay. With the
 	// lab's relay2 (lab.AddRelay2), Media4 and Media6 default to its
 	// media addresses.
@@ -94,6 +101,9 @@ func (o *Options) validate(l *lab.Lab) error {
 	}
 	if o.PortMin < 1024 || o.PortMax > 65535 || o.PortMin >= o.PortMax {
 		return fmt.Errorf("port range %d-%d: want 1024 <= min < max <= 65535", o.PortMin, o.PortMax)
+	}
+	if o.Kernel && (o.Table < 0 || o.Table > 63) {
+		return fmt.Errorf("kernel table %d: want 0-63", o.Table)
 	}
 	if o.Threads < 0 {
 		return fmt.Errorf("threads %d: negative", o.Threads)
@@ -284,7 +294,11 @@ func (e *Engine) args() []string {
 		"--foreground",
 		"--log-stderr",
 		"--log-level=" + strconv.Itoa(o.LogLevel),
-		"--table=-1", // userspace forwarding, no kernel module
+	}
+	if o.Kernel {
+		a = append(a, "--table="+strconv.Itoa(o.Table), "--no-fallback")
+	} else {
+		a = append(a, "--table=-1") // userspace forwarding, no kernel module
 	}
 	for _, m := range []netip.Addr{e.Relay4, e.Relay6} {
 		if m.IsValid() {

@@ -5,6 +5,7 @@
 //	voipgen call --sip ADDR:PORT --target sip:USER@HOST:PORT --calls N --rate R
 //	voipgen answer --sip ADDR:PORT --personality answer|ring|reject:CODE|silent
 //	voipgen bench [--calls 250,500,...] [--with-rtpengine] [--out DIR] [--json]
+//	voipgen kmodbench --vm [--calls 20] [--repeat 3]
 //	voipgen fwtest [--quick] [--out DIR] [--json]
 //	voipgen soak [--calls 1000] [--duration 10m] [--json] [--out FILE]
 //
@@ -34,6 +35,7 @@ commands:
   fwtest lab experiment: a redundant firewall pair (keepalived, conntrackd): zero-loss rate and failover glitch (root)
   fwdbench  lab benchmark: zero-loss rate and CPU per packet, relayd XDP vs kernel forwarding (root)
   bench  lab comparison: relayd XDP vs userspace vs SRTP (and rtpengine) over concurrent calls: CPU, loss, table and plots (root)
+  kmodbench  lab comparison: relayd XDP vs rtpengine's kernel module, same calls, in Debian 6.1 under qemu with --vm (root)
   demo   relay RTP both ways through relayd's XDP in a namespace lab and report (root)
   soak   lab soak: SIP calls with media through relayd's XDP for minutes under spoofed media and malformed SIP: loss, heap, goroutines (root)
 
@@ -65,6 +67,8 @@ func main() {
 		err = runFwdbench(ctx, os.Args[2:], os.Stdout)
 	case "bench":
 		err = runBench(ctx, os.Args[2:], os.Stdout)
+	case "kmodbench":
+		err = runKmodbench(ctx, os.Args[2:], os.Stdout)
 	case "demo":
 		err = runDemo(ctx, os.Args[2:], os.Stdout)
 	case "soak":
