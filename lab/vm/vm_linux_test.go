@@ -184,6 +184,32 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 	}
 }
 
+// TestAFXDPOnDebianKernel runs the userspace workers' AF_XDP receive
+// under Debian 12's kernel: bpf/xsk.c loads and passes the verifier (once
+// per device, with the sk_lookup program's map), the XDP sockets bind in
+// copy mode with a shared UMEM, and the same packets as through the
+// socket path reach the callee through native and generic XDP on veth,
+// IPv4 and IPv6, plain and SRTP (slowpath's TestPoolIO), with the ring
+// handling and its allocation guard (TestRelayXSK).
+func TestAFXDPOnDebianKernel(t *testing.T) {
+	requireVM(t)
+	t.Parallel()
+	k := debianKernel(t)
+	b := binaries(t)
+	dir := t.TempDir()
+	tests := []string{"TestPoolIO", "TestRelayXSK", "TestParseFrame"}
+	script := preamble + "cd " + repoDir(t, "slowpath") + "\n" + b.slowpath + " -test.v -test.count=1 -test.run '^(" + strings.Join(tests, "|") + ")$'\n"
+	res := boot(t, k, dir, script, 8*time.Minute)
+	if res.ExitCode != 0 {
+		t.Fatalf("AF_XDP tests under %s: exit status %d", k.Release, res.ExitCode)
+	}
+	for _, name := range append(tests, "TestPoolIO/afxdp", "TestPoolIO/afxdp-generic") {
+		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
+			t.Errorf("%s did not pass under %s", name, k.Release)
+		}
+	}
+}
+
 // TestRelayOnDebianKernel runs the userspace data plane's tests (the
 // sk_lookup steering program among them) and end-to-end lab tests under
 // Debian 12's kernel: a real relayd in network namespaces, native and

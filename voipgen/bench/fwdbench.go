@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -1034,11 +1035,28 @@ type relayCounters struct {
 type WorkerDelay struct {
 	Packets  uint64  `json:"packets"`
 	P50US    float64 `json:"p50_us"`
-	P99US    float64 `json:"p99_us"` // +Inf above the last bucket
+	P99US    float64 `json:"p99_us"` // +Inf above the last bucket (null in JSON)
 	Wakeups  uint64  `json:"wakeups"`
 	Naps     uint64  `json:"naps"`
 	Batches  uint64  `json:"batches"`
 	PerBatch float64 `json:"packets_per_batch"`
+}
+
+// MarshalJSON writes a quantile above the histogram's last bound
+// (+Inf, which JSON cannot hold) as null.
+func (d WorkerDelay) MarshalJSON() ([]byte, error) {
+	type plain WorkerDelay
+	fin := func(v float64) *float64 {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		plain
+		P50US *float64 `json:"p50_us"`
+		P99US *float64 `json:"p99_us"`
+	}{plain(d), fin(d.P50US), fin(d.P99US)})
 }
 
 // workerDelay returns the workers' delay between before and c, nil if

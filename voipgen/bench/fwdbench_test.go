@@ -2,7 +2,9 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -298,5 +300,17 @@ relayd_userspace_batches_total %d
 	}
 	if d := before.workerDelay(before); d != nil {
 		t.Errorf("no packets: %+v, want nil", d)
+	}
+}
+
+// TestWorkerDelayJSON: a p99 above the histogram's last bound (+Inf) is
+// written as null; the report stays valid JSON.
+func TestWorkerDelayJSON(t *testing.T) {
+	b, err := json.Marshal(&WorkerDelay{Packets: 10, P50US: 100, P99US: math.Inf(1), Batches: 2, PerBatch: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"packets":10,"wakeups":0,"naps":0,"batches":2,"packets_per_batch":5,"p50_us":100,"p99_us":null}`; string(b) != want {
+		t.Errorf("got %s, want %s", b, want)
 	}
 }
