@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/internal/pktio"
@@ -364,9 +365,10 @@ type xskPlane struct {
 
 // newXSKPlane loads bpf/xsk.c with the steering's map, opens a socket per
 // worker on every receive queue of each interface (workers[i].xsks) and
-// attaches the program, in generic mode if generic is set. A device has
-// its queues 0..n-1: the first queue that refuses a bind ends its list.
-func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bool) (_ *xskPlane, err error) {
+// attaches the program, in generic mode if generic is set (or, as the XDP
+// data plane does, where the driver has no native XDP). A device has its
+// queues 0..n-1: the first queue that refuses a bind ends its list.
+func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bool, log *zap.Logger) (_ *xskPlane, err error) {
 	x := &xskPlane{}
 	defer func() {
 		if err != nil {
@@ -426,6 +428,10 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bo
 			flags = link.XDPGenericMode
 		}
 		l, err := link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: flags})
+		if err != nil && flags == link.XDPDriverMode {
+			log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
+			l, err = link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: link.XDPGenericMode})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
 		}

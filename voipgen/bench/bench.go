@@ -111,6 +111,9 @@ type Config struct {
 	price          float64
 	Out            string
 	relayd         string
+	// userspaceIO is relayd's dataplane.userspace_io in its userspace,
+	// srtp and transcode modes ("" relayd's default, socket).
+	userspaceIO string
 	// voipgen is the binary of the SIP phase's user agents.
 	voipgen  string
 	JSON     bool
@@ -151,14 +154,18 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	voipgen := fs.String("voipgen", "", "voipgen binary for the SIP phase's voipgen call and answer (default: this program, else go build)")
 	js := fs.Bool("json", false, "print the report as JSON")
+	uio := fs.String("userspace-io", "socket", "how relayd's userspace workers receive in modes userspace, srtp and transcode: socket or afxdp (dataplane.userspace_io)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *uio != "socket" && *uio != "afxdp" {
+		return Config{}, fmt.Errorf("--userspace-io %q: want socket or afxdp", *uio)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
-		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js}
+		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, userspaceIO: *uio}
 	var err error
 	if c.calls, err = parseCounts("--calls", *calls, 1, benchMaxCalls); err != nil {
 		return c, err
