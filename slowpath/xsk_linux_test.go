@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -18,14 +19,14 @@ import (
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
 
-// startLabPool starts a pool of one worker in the lab's relay namespace,
-// receiving through io (AF_XDP on both of the relay's interfaces, in
-// generic mode if generic is set).
-func startLabPool(t *testing.T, l *lab.Lab, io string, generic bool) *Pool {
+// startLabPool starts a pool of workers on cpus in the lab's relay
+// namespace, receiving through io (AF_XDP on both of the relay's
+// interfaces, in generic mode if generic is set).
+func startLabPool(t *testing.T, l *lab.Lab, io string, generic bool, cpus []int) *Pool {
 	t.Helper()
 	var p *Pool
 	err := l.Relay.Do(func() (err error) {
-		p, err = New(Config{CPUs: []int{0}, IO: io, Interfaces: []string{lab.RelayCallerIfName, lab.RelayCalleeIfName},
+		p, err = New(Config{CPUs: cpus, IO: io, Interfaces: []string{lab.RelayCallerIfName, lab.RelayCalleeIfName},
 			Coalesce: 200 * time.Microsecond, XDPGeneric: generic}, zaptest.NewLogger(t))
 		return err
 	})
@@ -61,16 +62,35 @@ func counter(t *testing.T, p *Pool, reason string) uint64 {
 // (decrypted by the relay); in mode afxdp every packet came through the
 // XDP sockets, in mode socket none. Frames with a bad UDP checksum are
 // relayed by neither (the kernel drops them before the socket; the AF_XDP
-// worker counts them as userspace_malformed).
+// worker counts them as userspace_malformed). With two workers the flows go
+// to the second, whose XDP sockets share the first's UMEM and fill ring.
 func TestPoolIO(t *testing.T) {
+	second := 1 % runtime.NumCPU()
 	for _, m := range []struct {
 		name, io string
 		generic  bool
-	}{{"socket", IOSocket, false}, {"afxdp", IOAFXDP, false}, {"afxdp-generic", IOAFXDP, true}} {
+		cpus     []int
+	}{
+		{"socket", IOSocket, false, []int{0}},
+		{"afxdp", IOAFXDP, false, []int{0}},
+		{"afxdp-generic", IOAFXDP, true, []int{0}},
+		{"afxdp-w2", IOAFXDP, false, []int{0, second}},
+	} {
 		io := m.io
 		t.Run(m.name, func(t *testing.T) {
 			l := lab.NewT(t)
-			p := startLabPool(t, l, io, m.generic)
+			p := startLabPool(t, l, io, m.generic, m.cpus)
+			if len(m.cpus) > 1 {
+				// A flow on worker 0: the test's flows go to worker 1.
+				hold := netip.AddrPortFrom(l.RelayMedia4, 29998)
+				if err := p.Install(dataplane.Flow{Match: hold, SendFrom: netip.AddrPortFrom(l.RelayCalleeAddr4, 29998),
+					SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9)}); err != nil {
+					t.Fatal(err)
+				}
+				if p.owner[hold] != 0 {
+					t.Fatalf("the first flow went to worker %d", p.owner[hold])
+				}
+			}
 			for i, c := range []struct {
 				name string
 				v6   bool
@@ -106,6 +126,10 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 		t.Fatal(err)
 	}
 	defer p.Remove(match)
+	owner := p.owner[match]
+	if want := len(p.workers) - 1; owner != want {
+		t.Fatalf("flow on worker %d, want %d", owner, want)
+	}
 	rc, err := l.Callee.ListenUDP(network, to.String())
 	if err != nil {
 		t.Fatal(err)
@@ -184,6 +208,9 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 	case IOAFXDP:
 		if xsk != n || bad != 1 {
 			t.Errorf("%d packets through AF_XDP, %d malformed; want %d and 1", xsk, bad, n)
+		}
+		if got := p.workers[owner].xskPackets.Load(); got < n {
+			t.Errorf("the flow's worker read %d packets from AF_XDP, want at least %d", got, n)
 		}
 	default:
 		if xsk != 0 || bad != 0 {
