@@ -188,7 +188,8 @@ func TestFastpathOnDebianKernel(t *testing.T) {
 // under Debian 12's kernel: bpf/xsk.c loads and passes the verifier (once
 // per device, with the sk_lookup program's map), the XDP sockets bind in
 // copy mode with a shared UMEM, and the same packets as through the
-// socket path reach the callee through native and generic XDP on veth,
+// socket path reach the callee through native and generic XDP on veth
+// (and with two workers sharing a queue's UMEM),
 // IPv4 and IPv6, plain and SRTP (slowpath's TestPoolIO), with the ring
 // handling and its allocation guard (TestRelayXSK).
 func TestAFXDPOnDebianKernel(t *testing.T) {
@@ -203,7 +204,7 @@ func TestAFXDPOnDebianKernel(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("AF_XDP tests under %s: exit status %d", k.Release, res.ExitCode)
 	}
-	for _, name := range append(tests, "TestPoolIO/afxdp", "TestPoolIO/afxdp-generic") {
+	for _, name := range append(tests, "TestPoolIO/afxdp", "TestPoolIO/afxdp-generic", "TestPoolIO/afxdp-w2") {
 		if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 			t.Errorf("%s did not pass under %s", name, k.Release)
 		}
