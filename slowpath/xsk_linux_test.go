@@ -217,6 +217,31 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 			t.Errorf("%d packets through AF_XDP, %d malformed in mode socket; want none", xsk, bad)
 		}
 	}
+	if srtp {
+		return
+	}
+	// A datagram larger than the MTU arrives in fragments, which the XDP
+	// program passes: the kernel reassembles it and the worker reads it
+	// from its socket, counted by the flow like any other.
+	if _, err := sc.Write(append(rtpPayload(0x1234, n+1, 160*(n+1)), make([]byte, 1600)...)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if st, err = p.Stats(match); err != nil {
+			t.Fatal(err)
+		}
+		if st.Packets == n+1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if st.Packets != n+1 {
+		t.Errorf("the fragmented datagram: the flow counted %d packets, want %d", st.Packets, n+1)
+	}
+	if got := p.WorkerStats().AFXDP - xskBefore; got != xsk {
+		t.Errorf("the fragmented datagram came through AF_XDP (%d packets, %d before it)", got, xsk)
+	}
 }
 
 // sendBadChecksum sends payload from -> to out of the caller's interface
