@@ -433,9 +433,14 @@ func (p *Pool) Ping(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Interfaces implements dataplane.Observer: the userspace data plane
-// attaches to no interface.
-func (p *Pool) Interfaces() []dataplane.Interface { return nil }
+// Interfaces implements dataplane.Observer: the interfaces its AF_XDP
+// receive program is attached to (Config.IO "afxdp"), none otherwise.
+func (p *Pool) Interfaces() []dataplane.Interface {
+	if p.xsk == nil {
+		return nil
+	}
+	return append([]dataplane.Interface(nil), p.xsk.ifaces...)
+}
 
 type ctrlOp uint8
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/pktio"
 )
 
@@ -358,9 +359,10 @@ func parseFrame(f []byte) (payload []byte, src, dst netip.AddrPort, ok bool) {
 // (loaded once per interface, with its index: objs[i] is interface i's;
 // all share one XSKMAP), and every worker's sockets.
 type xskPlane struct {
-	objs  []*xskObjects
-	links []link.Link
-	socks []*xskSock // the queues' first sockets after the others (close order)
+	objs   []*xskObjects
+	links  []link.Link
+	ifaces []dataplane.Interface // where the program is attached, and how
+	socks  []*xskSock            // the queues' first sockets after the others (close order)
 }
 
 // newXSKPlane loads bpf/xsk.c with the steering's map, opens a socket per
@@ -428,14 +430,20 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bo
 			flags = link.XDPGenericMode
 		}
 		l, err := link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: flags})
+		mode := "native"
+		if generic {
+			mode = "generic"
+		}
 		if err != nil && flags == link.XDPDriverMode {
 			log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
 			l, err = link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: link.XDPGenericMode})
+			mode = "generic"
 		}
 		if err != nil {
 			return nil, fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
 		}
 		x.links = append(x.links, l)
+		x.ifaces = append(x.ifaces, dataplane.Interface{Name: name, Index: ifi.Index, Mode: mode})
 	}
 	return x, nil
 }

@@ -80,6 +80,11 @@ func TestPoolIO(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			l := lab.NewT(t)
 			p := startLabPool(t, l, io, m.generic, m.cpus)
+			ifaces := p.Interfaces()
+			if io == IOSocket && len(ifaces) != 0 || io == IOAFXDP && (len(ifaces) != 2 || ifaces[0].Name != lab.RelayCallerIfName ||
+				ifaces[1].Name != lab.RelayCalleeIfName || ifaces[0].Mode != map[bool]string{false: "native", true: "generic"}[m.generic]) {
+				t.Errorf("Interfaces() = %+v", ifaces)
+			}
 			if len(m.cpus) > 1 {
 				// A flow on worker 0: the test's flows go to worker 1.
 				hold := netip.AddrPortFrom(l.RelayMedia4, 29998)
