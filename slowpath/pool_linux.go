@@ -1059,7 +1059,7 @@ func (w *worker) relayXSK(tx4, tx6 *txBatch) bool {
 			w.relayBatch(w.xb, n, tx4, tx6)
 			w.xskPackets.Add(uint64(n))
 		}
-		w.xb.release(s, frames)
+		w.xb.release(s)
 		if bad > 0 {
 			w.malformed.Add(uint64(bad))
 		}

@@ -220,7 +220,8 @@ func (s *xskSock) close() error {
 // the frames read, and the frames to give back. Allocated once.
 type xskBatch struct {
 	pkts  [batchSize]xskPacket
-	addrs [batchSize]uint64
+	addrs [batchSize]uint64 // the frames of the last recv, to give back
+	nAddr int
 	// monoStart and monoBase are one instant read by time.Now and as
 	// CLOCK_MONOTONIC (ns): the program's receive times (monotonic) are
 	// converted to Unix ns through them.
@@ -250,9 +251,12 @@ func (b *xskBatch) packet(i int) (payload []byte, src, dst netip.AddrPort, ts in
 
 // recv takes up to a batch of frames off s's RX ring without a system
 // call: it returns the packets parsed into b (valid IP and UDP headers and
-// checksums), the frames taken (b.addrs[:frames], to give back with
-// release once the batch is relayed) and the frames dropped as malformed.
+// checksums), the descriptors taken and the frames dropped as malformed.
+// The frames taken are given back with release once the batch is relayed
+// (a descriptor outside the UMEM, which the kernel never writes, names no
+// frame to give back).
 func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
+	b.nAddr = 0
 	prod := atomic.LoadUint32(s.rx.producer)
 	cons := *s.rx.consumer
 	avail := int(prod - cons)
@@ -265,8 +269,13 @@ func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
 	mem := s.u.mem
 	for i := range frames {
 		d := s.rxDesc[(cons+uint32(i))&s.rx.mask]
-		b.addrs[i] = d.Addr &^ (xskFrameSize - 1)
-		if d.Addr >= uint64(len(mem)) || uint64(d.Len) > uint64(len(mem))-d.Addr || d.Addr&(xskFrameSize-1) < xskMetaLen {
+		if d.Addr >= uint64(len(mem)) {
+			bad++
+			continue
+		}
+		b.addrs[b.nAddr] = d.Addr &^ (xskFrameSize - 1)
+		b.nAddr++
+		if uint64(d.Len) > uint64(len(mem))-d.Addr || d.Addr&(xskFrameSize-1) < xskMetaLen {
 			bad++
 			continue
 		}
@@ -287,8 +296,9 @@ func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
 }
 
 // release gives the frames of the last recv back to the queue's fill ring.
-func (b *xskBatch) release(s *xskSock, frames int) {
+func (b *xskBatch) release(s *xskSock) {
 	u := s.u
+	frames := b.nAddr
 	u.mu.Lock()
 	prod := *u.fq.producer
 	for i := range frames {

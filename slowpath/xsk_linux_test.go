@@ -455,6 +455,7 @@ func TestRelayXSK(t *testing.T) {
 		fx.publish(unix.XDPDesc{Addr: uint64(len(fx.s.u.mem)) - 4, Len: 100}) // past the UMEM's end
 		fx.publish(unix.XDPDesc{Addr: 3 * xskFrameSize, Len: 60})             // no room for the metadata
 		fx.publish(unix.XDPDesc{Addr: 5*xskFrameSize + 256, Len: 1 << 31})    // longer than the UMEM
+		fx.publish(unix.XDPDesc{Addr: 1 << 40, Len: 100})                     // outside it: no frame to give back
 	}
 	// fd -1: the sends fail, which exercises the whole path without a socket.
 	tx := newTxBatch(-1, false)
@@ -465,11 +466,11 @@ func TestRelayXSK(t *testing.T) {
 	if got := w.counters[vSend].Load(); got != 2 {
 		t.Errorf("%d packets relayed, want 2", got)
 	}
-	if got, bad := w.xskPackets.Load(), w.malformed.Load(); got != 2 || bad != 4 {
-		t.Errorf("%d packets and %d malformed frames from the ring, want 2 and 4", got, bad)
+	if got, bad := w.xskPackets.Load(), w.malformed.Load(); got != 2 || bad != 5 {
+		t.Errorf("%d packets and %d malformed frames from the ring, want 2 and 5", got, bad)
 	}
-	if fx.rxCons != fx.rxProd || fx.fqProd != 6 {
-		t.Errorf("RX ring consumer %d (producer %d), fill ring producer %d; want all 6 frames back", fx.rxCons, fx.rxProd, fx.fqProd)
+	if fx.rxCons != 7 || fx.rxProd != 7 || fx.fqProd != 6 {
+		t.Errorf("RX ring consumer %d (producer %d), fill ring producer %d; want 7 descriptors taken, 6 frames back", fx.rxCons, fx.rxProd, fx.fqProd)
 	}
 	for i, want := range []uint64{0, xskFrameSize, 2 * xskFrameSize, 7 * xskFrameSize, 3 * xskFrameSize, 5 * xskFrameSize} {
 		if fx.fqAddr[i] != want {
