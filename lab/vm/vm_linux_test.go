@@ -216,7 +216,8 @@ func TestAFXDPOnDebianKernel(t *testing.T) {
 // Debian 12's kernel: a real relayd in network namespaces, native and
 // generic XDP on veth, IPv4 and IPv6, an interface re-created between two
 // starts (the pinned link severed), the punt of a packet to an unresolved
-// neighbour, the userspace relay steered by sk_lookup, a veth that refuses
+// neighbour, the userspace relay steered by sk_lookup and through AF_XDP
+// (dataplane.userspace_io afxdp), a veth that refuses
 // redirected frames (its flows moved to userspace and back), SRTP, and SIP
 // calls through the B2BUA with SIPp and over ng, IPv4 and IPv6. Restarts that keep media and calls run
 // under the same kernel in lab/appliance, with systemd.
