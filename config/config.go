@@ -87,6 +87,11 @@ type Dataplane struct {
 	// while packets gather (see docs/configuration.md); default 200us,
 	// "0s" off.
 	Coalesce string `toml:"coalesce"`
+	// UserspaceIO is how the userspace workers receive: "socket"
+	// (default: UDP sockets, the kernel's receive path) or "afxdp" (an
+	// XDP program on interfaces redirects their flows' packets into
+	// AF_XDP sockets; mode userspace only, see docs/architecture.md).
+	UserspaceIO string `toml:"userspace_io"`
 
 	CoalesceDuration time.Duration `toml:"-"` // parsed Coalesce
 }
@@ -165,11 +170,12 @@ func Default() *Config {
 		Log:   Log{Level: "info", Format: "json"},
 		Admin: Admin{Listen: "127.0.0.1:9900"},
 		Dataplane: Dataplane{
-			Mode:     "xdp",
-			XDPMode:  "native",
-			PinPath:  "/sys/fs/bpf/relayd",
-			MaxFlows: 65536,
-			Coalesce: "200us",
+			Mode:        "xdp",
+			XDPMode:     "native",
+			PinPath:     "/sys/fs/bpf/relayd",
+			MaxFlows:    65536,
+			Coalesce:    "200us",
+			UserspaceIO: "socket",
 		},
 		Media: Media{
 			Ports:        "30000-39999",
@@ -346,6 +352,19 @@ func (c *Config) validate(lines map[string]int) error {
 	case "userspace":
 	default:
 		bad("dataplane.mode", "%q is not one of xdp, userspace", d.Mode)
+	}
+	switch d.UserspaceIO {
+	case "socket":
+	case "afxdp":
+		// In mode xdp the relay program owns the interfaces, and punts
+		// through the kernel as before.
+		if d.Mode != "userspace" {
+			bad("dataplane.userspace_io", "afxdp needs dataplane.mode userspace (mode %s punts to the workers' sockets)", d.Mode)
+		} else if len(d.Interfaces) == 0 {
+			bad("dataplane.interfaces", "userspace_io afxdp needs at least one interface: name the interfaces media arrives on")
+		}
+	default:
+		bad("dataplane.userspace_io", "%q is not one of socket, afxdp", d.UserspaceIO)
 	}
 	if !slices.Contains([]string{"native", "generic"}, d.XDPMode) {
 		bad("dataplane.xdp_mode", "%q is not one of native, generic", d.XDPMode)

@@ -32,7 +32,7 @@ func TestParseDefaults(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9900"},
 		Dataplane: Dataplane{
 			Mode: "xdp", XDPMode: "native", Interfaces: []string{"eth0"},
-			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", CoalesceDuration: 200 * time.Microsecond,
+			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", UserspaceIO: "socket", CoalesceDuration: 200 * time.Microsecond,
 		},
 		Media: Media{
 			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RebindAfter: "5s", RTCPInterval: "5s",
@@ -124,6 +124,9 @@ func TestParseErrors(t *testing.T) {
 		{"pin path", "[dataplane]\ninterfaces=[\"a\"]\npin_path = \"bpf\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.pin_path", 3, "absolute"},
 		{"max flows", "[dataplane]\ninterfaces=[\"a\"]\nmax_flows = 0\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.max_flows", 3, "not within"},
 		{"coalesce not a duration", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"fast\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not a duration"},
+		{"userspace io", "[dataplane]\ninterfaces=[\"a\"]\nuserspace_io = \"dpdk\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.userspace_io", 3, "not one of socket, afxdp"},
+		{"afxdp in mode xdp", "[dataplane]\ninterfaces=[\"a\"]\nuserspace_io = \"afxdp\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.userspace_io", 3, "needs dataplane.mode userspace"},
+		{"afxdp needs interfaces", "[dataplane]\nmode=\"userspace\"\nuserspace_io = \"afxdp\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 0, "afxdp needs at least one interface"},
 		{"coalesce too long", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"20ms\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not within"},
 		{"no address", "[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 0, "need a relay media address"},
 		{"bad address", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"198.18.1\"\n", "media.address", 4, "not an IP address"},

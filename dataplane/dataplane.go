@@ -554,6 +554,7 @@ type WorkerStats struct {
 	Wakeups uint64 // waits the socket ended (a packet arrived)
 	Naps    uint64 // naps taken while coalescing (dataplane.coalesce)
 	Batches uint64 // reads that returned packets
+	AFXDP   uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
 	// Delay counts packets by the time from the kernel's receive
 	// timestamp to the worker's read: per bucket of DelayBounds (not
 	// cumulative), the last one above them; DelaySum is their sum.

@@ -28,11 +28,27 @@ type Config struct {
 	// than one per nap, and waits for the socket again after an empty nap.
 	// 0: off.
 	Coalesce time.Duration
+	// IO is how the workers receive: IOSocket (default), their UDP
+	// sockets, every packet through the kernel's IP and UDP receive
+	// path; or IOAFXDP, an XDP program on Interfaces redirecting the
+	// packets of the workers' flows into their AF_XDP sockets (see
+	// xsk_linux.go), the UDP sockets taking what it passes.
+	IO string
+	// Interfaces are where IOAFXDP attaches its XDP program, in
+	// generic (skb) mode if XDPGeneric is set, else native.
+	Interfaces []string
+	XDPGeneric bool
 	// OnLatched, if set, is called (from one goroutine, in order) when a
 	// latching flow learns a source (locked false) and when the window
 	// closes and the learned source is locked (locked true).
 	OnLatched func(match, source netip.AddrPort, locked bool)
 }
+
+// The receive paths of Config.IO.
+const (
+	IOSocket = "socket"
+	IOAFXDP  = "afxdp"
+)
 
 // MaxCoalesce bounds Config.Coalesce: the delay it adds must stay well
 // under what a jitter buffer absorbs.
@@ -64,6 +80,17 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Coalesce < 0 || c.Coalesce > MaxCoalesce {
 		return fmt.Errorf("coalesce %v: want 0 (off) to %v", c.Coalesce, MaxCoalesce)
+	}
+	switch c.IO {
+	case "":
+		c.IO = IOSocket
+	case IOSocket:
+	case IOAFXDP:
+		if len(c.Interfaces) == 0 {
+			return fmt.Errorf("io %s: no interfaces to attach to", c.IO)
+		}
+	default:
+		return fmt.Errorf("io %q: want %s or %s", c.IO, IOSocket, IOAFXDP)
 	}
 	if len(c.CPUs) > 256 {
 		return fmt.Errorf("%d workers: at most 256", len(c.CPUs))

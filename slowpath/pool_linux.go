@@ -27,6 +27,7 @@ type Pool struct {
 	log     *zap.Logger
 	cfg     Config
 	steer   *Steering
+	xsk     *xskPlane // Config.IO "afxdp"
 	workers []*worker
 	wg      sync.WaitGroup
 	// prevProcs is GOMAXPROCS before New raised it by one per worker;
@@ -128,6 +129,12 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			return nil, fmt.Errorf("worker %d: %w", i, err)
 		}
 	}
+	if cfg.IO == IOAFXDP {
+		if p.xsk, err = newXSKPlane(p.steer, p.workers, cfg.Interfaces, cfg.XDPGeneric, log); err != nil {
+			p.Close()
+			return nil, err
+		}
+	}
 	// Each worker keeps its P while it waits (see ppoll): the rest of the
 	// program needs as many as it had besides.
 	p.prevProcs = runtime.GOMAXPROCS(0)
@@ -148,7 +155,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			}
 		}
 	}()
-	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs))
+	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs), zap.String("io", cfg.IO), zap.Strings("interfaces", cfg.Interfaces))
 	return p, nil
 }
 
@@ -166,7 +173,7 @@ func (p *Pool) Close() error {
 		close(p.latched)
 		p.events.Wait()
 	}
-	errs = append(errs, p.steer.Close())
+	errs = append(errs, p.xsk.close(), p.steer.Close())
 	return errors.Join(errs...)
 }
 
@@ -379,14 +386,15 @@ func (p *Pool) list(shadow bool) ([]dataplane.FlowStats, error) {
 // Counters implements dataplane.Observer: packets by verdict, summed over
 // workers.
 func (p *Pool) Counters() ([]dataplane.Counter, error) {
-	out := make([]dataplane.Counter, 0, vMax+2)
-	var c [vMax + 2]dataplane.Counter
+	out := make([]dataplane.Counter, 0, vMax+3)
+	var c [vMax + 3]dataplane.Counter
 	for _, w := range p.workers {
 		for v := range vMax {
 			c[v].Packets += w.counters[v].Load()
 		}
 		c[vMax].Packets += w.noFlow.Load()
 		c[vMax+1].Packets += w.sendFailed.Load()
+		c[vMax+2].Packets += w.malformed.Load()
 	}
 	for v := range vMax {
 		verdict := "drop"
@@ -400,7 +408,10 @@ func (p *Pool) Counters() ([]dataplane.Counter, error) {
 	}
 	out = append(out,
 		dataplane.Counter{Verdict: "drop", Reason: "userspace_no_flow", Packets: c[vMax].Packets},
-		dataplane.Counter{Verdict: "drop", Reason: "userspace_send_failed", Packets: c[vMax+1].Packets})
+		dataplane.Counter{Verdict: "drop", Reason: "userspace_send_failed", Packets: c[vMax+1].Packets},
+		// AF_XDP frames whose lengths or checksums do not hold (the
+		// kernel drops those before a socket sees them).
+		dataplane.Counter{Verdict: "drop", Reason: "userspace_malformed", Packets: c[vMax+2].Packets})
 	return out, nil
 }
 
@@ -422,9 +433,14 @@ func (p *Pool) Ping(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Interfaces implements dataplane.Observer: the userspace data plane
-// attaches to no interface.
-func (p *Pool) Interfaces() []dataplane.Interface { return nil }
+// Interfaces implements dataplane.Observer: the interfaces its AF_XDP
+// receive program is attached to (Config.IO "afxdp"), none otherwise.
+func (p *Pool) Interfaces() []dataplane.Interface {
+	if p.xsk == nil {
+		return nil
+	}
+	return append([]dataplane.Interface(nil), p.xsk.ifaces...)
+}
 
 type ctrlOp uint8
 
@@ -478,8 +494,15 @@ type worker struct {
 	raw6   int
 	flows  map[netip.AddrPort]*flowState
 
-	// ppoll's arguments, allocated once. Worker goroutine only.
-	pollFDs [2]unix.PollFd
+	// xsks are the worker's AF_XDP sockets (Config.IO "afxdp"), one per
+	// (device, queue), read before the UDP socket; xb is their batch.
+	xsks      []*xskSock
+	xb        *xskBatch
+	xskRounds uint
+
+	// ppoll's arguments, allocated once: the UDP socket, the eventfd,
+	// then xsks. Worker goroutine only.
+	pollFDs []unix.PollFd
 	pollTS  unix.Timespec
 	wakeBuf [8]byte
 	// Coalescing (Config.Coalesce): coalesce is the nap in ns (0: off);
@@ -532,7 +555,10 @@ type worker struct {
 	delaySum             atomic.Int64
 	noFlow               atomic.Uint64
 	sendFailed           atomic.Uint64
-	closed               atomic.Bool
+	// xskPackets counts the packets read from xsks, malformed the frames
+	// dropped there (bad lengths or checksums).
+	xskPackets, malformed atomic.Uint64
+	closed                atomic.Bool
 }
 
 func newWorker(id, cpu int, log *zap.Logger) (*worker, error) {
@@ -937,11 +963,38 @@ func (w *worker) run() {
 			f.tc.Close()
 		}
 	}()
+	w.pollFDs = make([]unix.PollFd, 2, 2+len(w.xsks))
+	w.pollFDs[0] = unix.PollFd{Fd: int32(w.rxFD), Events: unix.POLLIN}
+	w.pollFDs[1] = unix.PollFd{Fd: int32(w.wakeFD), Events: unix.POLLIN}
+	for _, s := range w.xsks {
+		w.pollFDs = append(w.pollFDs, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+	}
+	if len(w.xsks) > 0 {
+		w.xb = newXSKBatch()
+	}
 	got := false // a packet was read since the last wait or nap
 	for {
 		if w.closed.Load() {
 			w.drainCtrl()
 			return
+		}
+		if len(w.xsks) > 0 && w.relayXSK(tx4, tx6) {
+			got = true
+			w.afterBatch()
+			// The UDP socket (what the XDP program passes) is read
+			// every 16th round while the XDP sockets keep the worker
+			// busy, and whenever they are empty.
+			if w.xskRounds++; w.xskRounds%16 != 0 {
+				continue
+			}
+			if n, _ := rx.recv(w.rxFD); n > 0 {
+				if w.pending.Load() {
+					w.drainCtrl()
+				}
+				w.relayBatch(rx, n, tx4, tx6)
+				w.afterBatch()
+			}
+			continue
 		}
 		n, errno := rx.recv(w.rxFD)
 		if n > 0 {
@@ -987,6 +1040,33 @@ func (w *worker) run() {
 	}
 }
 
+// relayXSK relays a batch from each XDP socket that holds frames and
+// gives the frames back; it reports whether it read any.
+func (w *worker) relayXSK(tx4, tx6 *txBatch) bool {
+	read := false
+	for _, s := range w.xsks {
+		n, frames, bad := w.xb.recv(s)
+		if frames == 0 {
+			continue
+		}
+		read = true
+		// As for the socket: requests queued before these packets came
+		// are served first.
+		if w.pending.Load() {
+			w.drainCtrl()
+		}
+		if n > 0 {
+			w.relayBatch(w.xb, n, tx4, tx6)
+			w.xskPackets.Add(uint64(n))
+		}
+		w.xb.release(s)
+		if bad > 0 {
+			w.malformed.Add(uint64(bad))
+		}
+	}
+	return read
+}
+
 // afterBatch serves, between batches, what the batch or the control plane
 // left to do.
 func (w *worker) afterBatch() {
@@ -1015,18 +1095,20 @@ func (w *worker) wait() {
 		w.pollTS = unix.NsecToTimespec(d)
 		ts = &w.pollTS
 	}
-	w.pollFDs[0] = unix.PollFd{Fd: int32(w.rxFD), Events: unix.POLLIN}
-	w.pollFDs[1] = unix.PollFd{Fd: int32(w.wakeFD), Events: unix.POLLIN}
-	if ppoll(w.pollFDs[:], ts) != 0 {
+	if ppoll(w.pollFDs, ts) != 0 {
 		return // EINTR: the loop looks again
 	}
 	if w.pollFDs[1].Revents != 0 {
 		unix.Read(w.wakeFD, w.wakeBuf[:]) // resets the counter
 	}
-	if w.pollFDs[0].Revents != 0 {
+	data := w.pollFDs[0].Revents != 0
+	for i := 2; i < len(w.pollFDs); i++ {
+		data = data || w.pollFDs[i].Revents != 0
+	}
+	if data {
 		w.wakes.Add(1)
 	}
-	if w.coalesce > 0 && w.pollFDs[0].Revents != 0 {
+	if w.coalesce > 0 && data {
 		// Two socket wake-ups within a nap: packets come fast enough
 		// for naps to gather several per read.
 		now := time.Now().UnixNano()
@@ -1064,7 +1146,7 @@ func (w *worker) nap() {
 	w.naps.Add(1)
 	w.pollTS = unix.NsecToTimespec(d)
 	w.pollFDs[1] = unix.PollFd{Fd: int32(w.wakeFD), Events: unix.POLLIN}
-	if ppoll(w.pollFDs[1:], &w.pollTS) != 0 {
+	if ppoll(w.pollFDs[1:2], &w.pollTS) != 0 {
 		return
 	}
 	if w.pollFDs[1].Revents != 0 {
@@ -1097,9 +1179,17 @@ func (w *worker) retryLatched() {
 	w.armTimer()
 }
 
+// rxSource is a batch of received packets: the UDP socket's (rxBatch) or
+// the XDP sockets' (xskBatch).
+type rxSource interface {
+	// packet returns packet i: UDP payload, source, the relay address
+	// and port it came to, and its receive time (Unix ns; 0 if missing).
+	packet(i int) (payload []byte, src, dst netip.AddrPort, ts int64)
+}
+
 // relayBatch relays the n packets of rx. It allocates nothing, and
 // publishes its counters once per batch.
-func (w *worker) relayBatch(rx *rxBatch, n int, tx4, tx6 *txBatch) {
+func (w *worker) relayBatch(rx rxSource, n int, tx4, tx6 *txBatch) {
 	var counts [vMax]uint64
 	var noFlow uint64
 	var delays [len(delayBoundsNS) + 1]uint64
@@ -1223,6 +1313,7 @@ func (p *Pool) WorkerStats() dataplane.WorkerStats {
 		st.Wakeups += w.wakes.Load()
 		st.Naps += w.naps.Load()
 		st.Batches += w.batches.Load()
+		st.AFXDP += w.xskPackets.Load()
 		for b := range w.delay {
 			st.Delay[b] += w.delay[b].Load()
 		}

@@ -126,6 +126,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// afxdpInterfaces are where the userspace data plane attaches its AF_XDP
+// program: dataplane.interfaces in userspace_io afxdp, none otherwise.
+func afxdpInterfaces(cfg *config.Config) []string {
+	if cfg.Dataplane.UserspaceIO != "afxdp" {
+		return nil
+	}
+	return cfg.Dataplane.Interfaces
+}
+
 // serve runs the daemon until ctx is done. It reports ready to systemd
 // once every listener is bound and the data planes are up, pets the
 // watchdog while the probes answer, and reloads on SIGHUP.
@@ -150,6 +159,9 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		LatchWindow:  cfg.Media.LatchDuration,
 		RTCPInterval: cfg.Media.RTCPDuration,
 		Coalesce:     cfg.Dataplane.CoalesceDuration,
+		IO:           cfg.Dataplane.UserspaceIO,
+		XDPGeneric:   cfg.Dataplane.XDPMode == "generic",
+		Interfaces:   afxdpInterfaces(cfg),
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
 			if r := regRef.Load(); r != nil {
 				r.Latched(match, source, locked)

@@ -38,6 +38,8 @@ var (
 		"Times the userspace workers woke: kind socket (a packet ended a wait), nap (a coalescing nap ended).", []string{"kind"}, nil)
 	workerBatchesDesc = prometheus.NewDesc("relayd_userspace_batches_total",
 		"Reads (recvmmsg) of the userspace workers that returned packets.", nil, nil)
+	workerAFXDPDesc = prometheus.NewDesc("relayd_userspace_afxdp_packets_total",
+		"Packets the userspace workers read from their AF_XDP sockets (dataplane.userspace_io afxdp).", nil, nil)
 	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
 	cdrWriteErrorsDesc = prometheus.NewDesc("relayd_cdr_write_errors_total", "CDRs that could not be written to the file.", nil, nil)
 	cdrPostedDesc      = prometheus.NewDesc("relayd_cdr_posted_total", "CDRs the collector (cdr.post_url) accepted.", nil, nil)
@@ -72,7 +74,7 @@ type collector struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc,
-		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc} {
+		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc} {
 		ch <- d
 	}
 	if c.calls != nil {
@@ -171,4 +173,5 @@ func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Wakeups), "socket")
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Naps), "nap")
 	ch <- prometheus.MustNewConstMetric(workerBatchesDesc, prometheus.CounterValue, float64(st.Batches))
+	ch <- prometheus.MustNewConstMetric(workerAFXDPDesc, prometheus.CounterValue, float64(st.AFXDP))
 }

@@ -67,3 +67,36 @@ func BenchmarkSum200(b *testing.B) {
 		_ = Checksum(Sum(0, p))
 	}
 }
+
+// TestSumComposes: a datagram summed in pieces (each but the last of
+// even length, as Sum requires), with a pseudo-header's small words
+// added, folds to the sum of the whole.
+func TestSumComposes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := range 400 {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		if n%5 == 0 {
+			for i := range b {
+				b[i] = 0xff
+			}
+		}
+		cut := rng.IntN(n+1) &^ 1
+		got := Fold(Sum(Sum(0, b[:cut])+17+uint64(n), b[cut:]))
+		want := Fold(Sum(0, b) + 17 + uint64(n))
+		if ref := Fold(uint64(sumRef(b)) + 17 + uint64(n)); got != want || want != ref {
+			t.Fatalf("len %d cut %d: pieces %#04x, whole %#04x, RFC 1071 %#04x", n, cut, got, want, ref)
+		}
+	}
+}
+
+func FuzzSum(f *testing.F) {
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := Fold(Sum(0, b)), sumRef(b); got != want {
+			t.Fatalf("Fold(Sum(%x)) = %#04x, want %#04x", b, got, want)
+		}
+	})
+}

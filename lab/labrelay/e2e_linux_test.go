@@ -483,13 +483,19 @@ func TestRelayStopAndDetach(t *testing.T) {
 }
 
 // TestRelayUserspace relays 10,000 packets each way (a twentieth under emulation), IPv4 and IPv6, through
-// the userspace worker pool: with relayd in userspace mode, and with flows
-// in mode userspace next to XDP.
+// the userspace worker pool: with relayd in userspace mode, receiving
+// through UDP sockets and through AF_XDP (dataplane.userspace_io), and with
+// flows in mode userspace next to XDP.
 func TestRelayUserspace(t *testing.T) {
-	for _, dpMode := range []string{"userspace", "xdp"} {
-		t.Run("dataplane_"+dpMode, func(t *testing.T) {
+	for _, c := range []struct{ name, mode, io string }{
+		{"dataplane_userspace", "userspace", ""},
+		{"dataplane_userspace_afxdp", "userspace", "afxdp"},
+		{"dataplane_xdp", "xdp", ""},
+	} {
+		dpMode := c.mode
+		t.Run(c.name, func(t *testing.T) {
 			l := lab.NewT(t)
-			r := startRelayIn(t, l, Options{Mode: dpMode})
+			r := startRelayIn(t, l, Options{Mode: dpMode, UserspaceIO: c.io})
 			// One worker per CPU, each on a thread pinned to its CPU.
 			pinned := pinnedThreads(t, r.Pid())
 			for cpu := range runtime.NumCPU() {
@@ -513,6 +519,14 @@ func TestRelayUserspace(t *testing.T) {
 						t.Errorf("flow %s: %+v, want %d packets in userspace, none lost or dropped", f.Match, f, n)
 					}
 				}
+			}
+			// Every packet of the flows through AF_XDP, or none.
+			want := 0.0
+			if c.io == "afxdp" {
+				want = float64(4 * n)
+			}
+			if v, err := r.Metric("relayd_userspace_afxdp_packets_total"); err != nil || v != want {
+				t.Errorf("relayd_userspace_afxdp_packets_total %v (%v), want %v", v, err, want)
 			}
 		})
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	Timeout    string // media.timeout; default 60s
 	Workers    int    // dataplane.workers; 0 (default): one per online CPU
 	Coalesce   string // dataplane.coalesce; "" (default): relayd's default
+	// UserspaceIO is dataplane.userspace_io (socket | afxdp); ""
+	// (default): relayd's default.
+	UserspaceIO string
 	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
 	// Off by default: the lab's senders run far faster than any codec to
 	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
@@ -213,6 +216,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	coalesce := ""
 	if o.Coalesce != "" {
 		coalesce = fmt.Sprintf("coalesce = %q\n", o.Coalesce)
+	}
+	if o.UserspaceIO != "" {
+		coalesce += fmt.Sprintf("userspace_io = %q\n", o.UserspaceIO)
 	}
 	cfg := fmt.Sprintf(`[log]
 level = %q

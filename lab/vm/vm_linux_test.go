@@ -210,7 +210,8 @@ func TestXDPSinkOnDebianKernel(t *testing.T) {
 // Debian 12's kernel: a real relayd in network namespaces, native and
 // generic XDP on veth, IPv4 and IPv6, an interface re-created between two
 // starts (the pinned link severed), the punt of a packet to an unresolved
-// neighbour, the userspace relay steered by sk_lookup, a veth that refuses
+// neighbour, the userspace relay steered by sk_lookup and through AF_XDP
+// (dataplane.userspace_io afxdp), a veth that refuses
 // redirected frames (its flows moved to userspace and back), SRTP, and SIP
 // calls through the B2BUA with SIPp and over ng, IPv4 and IPv6. Restarts that keep media and calls run
 // under the same kernel in lab/appliance, with systemd.
@@ -236,7 +237,7 @@ func TestRelayOnDebianKernel(t *testing.T) {
 			dir := t.TempDir()
 			script := preamble
 			if g.slowpath {
-				script += "cd " + repoDir(t, "slowpath") + "\n" + b.slowpath + " -test.count=1\n"
+				script += "cd " + repoDir(t, "slowpath") + "\n" + b.slowpath + " -test.v -test.count=1\n"
 			}
 			script += "cd " + repoDir(t, "lab/labrelay") + "\nRELAYD_TEST_RATE_DIVISOR=20 RELAYD_TEST_BIN=" + b.relayd + " " + b.labrelay +
 				" -test.v -test.count=1 -test.run '^(" + strings.Join(g.tests, "|") + ")$'\n"
@@ -244,7 +245,14 @@ func TestRelayOnDebianKernel(t *testing.T) {
 			if res.ExitCode != 0 {
 				t.Fatalf("relay tests under %s: exit status %d", k.Release, res.ExitCode)
 			}
-			for _, name := range g.tests {
+			names := g.tests
+			if g.slowpath {
+				// AF_XDP receive (dataplane.userspace_io = "afxdp"):
+				// bpf/xsk.c through 6.1's verifier, copy-mode XDP
+				// sockets with a shared UMEM, native and generic XDP.
+				names = append(names, "TestPoolIO/afxdp", "TestPoolIO/afxdp-generic", "TestPoolIO/afxdp-w2", "TestRelayXSK", "TestRelayUserspace/dataplane_userspace_afxdp")
+			}
+			for _, name := range names {
 				if !strings.Contains(res.Output, "--- PASS: "+name+" ") {
 					t.Errorf("%s did not pass under %s", name, k.Release)
 				}

@@ -119,6 +119,9 @@ type Config struct {
 	price          float64
 	Out            string
 	relayd         string
+	// userspaceIO is relayd's dataplane.userspace_io in its userspace,
+	// srtp and transcode modes ("" relayd's default, socket).
+	userspaceIO string
 	// voipgen is the binary of the SIP phase's user agents.
 	voipgen  string
 	JSON     bool
@@ -177,14 +180,18 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	js := fs.Bool("json", false, "print the report as JSON")
 	sender := fs.String("sender", benchEndMmsg, "the sweep's sender: mmsg (sendmmsg on a socket in each end namespace) or xdp (AF_XDP TX sockets on the end hosts' veths)")
 	sink := fs.String("sink", benchEndMmsg, "the sweep's sink: mmsg (recvmmsg on the end sockets) or xdp (an XDP program counting and dropping on the end hosts' veths)")
+	uio := fs.String("userspace-io", "socket", "how relayd's userspace workers receive in modes userspace, srtp and transcode: socket or afxdp (dataplane.userspace_io)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *uio != "socket" && *uio != "afxdp" {
+		return Config{}, fmt.Errorf("--userspace-io %q: want socket or afxdp", *uio)
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
-		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink}
+		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink, userspaceIO: *uio}
 	var err error
 	maxCalls := benchMaxCalls
 	if c.static {

@@ -90,7 +90,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	irq, irqKnown := measure.IRQTimeAccounting()
 	rep = &Report{Config: map[string]any{
 		"calls": cfg.calls, "relays": relays, "codec": "pcmu", "ptime_ms": 20, "pps_per_call": benchPPSPerCall,
-		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
+		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "userspace_io": cfg.userspaceIO, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
 		"cpus": cpus, "cpu_ghz": fmt.Sprintf("%.2f", ghz), "kernel": unix.ByteSliceToString(uts.Release[:]), "server_price_usd": cfg.price,
 		"relay_setup": map[string]string{
 			"xdp":       "relayd dataplane.mode = xdp, flows mode xdp",
@@ -238,10 +238,20 @@ func benchMode(name string) fwdMode {
 	return fwdMode{Name: "userspace", Kind: "user", Workers: w}
 }
 
+// relaydMode is benchMode with the run's --userspace-io for relayd's
+// userspace workers.
+func (c Config) relaydMode(name string) fwdMode {
+	m := benchMode(name)
+	if m.Kind == "user" || m.Kind == "srtp" {
+		m.IO = c.userspaceIO
+	}
+	return m
+}
+
 // benchRelayd runs the sweep through relayd in mode name, with static
 // flows installed through the admin API.
 func (b *fwdBench) benchRelayd(ctx context.Context, cfg Config, rep *Report, name string) (err error) {
-	m := benchMode(name)
+	m := cfg.relaydMode(name)
 	if err := b.startRelay(m); err != nil {
 		return err
 	}
@@ -432,8 +442,8 @@ func (b *fwdBench) sipCallsRelayed(ctx context.Context, cfg Config, ua, name str
 	l := b.l
 	extra := benchSIPConfig(l) + fmt.Sprintf("[cdr]\npath = %q\nfsync_interval = \"1s\"\n", filepath.Join(dir, "cdr.jsonl"))
 	o := labrelay.Options{Bin: bin, Dir: dir, LogLevel: "warn", ExtraMedia: extra}
-	if m := benchMode(name); m.Kind != "xdp" {
-		o.Mode, o.Workers = "userspace", m.Workers
+	if m := cfg.relaydMode(name); m.Kind != "xdp" {
+		o.Mode, o.Workers, o.UserspaceIO = "userspace", m.Workers, m.IO
 	}
 	r, err := labrelay.New(l, o)
 	if err != nil {
@@ -715,7 +725,7 @@ func (s *benchCalls) close() (all []sipua.CallReport) {
 // caller leg SRTP in srtp mode (the caller offers SDES; relayd decrypts
 // toward the callee and encrypts toward the caller).
 func (b *fwdBench) benchRelaydSIP(ctx context.Context, cfg Config, rep *Report, name string) (err error) {
-	m := benchMode(name)
+	m := cfg.relaydMode(name)
 	b.relayPorts = benchSIPRelayPorts
 	// A short latching window: a call's flows settle (source locked, XDP
 	// flows back in XDP) within the warm-up that follows its setup.

@@ -43,6 +43,10 @@ aescm-w1,gcm-w1):
             rewrite, DEVMAP redirect) on r0 and r1, the yardstick of xdp
   user-wN   relayd (dataplane userspace, workers = N), "mode":"userspace"
             flows: sk_lookup steering, recvmmsg, raw-socket sendmmsg
+  user-xsk-wN  user-wN with dataplane.userspace_io = "afxdp": relayd's
+            XDP program on r0 and r1 redirects the flows' packets into
+            the workers' AF_XDP sockets (copy mode), raw-socket sendmmsg
+            as user-wN; compared with user-wN and cmmsg in the same run
   cmmsg     no relayd: a minimal C relay (lab/cmmsg), the yardstick of
             user-w1. The same flows (relay ports, source check, rewrite
             with the UDP checksum) and the same kernel path: relayd's
@@ -54,6 +58,7 @@ aescm-w1,gcm-w1):
   aescm-wN  user-wN, flows "decrypt" AES_CM_128_HMAC_SHA1_80: the sender
             encrypts each packet (srtpflow), the relay decrypts it
   gcm-wN    the same with AEAD_AES_128_GCM
+  aescm-xsk-wN, gcm-xsk-wN  the SRTP modes receiving through AF_XDP
   userspace = user-w1,user-w2; srtp = aescm-w1,gcm-w1
   A user or SRTP mode may end in @DURATION, relayd's dataplane.coalesce
   for it (user-w1@0s: workers woken per packet; default 200us), so that
@@ -106,6 +111,9 @@ type fwdMode struct {
 	// Coalesce is relayd's dataplane.coalesce (user, srtp): a mode name's
 	// "@DURATION" suffix; "" relayd's default.
 	Coalesce string `json:"coalesce,omitempty"`
+	// IO is relayd's dataplane.userspace_io (user, srtp): "afxdp" for a
+	// mode name's "-xsk" before -wN (user-xsk-w1); "" relayd's default.
+	IO string `json:"io,omitempty"`
 }
 
 func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" && m.Kind != "cmmsg" }
@@ -119,7 +127,7 @@ var srtpKinds = map[string]sdes.Suite{
 const fwdMaxWorkers = 64
 
 // fwdModeNames lists the modes --modes takes.
-const fwdModeNames = "kernel, xdp, xdpmin, user-wN, cmmsg, aescm-wN, gcm-wN, userspace, srtp"
+const fwdModeNames = "kernel, xdp, xdpmin, user-wN, user-xsk-wN, cmmsg, aescm-wN, gcm-wN, aescm-xsk-wN, gcm-xsk-wN, userspace, srtp"
 
 // parseModes parses --modes.
 func parseModes(s string) ([]fwdMode, error) {
@@ -161,11 +169,15 @@ func parseModes(s string) ([]fwdMode, error) {
 		if !ok || err != nil || w < 1 || w > fwdMaxWorkers {
 			return nil, fmt.Errorf("--modes: unknown mode %q (want %s; N workers 1-%d)", name, fwdModeNames, fwdMaxWorkers)
 		}
+		io := ""
+		if p, isXSK := strings.CutSuffix(prefix, "-xsk"); isXSK {
+			prefix, io = p, "afxdp"
+		}
 		switch suite, isSRTP := srtpKinds[prefix]; {
 		case prefix == "user":
-			add(fwdMode{Name: full, Kind: "user", Workers: w, Coalesce: coalesce})
+			add(fwdMode{Name: full, Kind: "user", Workers: w, Coalesce: coalesce, IO: io})
 		case isSRTP:
-			add(fwdMode{Name: full, Kind: "srtp", Workers: w, Suite: suite, Coalesce: coalesce})
+			add(fwdMode{Name: full, Kind: "srtp", Workers: w, Suite: suite, Coalesce: coalesce, IO: io})
 		default:
 			return nil, fmt.Errorf("--modes: unknown mode %q (want %s)", name, fwdModeNames)
 		}
@@ -782,6 +794,18 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 		// relayd's userspace worker end to end against a minimal C relay
 		// on the same kernel path (sk_lookup, recvmmsg, raw sendmmsg).
 		pairs = append(pairs, pair{"user-w1", "cmmsg", false})
+	}
+	for _, m := range modes {
+		// AF_XDP receive against the socket path of the same workers,
+		// and against the C relay.
+		if m.Kind == "user" && m.IO == "afxdp" {
+			if sock := fmt.Sprintf("user-w%d", m.Workers); has(sock) {
+				pairs = append(pairs, pair{m.Name, sock, false})
+			}
+			if m.Workers == 1 && has("cmmsg") {
+				pairs = append(pairs, pair{m.Name, "cmmsg", false})
+			}
+		}
 	}
 	for _, m := range modes {
 		if m.Kind == "srtp" && has(fmt.Sprintf("user-w%d", m.Workers)) {

@@ -146,6 +146,7 @@ func Fwd(ctx context.Context, cfg FwdConfig, log io.Writer) (rep *FwdReport, err
 		"relayd": map[string]string{
 			"xdp":       "dataplane.mode = xdp, flows mode xdp",
 			"userspace": "dataplane.mode = userspace (no XDP program), dataplane.workers = N pinned one per CPU, flows mode userspace",
+			"afxdp":     "user-xsk-wN, aescm-xsk-wN, gcm-xsk-wN: as userspace with dataplane.userspace_io = afxdp: relayd's XDP program (bpf/xsk.c, native) on r0 and r1 redirects the steered ports' packets into the workers' AF_XDP sockets (copy mode), sending unchanged (raw-socket sendmmsg)",
 			"srtp":      "as userspace, flows with decrypt {suite, key} (a key per flow); the sender encrypts with srtpflow.Encrypter in its send loop, in the direct runs too",
 			"cmmsg":     "no relayd: lab/cmmsg, a minimal C relay with relayd's flows (ports, source check, IPv4+UDP header rewrite with the UDP checksum): relayd's sk_lookup steering to one UDP socket, blocking recvmmsg of up to 64 with IP_ORIGDSTADDR, one sendmmsg per batch on an IPPROTO_RAW socket, pinned to CPU 0; started per phase with exactly its flows",
 		},
@@ -854,7 +855,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 	// warn: relayd logs every idle flow at info level.
 	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps}
 	if m.Kind != "xdp" {
-		o.Mode, o.Workers, o.Coalesce = "userspace", m.Workers, m.Coalesce
+		o.Mode, o.Workers, o.Coalesce, o.UserspaceIO = "userspace", m.Workers, m.Coalesce, m.IO
 	}
 	r, err := labrelay.New(b.l, o)
 	if err != nil {

@@ -59,7 +59,17 @@ func TestParseFwdbench(t *testing.T) {
 	if m := cfg.modes[7]; m.Kind != "xdpmin" || m.relayd() {
 		t.Errorf("xdpmin: %+v, relayd %t", m, m.relayd())
 	}
+	// AF_XDP receive: user-wN or an SRTP mode with -xsk before -wN.
+	cfg, err = ParseFwd([]string{"--modes", "user-xsk-w1,user-w1,aescm-xsk-w2@0s"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(cfg.modes, []fwdMode{{Name: "user-xsk-w1", Kind: "user", Workers: 1, IO: "afxdp"}, {Name: "user-w1", Kind: "user", Workers: 1},
+		{Name: "aescm-xsk-w2@0s", Kind: "srtp", Workers: 2, Suite: sdes.AES_CM_128_HMAC_SHA1_80, Coalesce: "0s", IO: "afxdp"}}); d != "" {
+		t.Errorf("modes (-got +want):\n%s", d)
+	}
 	for _, bad := range [][]string{
+		{"--modes", "xdp-xsk-w1"}, {"--modes", "user-xsk"}, {"--modes", "cmmsg-xsk-w1"},
 		{"--rates", "10"}, {"--rates", "2000k"}, {"--rates", "x"}, {"--flows", "20000"}, {"--flows", "0"},
 		{"--modes", "dpdk"}, {"--modes", "user-w0"}, {"--modes", "aes-w1"}, {"--modes", "cmmsg-w2"}, {"--step", "1ms"}, {"extra"},
 		// 10,000 flows at 5k pps: one packet per flow every 2 s.

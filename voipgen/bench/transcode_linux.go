@@ -261,7 +261,7 @@ const ngListen = "127.0.0.1:2223"
 // benchRelaydTranscode runs the transcode sweep through relayd: userspace
 // workers (one per CPU), its ng listener, calls over ng.
 func (b *fwdBench) benchRelaydTranscode(ctx context.Context, cfg Config, rep *Report) (err error) {
-	m := benchMode(transcodeRelayd)
+	m := cfg.relaydMode(transcodeRelayd)
 	b.relayPorts = benchSIPRelayPorts
 	b.relayTop = fmt.Sprintf("[ng]\nlisten = [\"udp:%s\"]\n", ngListen)
 	defer func() { b.relayTop, b.relayPorts = "", "" }()

@@ -1,0 +1,478 @@
+package slowpath
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/pktio"
+)
+
+// AF_XDP receive (Config.IO "afxdp"). The XDP program bpf/xsk.c, attached
+// to Config.Interfaces, redirects each packet to a steered relay address
+// and port into an XDP socket of the worker that owns the flow, instead of
+// passing it up the kernel's IP and UDP receive path to the worker's UDP
+// socket. An XDP socket is bound to one device queue, and a queue has one
+// buffer pool: so each (device, queue) has one UMEM and one fill ring
+// (xskUmem), and each worker one socket on it with its own RX ring
+// (xskSock), bound with XDP_SHARED_UMEM to the first. A worker reads its
+// RX rings without a system call, relays the batch through the same
+// per-packet code as the socket path, and gives the frames back to the
+// fill ring (under the queue's mutex: the ring has one producer side and
+// the workers share it; one lock per batch, uncontended with one worker).
+// Sending stays on the workers' raw sockets. Packets the program passes
+// (not steered, IPv4 options, fragments, IPv6 extension headers, VLAN
+// tags, no socket for the slot) take the socket path as before.
+const (
+	xskQueues    = 64   // bpf/xsk.c XSK_QUEUES: queues per device a worker can have a socket on
+	xskFrameSize = 2048 // a UMEM frame; XDP_PACKET_HEADROOM (256) of it is in front of the packet
+	// xskFrames are a (device, queue)'s frames (16 MiB), also its fill
+	// ring's size, and xskRxRing each socket's RX ring: about what the
+	// socket path's 8 MiB receive buffer holds of RTP packets (a skb's
+	// truesize is about 1 KiB), so that a worker kept off its CPU for a
+	// while (160 ms at 50k pps) loses no more than the socket would.
+	xskFrames   = 8192
+	xskRxRing   = 8192
+	xskCompRing = 64 // the completion ring the kernel requires (nothing is sent)
+	xskMetaLen  = 8  // the program's receive time in front of the packet
+)
+
+type xskRing struct {
+	producer, consumer *uint32
+	mask               uint32
+	mem                []byte
+}
+
+func (r *xskRing) unmap() error {
+	if r.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(r.mem)
+	r.mem = nil
+	return err
+}
+
+// xskUmem is one (device, queue)'s UMEM and fill ring, shared by the
+// workers' sockets on that queue. Its first socket registered it.
+type xskUmem struct {
+	ifindex, queue int
+	fd             int // the first socket's, which owns the rings
+	mem            []byte
+	mu             sync.Mutex // guards the fill ring's producer side
+	fq             xskRing
+	fqAddr         []uint64
+}
+
+// xskSock is one worker's XDP socket on one (device, queue). Its RX ring
+// is the worker's alone.
+type xskSock struct {
+	fd     int
+	u      *xskUmem
+	rx     xskRing
+	rxDesc []unix.XDPDesc
+	own    bool // fd is u.fd: closed with the UMEM
+}
+
+func setsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
+	_, _, errno := syscall.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), size, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+func xskOffsets(fd int) (unix.XDPMmapOffsets, error) {
+	var off unix.XDPMmapOffsets
+	size := uint32(unsafe.Sizeof(off))
+	if _, _, errno := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
+		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
+		return off, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errno)
+	}
+	return off, nil
+}
+
+func mmapXSKRing(fd int, pgoff uint64, ro unix.XDPRingOffset, n, elem int) (xskRing, error) {
+	mem, err := unix.Mmap(fd, int64(pgoff), int(ro.Desc)+n*elem, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return xskRing{}, err
+	}
+	return xskRing{
+		producer: (*uint32)(unsafe.Pointer(&mem[ro.Producer])),
+		consumer: (*uint32)(unsafe.Pointer(&mem[ro.Consumer])),
+		mask:     uint32(n - 1), mem: mem,
+	}, nil
+}
+
+// bindXSK binds fd to the queue, in copy mode (veth has no zero-copy),
+// sharing the UMEM of the socket shared if it is not -1. A socket closed
+// just before on the queue is released by the kernel a little later:
+// EBUSY is retried for a second.
+func bindXSK(fd, ifindex, queue, shared int) error {
+	sa := &unix.SockaddrXDP{Flags: unix.XDP_COPY, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
+	if shared >= 0 {
+		sa.Flags = unix.XDP_SHARED_UMEM
+		sa.SharedUmemFD = uint32(shared)
+	}
+	for try := 0; ; try++ {
+		err := unix.Bind(fd, sa)
+		if err == nil || !errors.Is(err, unix.EBUSY) || try == 50 {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openXSK opens a socket on (ifindex, queue): with a new UMEM when u is
+// nil (the queue's first socket), else on u's. It returns the socket and
+// its UMEM.
+func openXSK(ifindex, queue int, u *xskUmem) (_ *xskSock, err error) {
+	s := &xskSock{fd: -1, u: u}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.fd, err = unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0); err != nil {
+		return nil, fmt.Errorf("AF_XDP socket: %w", err)
+	}
+	shared := -1
+	if u == nil {
+		u = &xskUmem{ifindex: ifindex, queue: queue, fd: s.fd}
+		s.u, s.own = u, true
+		if u.mem, err = unix.Mmap(-1, 0, xskFrames*xskFrameSize, unix.PROT_READ|unix.PROT_WRITE,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE); err != nil {
+			return nil, fmt.Errorf("UMEM: %w", err)
+		}
+		reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&u.mem[0]))), Len: uint64(len(u.mem)), Size: xskFrameSize}
+		if err := setsockoptPtr(s.fd, unix.SOL_XDP, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
+			return nil, fmt.Errorf("XDP_UMEM_REG: %w", err)
+		}
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_UMEM_FILL_RING, xskFrames); err != nil {
+			return nil, fmt.Errorf("XDP fill ring: %w", err)
+		}
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_UMEM_COMPLETION_RING, xskCompRing); err != nil {
+			return nil, fmt.Errorf("XDP completion ring: %w", err)
+		}
+	} else {
+		shared = u.fd
+	}
+	if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, unix.XDP_RX_RING, xskRxRing); err != nil {
+		return nil, fmt.Errorf("XDP RX ring: %w", err)
+	}
+	off, err := xskOffsets(s.fd)
+	if err != nil {
+		return nil, err
+	}
+	if s.rx, err = mmapXSKRing(s.fd, unix.XDP_PGOFF_RX_RING, off.Rx, xskRxRing, int(unsafe.Sizeof(unix.XDPDesc{}))); err != nil {
+		return nil, fmt.Errorf("RX ring: %w", err)
+	}
+	s.rxDesc = unsafe.Slice((*unix.XDPDesc)(unsafe.Pointer(&s.rx.mem[off.Rx.Desc])), xskRxRing)
+	if s.own {
+		if u.fq, err = mmapXSKRing(s.fd, unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, xskFrames, 8); err != nil {
+			return nil, fmt.Errorf("fill ring: %w", err)
+		}
+		u.fqAddr = unsafe.Slice((*uint64)(unsafe.Pointer(&u.fq.mem[off.Fr.Desc])), xskFrames)
+		// Every frame to the kernel: the ring holds them all, so giving
+		// frames back never finds it full.
+		for i := range uint32(xskFrames) {
+			u.fqAddr[i] = uint64(i) * xskFrameSize
+		}
+		atomic.StoreUint32(u.fq.producer, xskFrames)
+	}
+	if err := bindXSK(s.fd, ifindex, queue, shared); err != nil {
+		return nil, fmt.Errorf("bind AF_XDP socket to ifindex %d queue %d: %w", ifindex, queue, err)
+	}
+	return s, nil
+}
+
+// close closes the socket; the queue's first socket unmaps the UMEM and
+// fill ring too, so it is closed last.
+func (s *xskSock) close() error {
+	errs := []error{s.rx.unmap()}
+	if s.own {
+		errs = append(errs, s.u.fq.unmap())
+	}
+	if s.fd >= 0 {
+		errs = append(errs, unix.Close(s.fd))
+		s.fd = -1
+	}
+	if s.own && s.u.mem != nil {
+		errs = append(errs, unix.Munmap(s.u.mem))
+		s.u.mem = nil
+	}
+	return errors.Join(errs...)
+}
+
+// xskBatch is a worker's AF_XDP receive batch: the packets parsed out of
+// the frames read, and the frames to give back. Allocated once.
+type xskBatch struct {
+	pkts  [batchSize]xskPacket
+	addrs [batchSize]uint64 // the frames of the last recv, to give back
+	nAddr int
+	// monoStart and monoBase are one instant read by time.Now and as
+	// CLOCK_MONOTONIC (ns): the program's receive times (monotonic) are
+	// converted to Unix ns through them.
+	monoStart time.Time
+	monoBase  int64
+}
+
+type xskPacket struct {
+	payload  []byte
+	src, dst netip.AddrPort
+	ts       int64
+}
+
+func newXSKBatch() *xskBatch {
+	b := &xskBatch{monoStart: time.Now()}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+		b.monoBase = ts.Nano()
+	}
+	return b
+}
+
+func (b *xskBatch) packet(i int) (payload []byte, src, dst netip.AddrPort, ts int64) {
+	p := &b.pkts[i]
+	return p.payload, p.src, p.dst, p.ts
+}
+
+// recv takes up to a batch of frames off s's RX ring without a system
+// call: it returns the packets parsed into b (valid IP and UDP headers and
+// checksums), the descriptors taken and the frames dropped as malformed.
+// The frames taken are given back with release once the batch is relayed
+// (a descriptor outside the UMEM, which the kernel never writes, names no
+// frame to give back).
+func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
+	b.nAddr = 0
+	prod := atomic.LoadUint32(s.rx.producer)
+	cons := *s.rx.consumer
+	avail := int(prod - cons)
+	if avail == 0 {
+		return 0, 0, 0
+	}
+	frames = min(avail, batchSize)
+	now := time.Now()
+	offset := now.UnixNano() - (b.monoBase + int64(now.Sub(b.monoStart)))
+	mem := s.u.mem
+	for i := range frames {
+		d := s.rxDesc[(cons+uint32(i))&s.rx.mask]
+		if d.Addr >= uint64(len(mem)) {
+			bad++
+			continue
+		}
+		b.addrs[b.nAddr] = d.Addr &^ (xskFrameSize - 1)
+		b.nAddr++
+		if uint64(d.Len) > uint64(len(mem))-d.Addr || d.Addr&(xskFrameSize-1) < xskMetaLen {
+			bad++
+			continue
+		}
+		p := &b.pkts[n]
+		var ok bool
+		if p.payload, p.src, p.dst, ok = parseFrame(mem[d.Addr : d.Addr+uint64(d.Len)]); !ok {
+			bad++
+			continue
+		}
+		p.ts = 0
+		if mono := int64(binary.NativeEndian.Uint64(mem[d.Addr-xskMetaLen:])); mono > 0 {
+			p.ts = mono + offset
+		}
+		n++
+	}
+	atomic.StoreUint32(s.rx.consumer, cons+uint32(frames))
+	return n, frames, bad
+}
+
+// release gives the frames of the last recv back to the queue's fill ring.
+func (b *xskBatch) release(s *xskSock) {
+	u := s.u
+	frames := b.nAddr
+	u.mu.Lock()
+	prod := *u.fq.producer
+	for i := range frames {
+		u.fqAddr[(prod+uint32(i))&u.fq.mask] = b.addrs[i]
+	}
+	atomic.StoreUint32(u.fq.producer, prod+uint32(frames))
+	u.mu.Unlock()
+}
+
+// parseFrame returns the UDP payload and addresses of an Ethernet frame
+// holding an IPv4 (no options, not fragmented) or IPv6 (no extension
+// headers) UDP datagram whose lengths and checksums hold: what the
+// kernel's receive path checks before a socket sees a datagram. An IPv4
+// UDP checksum of 0 means none; IPv6 requires one.
+func parseFrame(f []byte) (payload []byte, src, dst netip.AddrPort, ok bool) {
+	if len(f) < 14 {
+		return nil, src, dst, false
+	}
+	var udp []byte
+	var sum uint64
+	switch binary.BigEndian.Uint16(f[12:]) {
+	case 0x0800:
+		ip := f[14:]
+		if len(ip) < ipv4HeaderLen || ip[0] != 0x45 || ip[9] != unix.IPPROTO_UDP || binary.BigEndian.Uint16(ip[6:])&0x3fff != 0 {
+			return nil, src, dst, false
+		}
+		tot := int(binary.BigEndian.Uint16(ip[2:]))
+		if tot < ipv4HeaderLen+udpHeaderLen || tot > len(ip) || pktio.Fold(pktio.Sum(0, ip[:ipv4HeaderLen])) != 0xffff {
+			return nil, src, dst, false
+		}
+		udp = ip[ipv4HeaderLen:tot]
+		src = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), binary.BigEndian.Uint16(udp))
+		dst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(udp[2:]))
+		if binary.BigEndian.Uint16(udp[6:]) != 0 {
+			sum = pktio.Sum(0, ip[12:20])
+		}
+	case 0x86dd:
+		ip := f[14:]
+		if len(ip) < ipv6HeaderLen || ip[0]>>4 != 6 || ip[6] != unix.IPPROTO_UDP {
+			return nil, src, dst, false
+		}
+		plen := int(binary.BigEndian.Uint16(ip[4:]))
+		if plen < udpHeaderLen || ipv6HeaderLen+plen > len(ip) || binary.BigEndian.Uint16(ip[ipv6HeaderLen+6:]) == 0 {
+			return nil, src, dst, false
+		}
+		udp = ip[ipv6HeaderLen : ipv6HeaderLen+plen]
+		src = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[8:24])).Unmap(), binary.BigEndian.Uint16(udp))
+		dst = netip.AddrPortFrom(netip.AddrFrom16([16]byte(ip[24:40])).Unmap(), binary.BigEndian.Uint16(udp[2:]))
+		sum = pktio.Sum(0, ip[8:40])
+	default:
+		return nil, src, dst, false
+	}
+	ulen := int(binary.BigEndian.Uint16(udp[4:]))
+	if ulen < udpHeaderLen || ulen > len(udp) {
+		return nil, src, dst, false
+	}
+	udp = udp[:ulen]
+	if sum != 0 {
+		sum += unix.IPPROTO_UDP + uint64(ulen)
+		if pktio.Fold(pktio.Sum(sum, udp)) != 0xffff {
+			return nil, src, dst, false
+		}
+	}
+	return udp[udpHeaderLen:], src, dst, true
+}
+
+// xskPlane is the pool's AF_XDP receive: the program on its interfaces
+// (loaded once per interface, with its index: objs[i] is interface i's;
+// all share one XSKMAP), and every worker's sockets.
+type xskPlane struct {
+	objs   []*xskObjects
+	links  []link.Link
+	ifaces []dataplane.Interface // where the program is attached, and how
+	socks  []*xskSock            // the queues' first sockets after the others (close order)
+}
+
+// newXSKPlane loads bpf/xsk.c with the steering's map, opens a socket per
+// worker on every receive queue of each interface (workers[i].xsks) and
+// attaches the program, in generic mode if generic is set (or, as the XDP
+// data plane does, where the driver has no native XDP). A device has its
+// queues 0..n-1: the first queue that refuses a bind ends its list.
+func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bool, log *zap.Logger) (_ *xskPlane, err error) {
+	x := &xskPlane{}
+	defer func() {
+		if err != nil {
+			x.close()
+		}
+	}()
+	spec, err := loadXsk()
+	if err != nil {
+		return nil, fmt.Errorf("load AF_XDP program spec: %w", err)
+	}
+	spec.Maps["steer"].MaxEntries = steer.objs.Steer.MaxEntries()
+	spec.Maps["xsks"].MaxEntries = uint32(len(workers) * len(ifaces) * xskQueues)
+	if err := spec.Variables["devices"].Set(uint32(len(ifaces))); err != nil {
+		return nil, err
+	}
+	repl := map[string]*ebpf.Map{"steer": steer.objs.Steer}
+	for d, name := range ifaces {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
+		}
+		if err := spec.Variables["dev_index"].Set(uint32(d)); err != nil {
+			return nil, err
+		}
+		objs := &xskObjects{}
+		if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+			return nil, fmt.Errorf("load AF_XDP program for %s: %w", name, err)
+		}
+		x.objs = append(x.objs, objs)
+		repl["xsks"] = objs.Xsks
+		for q := 0; q < xskQueues; q++ {
+			first, err := openXSK(ifi.Index, q, nil)
+			if err != nil {
+				if q > 0 && errors.Is(err, unix.EINVAL) {
+					break // no such queue
+				}
+				return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
+			}
+			x.socks = append(x.socks, first) // closed last: see close
+			for i, w := range workers {
+				s := first
+				if i > 0 {
+					if s, err = openXSK(ifi.Index, q, first.u); err != nil {
+						return nil, fmt.Errorf("AF_XDP on %s, worker %d: %w", name, i, err)
+					}
+					x.socks = append([]*xskSock{s}, x.socks...)
+				}
+				slot := uint32((i*len(ifaces)+d)*xskQueues + q)
+				if err := objs.Xsks.Update(slot, uint32(s.fd), ebpf.UpdateAny); err != nil {
+					return nil, fmt.Errorf("AF_XDP on %s: XSKMAP: %w", name, err)
+				}
+				w.xsks = append(w.xsks, s)
+			}
+		}
+		flags := link.XDPDriverMode
+		if generic {
+			flags = link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: flags})
+		mode := "native"
+		if generic {
+			mode = "generic"
+		}
+		if err != nil && flags == link.XDPDriverMode {
+			log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
+			l, err = link.AttachXDP(link.XDPOptions{Program: objs.RelayXsk, Interface: ifi.Index, Flags: link.XDPGenericMode})
+			mode = "generic"
+		}
+		if err != nil {
+			return nil, fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
+		}
+		x.links = append(x.links, l)
+		x.ifaces = append(x.ifaces, dataplane.Interface{Name: name, Index: ifi.Index, Mode: mode})
+	}
+	return x, nil
+}
+
+// close detaches the program and closes the sockets; the workers must
+// have stopped.
+func (x *xskPlane) close() error {
+	if x == nil {
+		return nil
+	}
+	var errs []error
+	for _, l := range x.links {
+		errs = append(errs, l.Close())
+	}
+	for _, s := range x.socks {
+		errs = append(errs, s.close())
+	}
+	for _, o := range x.objs {
+		errs = append(errs, o.Close())
+	}
+	return errors.Join(errs...)
+}
