@@ -30,6 +30,7 @@ const (
 
 var (
 	errCallerCanceled = errors.New("caller canceled")
+	errNoFinalAnswer  = errors.New("no final answer")
 )
 
 // b2bCall is one call through the B2BUA.
@@ -199,8 +200,27 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	bc.mu.Lock()
 	bc.setupCancel = cancel
 	bc.mu.Unlock()
-	stop := context.AfterFunc(bc.a.Context(), func() { cancel(errCallerCanceled) })
-	defer stop()
+	// An answered call outlives its setup: it keeps neither the setup's
+	// context nor the map of children (the attempts) it grew, which a
+	// map never gives back.
+	defer func() {
+		bc.mu.Lock()
+		bc.setupCancel = nil
+		bc.mu.Unlock()
+	}()
+	// The caller's dialog ends (CANCEL, the INVITE transaction gone):
+	// the setup stops. A state callback rather than context.AfterFunc on
+	// the dialog's context, which would give that context a done channel
+	// and a map of children for the call's lifetime; once the setup is
+	// over the callback finds nothing to cancel, and releaseTxs drops it.
+	bc.a.OnState(func(st sip.DialogState) {
+		if st == sip.DialogStateEnded {
+			bc.cancelSetup(errCallerCanceled)
+		}
+	})
+	if bc.a.LoadState() == sip.DialogStateEnded {
+		cancel(errCallerCanceled)
+	}
 
 	facts := route.Facts{CallID: req.CallID().Value(), From: bc.c.From, To: bc.c.To, User: req.Recipient.User, Source: bc.c.Source.String(),
 		AuthUser: bc.authUser}
@@ -281,6 +301,16 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.fail(call.Failed, code, reason)
+}
+
+// cancelSetup ends the setup, if one is running, with cause.
+func (bc *b2bCall) cancelSetup(cause error) {
+	bc.mu.Lock()
+	cancel := bc.setupCancel
+	bc.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
 }
 
 // setupEnded ends a call whose setup was cut short.
@@ -413,14 +443,20 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		}
 	})
 	defer stop()
-	noAnswer := time.AfterFunc(bc.dec.Route.AttemptTimeout, func() {
-		if !gotResponse.Load() {
+	// One timer for both bounds: no response within the attempt timeout,
+	// no final response within ringTimeout.
+	var bound *time.Timer
+	bound = time.AfterFunc(min(bc.dec.Route.AttemptTimeout, ringTimeout), func() {
+		switch elapsed := time.Since(start); {
+		case elapsed >= ringTimeout:
+			acancel(errNoFinalAnswer)
+		case !gotResponse.Load():
 			acancel(sipgo.WaitAnswerForceCancelErr)
+		default:
+			bound.Reset(ringTimeout - elapsed)
 		}
 	})
-	defer noAnswer.Stop()
-	ring := time.AfterFunc(ringTimeout, func() { acancel(errors.New("no final answer")) })
-	defer ring.Stop()
+	defer bound.Stop()
 
 	dlgB, err := bUA.WriteInvite(actx, inv)
 	if err != nil {

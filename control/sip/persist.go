@@ -489,6 +489,14 @@ func (bc *b2bCall) releaseTxs() bool {
 	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
 		return false
 	}
+	// The caller's dialog's state callbacks served the setup and the
+	// wait for the ACK (sipgo's channel for it, the setup's cancel):
+	// both are over.
+	if f, err := field(&bc.a.Dialog, "onStatePointer"); err == nil {
+		if p, ok := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); ok {
+			p.Store(nil)
+		}
+	}
 	bc.mu.Lock()
 	bc.aTx, bc.released = endedTx{}, true
 	bc.mu.Unlock()

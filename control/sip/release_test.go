@@ -2,9 +2,11 @@ package sip
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/relayd/relayd/control/call"
@@ -44,6 +46,13 @@ func TestReleaseTxs(t *testing.T) {
 		if _, ok := bc.aTx.(endedTx); !ok {
 			t.Errorf("the call still holds its INVITE transaction %T", bc.aTx)
 		}
+		if f, err := field(&bc.a.Dialog, "onStatePointer"); err != nil {
+			t.Fatal(err)
+		} else if p := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); p.Load() != nil {
+			t.Error("the caller's dialog keeps the state callbacks of its setup")
+		}
+		// The setup returns just after the negotiation.
+		waitFor(t, "the setup's context let go", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.setupCancel == nil })
 		switch hangup {
 		case "caller":
 			if err := d.Bye(ctx); err != nil {
