@@ -840,6 +840,13 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 }
 
 func (bc *b2bCall) onAck(req *sip.Request) {
+	// sipgo handles each request on a goroutine of its own, so a BYE
+	// sent just after the ACK can be handled first; sipgo's ReadAck would
+	// then take the ended dialog back to confirmed, and the answer would
+	// take the caller's hang-up for a missing ACK.
+	if bc.a.LoadState() == sip.DialogStateEnded {
+		return
+	}
 	if body := req.Body(); len(body) > 0 {
 		select {
 		case bc.ackBody <- body:
