@@ -28,6 +28,9 @@ const (
 	ringTimeout = 3 * time.Minute
 )
 
+// noRoute is the route of a call not routed yet.
+var noRoute route.Route
+
 var (
 	errCallerCanceled = errors.New("caller canceled")
 	errNoFinalAnswer  = errors.New("no final answer")
@@ -67,9 +70,11 @@ type b2bCall struct {
 	ackBody     chan []byte             // bodies of ACKs from A (late offer, offerless re-INVITE)
 	reAck       chan struct{}           // an ACK from A arrived (2xx retransmission stops)
 
-	mu       sync.Mutex // guards the following
-	b        *sipgo.DialogClientSession
-	dec      route.Decision
+	mu sync.Mutex // guards the following
+	b  *sipgo.DialogClientSession
+	// rt is the call's route (route.Decision.Shared: the table's own,
+	// not a copy per call); noRoute until routed.
+	rt       *route.Route
 	answered bool
 	// negotiated: the initial offer/answer is complete (both ACKs done).
 	// Re-offers before it get 491 (RFC 3261 14.1).
@@ -177,6 +182,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		ackBody: make(chan []byte, 1),
 		reAck:   make(chan struct{}, 1),
 		neg:     call.NewSession(c.Media, [2]call.Local{}),
+		rt:      &noRoute,
 	}
 	bc.authUser = authUser
 	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
@@ -246,7 +252,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	bc.dec = route.Decision{Route: dec.Route} // the destinations are the setup's alone
+	bc.rt = dec.Shared() // the destinations are the setup's alone
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
 	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
@@ -413,7 +419,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		return attemptResult{code: sip.StatusLoopDetected, reason: "Loop Detected"}
 	}
 	if ip, err := netip.ParseAddr(dest.Host); err == nil {
-		bc.setRelay(call.B, bc.local(bc.dec.Route.CalleeInterface, ip))
+		bc.setRelay(call.B, bc.local(bc.rt.CalleeInterface, ip))
 		s.peers.allow(ip) // route server destinations too
 	}
 	var body []byte
@@ -425,7 +431,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 			bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused", zap.Int("code", res.code), zap.Error(err))
 			return res
 		}
-		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
+		if bc.rt.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
 			bc.log.Info("call refused: SDES over a plain transport", zap.String("leg", "callee"), zap.String("destination", dest.URI))
 			return sdesRefusal(call.B, dest.Transport)
 		}
@@ -446,7 +452,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 	// One timer for both bounds: no response within the attempt timeout,
 	// no final response within ringTimeout.
 	var bound *time.Timer
-	bound = time.AfterFunc(min(bc.dec.Route.AttemptTimeout, ringTimeout), func() {
+	bound = time.AfterFunc(min(bc.rt.AttemptTimeout, ringTimeout), func() {
 		switch elapsed := time.Since(start); {
 		case elapsed >= ringTimeout:
 			acancel(errNoFinalAnswer)
@@ -787,7 +793,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	bc.negotiated = true
 	bc.mu.Unlock()
 	bc.persist()
-	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
+	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.rt.Name))
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {
 		bc.terminate(call.Shutdown, 0, "relayd stopping")
 	}

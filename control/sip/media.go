@@ -25,17 +25,17 @@ import (
 // answer.
 func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) ([]byte, error) {
 	bc.mu.Lock()
-	dec := bc.dec
+	rt := bc.rt
 	bc.mu.Unlock()
 	opts := call.OfferOptions{
 		SRTPTermination: bc.s.cfg.Calls.CanSRTP(),
 		Transcoding:     bc.s.cfg.Calls.CanTranscode(),
-		Codecs:          call.CodecPolicy{Allowed: dec.Route.Codecs},
+		Codecs:          call.CodecPolicy{Allowed: rt.Codecs},
 		Install:         install,
 	}
 	if from == call.A {
-		opts.SRTP = dec.Route.SRTP
-		opts.Codecs.Transcode = dec.Route.Transcode
+		opts.SRTP = rt.SRTP
+		opts.Codecs.Transcode = rt.Transcode
 	}
 	return bc.neg.Offer(from, d, opts)
 }
@@ -66,9 +66,9 @@ func (bc *b2bCall) replace(side call.Side, d *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	iface := bc.dec.Route.CallerInterface
+	iface := bc.rt.CallerInterface
 	if side == call.B {
-		iface = bc.dec.Route.CalleeInterface
+		iface = bc.rt.CalleeInterface
 	}
 	bc.mu.Unlock()
 	if l := bc.local(iface, peer); l.Addr.Is6() != cur.Addr.Is6() {

@@ -112,12 +112,12 @@ func (bc *b2bCall) forget() {
 
 func (bc *b2bCall) record() (record, bool) {
 	bc.mu.Lock()
-	b, aRes, dec := bc.b, bc.aRes, bc.dec
+	b, aRes, rt := bc.b, bc.aRes, bc.rt
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
-		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs, Transcode: dec.Route.Transcode,
-			SDESTLSOnly: dec.Route.SDESTLSOnly},
+		Route: routeRecord{Name: rt.Name, SRTP: rt.SRTP, Codecs: rt.Codecs, Transcode: rt.Transcode,
+			SDESTLSOnly: rt.SDESTLSOnly},
 		Saved: time.Now(),
 	}
 	bc.mu.Unlock()
@@ -305,7 +305,7 @@ func (s *Server) restoreCall(rec *record) error {
 		ackBody:    make(chan []byte, 1),
 		reAck:      make(chan struct{}, 1),
 		b:          b,
-		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly}},
+		rt:         &route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly},
 		answered:   true,
 		negotiated: true,
 		restored:   true,

@@ -57,7 +57,7 @@ func (bc *b2bCall) legTransport(side call.Side) string {
 // transport.
 func (bc *b2bCall) sdesExposed(side call.Side, body []byte) (string, bool) {
 	bc.mu.Lock()
-	only := bc.dec.Route.SDESTLSOnly
+	only := bc.rt.SDESTLSOnly
 	bc.mu.Unlock()
 	if !only || !sdesIn(body) {
 		return "", false
