@@ -614,9 +614,9 @@ type FlowStat struct {
 // match.
 func (m *Media) Flows() []FlowStat {
 	m.mu.Lock()
-	recs := make([]*flowRec, 0, len(m.flows))
+	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
 	for _, r := range m.flows {
-		recs = append(recs, r)
+		recs = append(recs, *r)
 	}
 	m.mu.Unlock()
 	out := make([]FlowStat, 0, len(recs))

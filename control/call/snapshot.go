@@ -184,9 +184,9 @@ func (m *Media) snapshot() MediaSnapshot {
 		}
 		ms.Streams = append(ms.Streams, ss)
 	}
-	recs := make([]*flowRec, 0, len(m.flows))
+	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
 	for _, r := range m.flows {
-		recs = append(recs, r)
+		recs = append(recs, *r)
 	}
 	for match, l := range m.learned {
 		ms.Learned = append(ms.Learned, LearnedSource{Match: match, Source: l.source, Locked: l.locked})
