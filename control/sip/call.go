@@ -47,7 +47,10 @@ type b2bCall struct {
 	c     *call.Call
 	log   callLog
 	start time.Time
-	a     *sipgo.DialogServerSession // leg A, relayd is UAS
+	// a is leg A's dialog (relayd is UAS). It, b and aRes are nil while
+	// the call is compacted (held set): once the call is up, use them
+	// through dialogs (held.go).
+	a     *sipgo.DialogServerSession
 	aUA   *sipgo.DialogUA
 	aTx   sip.ServerTransaction // the INVITE's
 	relay [2]netip.Addr         // relay media address per leg (set with setRelay)
@@ -87,6 +90,8 @@ type b2bCall struct {
 	restored   bool          // taken back from the store after a restart
 	detached   bool          // kept up for the next run: this one lets go of it
 	released   bool          // the INVITE transactions were let go (releaseTxs)
+	held       *heldDialogs  // the dialogs as text (compact): a, b and aRes nil
+	users      int           // callers of dialogs not done: no compaction
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -810,7 +815,7 @@ func ackTarget(d *sipgo.DialogClientSession) sip.Uri {
 // answered, else the setup is cut short.
 func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	bc.mu.Lock()
-	answered, b, cancel, detached := bc.answered, bc.b, bc.setupCancel, bc.detached
+	answered, cancel, detached := bc.answered, bc.setupCancel, bc.detached
 	bc.mu.Unlock()
 	if detached {
 		return
@@ -821,6 +826,13 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 		}
 		return
 	}
+	a, b, used, err := bc.dialogs()
+	defer used()
+	if err != nil {
+		bc.log.Error("hang up without BYEs", zap.Error(err))
+		bc.finish(d, code, reason)
+		return
+	}
 	ctx, done := context.WithTimeout(context.Background(), byeTimeout)
 	defer done()
 	bc.dlgMu.RLock()
@@ -829,7 +841,7 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := bc.a.Bye(ctx); err != nil {
+		if err := a.Bye(ctx); err != nil {
 			bc.log.Debug("BYE to caller", zap.Error(err))
 		}
 	}()
@@ -850,7 +862,10 @@ func (bc *b2bCall) onAck(req *sip.Request) {
 	// sent just after the ACK can be handled first; sipgo's ReadAck would
 	// then take the ended dialog back to confirmed, and the answer would
 	// take the caller's hang-up for a missing ACK.
-	if bc.a.LoadState() == sip.DialogStateEnded {
+	bc.mu.Lock()
+	a := bc.a
+	bc.mu.Unlock()
+	if a != nil && a.LoadState() == sip.DialogStateEnded {
 		return
 	}
 	if body := req.Body(); len(body) > 0 {
@@ -863,19 +878,27 @@ func (bc *b2bCall) onAck(req *sip.Request) {
 	case bc.reAck <- struct{}{}:
 	default:
 	}
-	bc.a.ReadAck(req, nil)
+	if a != nil {
+		// A compacted call's dialog is confirmed: a retransmitted ACK
+		// has nothing to change in it.
+		a.ReadAck(req, nil)
+	}
 }
 
 func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransaction) {
-	bc.mu.Lock()
-	b := bc.b
-	bc.mu.Unlock()
+	a, b, used, err := bc.dialogs()
+	defer used()
+	if err != nil {
+		bc.log.Error("BYE", zap.Error(err))
+		respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
 	bc.dlgMu.RLock()
 	defer bc.dlgMu.RUnlock()
 	if side == call.A {
-		if err := bc.a.ReadBye(req, tx); err != nil {
+		if err := a.ReadBye(req, tx); err != nil {
 			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 			return
 		}
@@ -895,7 +918,7 @@ func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransact
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 		return
 	}
-	if err := bc.a.Bye(ctx); err != nil {
+	if err := a.Bye(ctx); err != nil {
 		bc.log.Debug("BYE to caller", zap.Error(err))
 	}
 	bc.finish(call.Answered, sip.StatusOK, "callee hung up")

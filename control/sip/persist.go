@@ -112,7 +112,7 @@ func (bc *b2bCall) forget() {
 
 func (bc *b2bCall) record() (record, bool) {
 	bc.mu.Lock()
-	b, aRes, rt := bc.b, bc.aRes, bc.rt
+	a, b, aRes, rt, held := bc.a, bc.b, bc.aRes, bc.rt, bc.held
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
@@ -126,14 +126,20 @@ func (bc *b2bCall) record() (record, bool) {
 	for i, o := range neg.Origin {
 		rec.Origin[i] = originRecord(o)
 	}
+	if held != nil {
+		// Compacted: the dialogs are this text already.
+		rec.Call = bc.c.Snapshot()
+		rec.A, rec.B = held.a, held.b
+		return rec, true
+	}
 	if b == nil || aRes == nil || b.InviteResponse == nil {
 		return record{}, false
 	}
 	rec.Call = bc.c.Snapshot()
 	rec.A = dialogRecord{
-		Invite: bc.a.InviteRequest.String(), Response: aRes.String(),
-		Transport: bc.a.InviteRequest.Transport(), Source: bc.a.InviteRequest.Source(),
-		LocalCSeq: bc.a.CSEQ(), RemoteCSeq: remoteCSeq(&bc.a.Dialog),
+		Invite: a.InviteRequest.String(), Response: aRes.String(),
+		Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
+		LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
 	}
 	rec.B = dialogRecord{
 		Invite: b.InviteRequest.String(), Response: b.InviteResponse.String(),
@@ -221,67 +227,12 @@ func parseResponse(text, what string) (*sip.Response, error) {
 // with their CSeq numbers, the call and its flows in the table, the
 // dialog IDs registered, the maximum duration timer running.
 func (s *Server) restoreCall(rec *record) error {
-	aInv, err := parseRequest(rec.A.Invite, "leg A INVITE")
+	a, aRes, b, err := s.rebuildDialogs(&rec.A, &rec.B)
 	if err != nil {
 		return err
 	}
-	aRes, err := parseResponse(rec.A.Response, "leg A 2xx")
-	if err != nil {
-		return err
-	}
-	bInv, err := parseRequest(rec.B.Invite, "leg B INVITE")
-	if err != nil {
-		return err
-	}
-	bRes, err := parseResponse(rec.B.Response, "leg B 2xx")
-	if err != nil {
-		return err
-	}
-	if aInv.CallID() == nil || aInv.To() == nil || aInv.From() == nil || aInv.CSeq() == nil || aInv.Contact() == nil {
-		return errors.New("leg A INVITE lacks a dialog header")
-	}
-	aInv.SetTransport(rec.A.Transport)
-	aInv.SetSource(rec.A.Source)
-	src := sourceOf(aInv)
+	src := sourceOf(a.InviteRequest)
 	aUA := s.dialogUA(rec.A.Transport, src.Addr())
-	if aUA == nil {
-		return errors.New("no SIP listener for leg A")
-	}
-	tag, _ := aInv.To().Params.Get("tag")
-	if tag == "" {
-		return errors.New("leg A INVITE without relayd's To tag")
-	}
-	a, err := aUA.ReadInvite(aInv, endedTx{})
-	if err != nil {
-		return fmt.Errorf("leg A dialog: %w", err)
-	}
-	a.InviteRequest.To().Params.Add("tag", tag) // ReadInvite made a new one
-	if a.ID, err = sip.DialogIDFromRequestUAS(a.InviteRequest); err != nil {
-		return fmt.Errorf("leg A dialog: %w", err)
-	}
-	a.InviteResponse = aRes
-	a.InitWithState(sip.DialogStateConfirmed)
-	if err := setCSeq(&a.Dialog, rec.A.LocalCSeq, rec.A.RemoteCSeq); err != nil {
-		return err
-	}
-
-	bInv.SetTransport(rec.B.Transport)
-	bInv.SetDestination(rec.B.Dest)
-	bRes.SetSource(rec.B.Source)
-	bRes.SetTransport(rec.B.Transport)
-	dst, _ := netip.ParseAddrPort(rec.B.Dest)
-	bUA := s.dialogUA(rec.B.Transport, dst.Addr())
-	b := &sipgo.DialogClientSession{Dialog: sipgo.Dialog{InviteRequest: bInv, InviteResponse: bRes}, UA: bUA}
-	if b.ID, err = sip.DialogIDFromResponse(bRes); err != nil {
-		return fmt.Errorf("leg B dialog: %w", err)
-	}
-	b.InitWithState(sip.DialogStateConfirmed)
-	if err := setCSeq(&b.Dialog, rec.B.LocalCSeq, rec.B.RemoteCSeq); err != nil {
-		return err
-	}
-	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
-		return err
-	}
 
 	c, err := s.cfg.Calls.Restore(rec.Call)
 	if c == nil {

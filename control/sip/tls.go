@@ -47,7 +47,15 @@ func sdesIn(body []byte) bool {
 // tls.
 func (bc *b2bCall) legTransport(side call.Side) string {
 	if side == call.A {
-		return strings.ToLower(bc.a.InviteRequest.Transport())
+		if t := bc.c.Leg(call.A).Transport; t != "" {
+			return strings.ToLower(t)
+		}
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		if bc.a != nil {
+			return strings.ToLower(bc.a.InviteRequest.Transport())
+		}
+		return strings.ToLower(bc.held.a.Transport)
 	}
 	return strings.ToLower(bc.c.Leg(call.B).Transport)
 }
