@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -11,13 +12,14 @@ import (
 
 // A call that is up and quiet keeps its two dialogs as text: sipgo's
 // dialogs hold the INVITE and its 2xx of each leg parsed (every header a
-// structure of its own, the URIs, the parameters), about 5 KiB per call
-// for as long as it lasts; the text of the four messages is half that.
-// The sweep compacts the calls whose INVITE transactions have ended
-// (releaseTxs) and that nothing is using; the next in-dialog request, a
-// BYE of relayd's or a re-offer rebuilds the dialogs from the text, as a
-// restart does from the store (restoreCall), and the sweep compacts them
-// again once that is over.
+// structure of its own, the URIs, the parameters), allocated during the
+// setup among its transactions' garbage, whose spans they keep in use for
+// as long as the call lasts. The sweep compacts the calls whose INVITE
+// transactions have ended (releaseTxs) and that nothing is using: the
+// four messages' text without the bodies (requestText), about 2 KiB. The
+// next in-dialog request, a BYE of relayd's or a re-offer rebuilds the
+// dialogs from the text, as a restart does from the store (restoreCall),
+// and the sweep compacts them again once that is over.
 
 // heldDialogs are a compacted call's dialogs.
 type heldDialogs struct {
@@ -65,18 +67,39 @@ func (bc *b2bCall) compact() bool {
 	a, b := bc.a, bc.b
 	bc.held = &heldDialogs{
 		a: dialogRecord{
-			Invite: a.InviteRequest.String(), Response: bc.aRes.String(),
+			Invite: requestText(a.InviteRequest), Response: responseText(bc.aRes),
 			Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
 			LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
 		},
 		b: dialogRecord{
-			Invite: b.InviteRequest.String(), Response: b.InviteResponse.String(),
+			Invite: requestText(b.InviteRequest), Response: responseText(b.InviteResponse),
 			Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
 			LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
 		},
 	}
 	bc.a, bc.aRes, bc.b = nil, nil, nil
 	return true
+}
+
+// requestText and responseText are a dialog's message as text without
+// its body: the dialog builds its requests from the headers alone, the
+// SDP relayd last sent each leg is the session's (call.Session.LastSent)
+// and the peers' SDP is of no use once negotiated. The text is copied to
+// a string of its own length (String's builder leaves up to twice it).
+func requestText(r *sip.Request) string {
+	if len(r.Body()) > 0 {
+		r = r.Clone()
+		r.SetBody(nil)
+	}
+	return strings.Clone(r.String())
+}
+
+func responseText(r *sip.Response) string {
+	if len(r.Body()) > 0 {
+		r = r.Clone()
+		r.SetBody(nil)
+	}
+	return strings.Clone(r.String())
 }
 
 // compact compacts the quiet calls that are up (b2bCall.compact).

@@ -163,6 +163,11 @@ func TestCompactedCall(t *testing.T) {
 		if !ok || !strings.HasPrefix(rec.A.Invite, "INVITE ") || !strings.HasPrefix(rec.B.Response, "SIP/2.0 200") || rec.B.Dest != ce.addr {
 			t.Fatalf("record of a compacted call: %v %+v", ok, rec)
 		}
+		for _, text := range []string{rec.A.Invite, rec.A.Response, rec.B.Invite, rec.B.Response} {
+			if strings.Contains(text, "v=0") || !strings.HasSuffix(text, "\r\n\r\n") {
+				t.Errorf("a compacted call keeps a body:\n%s", text)
+			}
+		}
 
 		// A re-INVITE from the caller (hold): relayd's to the callee goes
 		// on leg B's dialog, CSeq one above the INVITE's.
