@@ -221,3 +221,39 @@ func TestCompactedCall(t *testing.T) {
 		waitFor(t, "flows removed", func() bool { return h.xdp.Len() == 0 })
 	}
 }
+
+// TestRestartKeepsCompactedCall: the record of a compacted call (its
+// dialogs' text without bodies) brings the call back after a restart;
+// the restored call is compacted in turn and hangs up as before.
+func TestRestartKeepsCompactedCall(t *testing.T) {
+	ce := newCallee(t)
+	st := openStore(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, calleeDialog := h.answered(ctx, ce)
+	bc := h.srv.calls()[0]
+	endTxs(t, bc)
+	waitFor(t, "compacted", func() bool { return compacted(bc) })
+	if err := bc.persist(); err != nil { // the record of the compacted call
+		t.Fatal(err)
+	}
+	h.restart()
+	h.noCDR("restart")
+	calls := h.srv.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls after the restart, want 1", len(calls))
+	}
+	waitFor(t, "restored call compacted", func() bool { return compacted(calls[0]) })
+	if err := calleeDialog.Bye(ctx); err != nil {
+		t.Fatalf("BYE from the callee after the restart: %v", err)
+	}
+	if cdr := h.cdr(); cdr.Disposition != call.Answered || cdr.Reason != "callee hung up" || cdr.Answer == nil {
+		t.Errorf("CDR %+v", cdr)
+	}
+	select {
+	case <-d.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("caller got no BYE")
+	}
+}
