@@ -423,8 +423,8 @@ func (m *Manager) Latched(match, source netip.AddrPort, locked bool) {
 // NAT that moved the peer): each goes back to latching in userspace,
 // ranked against the source it was first asked to expect; its reverse
 // flow keeps sending to the old source until a new one is learned. stats
-// are the flows' statistics (Registry.AllStats).
-func (m *Manager) Rebind(stats map[netip.AddrPort]dataplane.Stats, after time.Duration) {
+// are the flows' activity (Registry.Activity).
+func (m *Manager) Rebind(stats map[netip.AddrPort]registry.Activity, after time.Duration) {
 	cutoff := m.now().Add(-after)
 	var reopen []netip.AddrPort
 	m.mu.Lock()

@@ -379,7 +379,7 @@ func runRebind(ctx context.Context, after time.Duration, reg *registry.Registry,
 			return
 		case <-t.C:
 		}
-		stats, err := reg.AllStats()
+		stats, err := reg.Activity()
 		if err != nil {
 			log.Warn("rebind check", zap.Error(err))
 		}

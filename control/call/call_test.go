@@ -419,7 +419,7 @@ func TestMediaRebind(t *testing.T) {
 		if err := xdp.SetStats(aIn, st); err != nil {
 			t.Fatal(err)
 		}
-		stats, err := tb.Registry().AllStats()
+		stats, err := tb.Registry().Activity()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,5 +475,55 @@ func TestWantSet(t *testing.T) {
 	}
 	if !ws.has(netip.AddrPortFrom(relay4, 30004)) || ws.has(netip.AddrPortFrom(relay4, 30006)) {
 		t.Error("has: wrong membership")
+	}
+}
+
+// TestMediaSharesFlows: a call keeps the registry's flows, not copies of
+// them (a held call's memory), and an update replaces the flow rather
+// than changing the one held.
+func TestMediaSharesFlows(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	c := tb.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:a@x", "sip:b@y")
+	m := c.Media
+	if err := m.Ensure(0, relay4, relay4); err != nil {
+		t.Fatal(err)
+	}
+	m.Edit(0, func(st *Stream) {
+		st.Ends[A].RTP = netip.AddrPortFrom(callerIP, 4000)
+		st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6000)
+	})
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	held := func() map[netip.AddrPort]*dataplane.Flow {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		out := make(map[netip.AddrPort]*dataplane.Flow)
+		for match, r := range m.flows {
+			out[match] = r.flow
+		}
+		return out
+	}
+	before := held()
+	if len(before) == 0 {
+		t.Fatal("no flows")
+	}
+	for match, p := range before {
+		if reg, _, ok := tb.Registry().Shared(match); !ok || reg != p {
+			t.Errorf("flow %s: the call holds a copy (%p), not the registry's (%p)", match, p, reg)
+		}
+	}
+	aIn := netip.AddrPortFrom(relay4, m.Streams()[0].Ends[A].Port)
+	old := *before[aIn]
+	m.Edit(0, func(st *Stream) { st.Ends[B].RTP = netip.AddrPortFrom(calleeIP, 6100) })
+	if err := m.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	after := held()[aIn]
+	if reg, _, _ := tb.Registry().Shared(aIn); after != reg || after.SendTo.Port() != 6100 {
+		t.Errorf("after the update the call holds %+v (registry's: %t), want send_to port 6100", after, after == reg)
+	}
+	if *before[aIn] != old {
+		t.Errorf("the update changed the flow held before it in place: %+v, was %+v", *before[aIn], old)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/relayd/relayd/control/registry"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/sdes"
 )
@@ -130,7 +131,9 @@ func (st *Stream) muxed(s Side) bool { return st.Mux || st.Ends[s].Mux }
 
 // flowRec is a flow relayd installed for a call.
 type flowRec struct {
-	flow      dataplane.Flow
+	// flow is the registry's (Registry.Shared): never changed in place,
+	// replaced when the flow is.
+	flow      *dataplane.Flow
 	path      dataplane.Path
 	side      Side // the leg the packets arrive from
 	installed time.Time
@@ -411,7 +414,7 @@ func (m *Media) latched(match, source netip.AddrPort, locked bool) error {
 // signalled address as in its first window, and its reverse flow keeps
 // sending to the old source until a new one is learned. It reports the
 // flows reopened.
-func (m *Media) rebind(stats map[netip.AddrPort]dataplane.Stats, cutoff time.Time) []netip.AddrPort {
+func (m *Media) rebind(stats map[netip.AddrPort]registry.Activity, cutoff time.Time) []netip.AddrPort {
 	m.mu.Lock()
 	var reopened []netip.AddrPort
 	for match, l := range m.learned {
@@ -541,7 +544,7 @@ func (m *Media) Sync() error {
 		}
 		if rec, ok := m.flows[match]; ok {
 			w.flow.ID = rec.flow.ID
-			if sameFlow(rec.flow, w.flow) {
+			if sameFlow(*rec.flow, w.flow) {
 				continue
 			}
 			moved, err := m.t.reg.Update(w.flow)
@@ -558,9 +561,11 @@ func (m *Media) Sync() error {
 				errs = append(errs, fmt.Errorf("update flow %s: %w", match, err))
 				continue
 			}
-			rec.flow = w.flow
-			if fl, path, ok := m.t.reg.Get(match); ok {
+			if fl, path, ok := m.t.reg.Shared(match); ok {
 				rec.flow, rec.path = fl, path
+			} else {
+				f := w.flow
+				rec.flow = &f
 			}
 			m.t.log.Debug("flow updated", zap.Stringer("match", match), zap.Stringer("send_to", w.flow.SendTo))
 			continue
@@ -573,9 +578,18 @@ func (m *Media) Sync() error {
 			errs = append(errs, fmt.Errorf("install flow %s: %w", match, err))
 			continue
 		}
-		m.flows[match] = &flowRec{flow: fl, path: path, side: w.side, installed: m.t.now()}
+		m.flows[match] = &flowRec{flow: m.shared(fl), path: path, side: w.side, installed: m.t.now()}
 	}
 	return errors.Join(errs...)
+}
+
+// shared returns the registry's copy of a flow just installed or claimed,
+// else (gone again already) a copy of fl.
+func (m *Media) shared(fl dataplane.Flow) *dataplane.Flow {
+	if p, _, ok := m.t.reg.Shared(fl.Match); ok && p.ID == fl.ID {
+		return p
+	}
+	return &fl
 }
 
 // keepLast keeps a removed flow's statistics for the call's totals.
@@ -585,7 +599,7 @@ func (m *Media) keepLast(rec *flowRec, st dataplane.Stats) {
 	}
 	prev := m.last[rec.flow.Match]
 	st.Add(prev.Stats)
-	m.last[rec.flow.Match] = FlowStat{Flow: rec.flow, Path: rec.path, Side: rec.side, Stats: st}
+	m.last[rec.flow.Match] = FlowStat{Flow: *rec.flow, Path: rec.path, Side: rec.side, Stats: st}
 }
 
 // FlowStat is a call's flow with its statistics.
@@ -600,15 +614,15 @@ type FlowStat struct {
 // match.
 func (m *Media) Flows() []FlowStat {
 	m.mu.Lock()
-	recs := make([]*flowRec, 0, len(m.flows))
+	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
 	for _, r := range m.flows {
-		recs = append(recs, r)
+		recs = append(recs, *r)
 	}
 	m.mu.Unlock()
 	out := make([]FlowStat, 0, len(recs))
 	for _, r := range recs {
 		fs, _ := m.t.reg.Stats(r.flow.Match)
-		out = append(out, FlowStat{Flow: r.flow, Path: r.path, Side: r.side, Stats: fs.Stats})
+		out = append(out, FlowStat{Flow: *r.flow, Path: r.path, Side: r.side, Stats: fs.Stats})
 	}
 	slices.SortFunc(out, func(a, b FlowStat) int { return a.Flow.Match.Compare(b.Flow.Match) })
 	return out
@@ -668,7 +682,7 @@ func (m *Media) Close() []FlowStat {
 			st.Add(prev.Stats)
 			delete(m.last, match)
 		}
-		out = append(out, FlowStat{Flow: rec.flow, Path: rec.path, Side: rec.side, Stats: st})
+		out = append(out, FlowStat{Flow: *rec.flow, Path: rec.path, Side: rec.side, Stats: st})
 	}
 	m.flows = nil
 	for _, st := range m.streams {

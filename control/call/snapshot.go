@@ -184,9 +184,9 @@ func (m *Media) snapshot() MediaSnapshot {
 		}
 		ms.Streams = append(ms.Streams, ss)
 	}
-	recs := make([]*flowRec, 0, len(m.flows))
+	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
 	for _, r := range m.flows {
-		recs = append(recs, r)
+		recs = append(recs, *r)
 	}
 	for match, l := range m.learned {
 		ms.Learned = append(ms.Learned, LearnedSource{Match: match, Source: l.source, Locked: l.locked})
@@ -215,7 +215,7 @@ func (m *Media) snapshot() MediaSnapshot {
 			fs, err = m.t.reg.Stats(r.flow.Match)
 			st = fs.Stats
 			if err == nil && r.flow.HasSRTP() {
-				fsn.SSRC, fsn.ROC = rolloverCounter(r.flow, st)
+				fsn.SSRC, fsn.ROC = rolloverCounter(*r.flow, st)
 			}
 			if err == nil && r.flow.Transcode != nil && st.OutAt != 0 {
 				fsn.OutSeq, fsn.OutTS, fsn.OutAt = st.OutSeq, st.OutTimestamp, st.OutAt
@@ -233,7 +233,7 @@ func (m *Media) snapshot() MediaSnapshot {
 		}
 		fc := counted[r.flow.Match]
 		if fc.Match != r.flow.Match {
-			fc = flowCount(FlowStat{Flow: r.flow, Path: r.path, Side: r.side})
+			fc = flowCount(FlowStat{Flow: *r.flow, Path: r.path, Side: r.side})
 		}
 		fc.Packets += st.Packets
 		fc.Bytes += st.Bytes
@@ -421,7 +421,7 @@ func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 			m.t.log.Warn("restored flow has another id in the data plane; keeping the data plane's",
 				zap.Stringer("match", match), zap.Uint64("stored", id), zap.Uint64("data_plane", f.ID))
 		}
-		m.flows[match] = &flowRec{flow: f, path: path, side: w.side, installed: m.t.now()}
+		m.flows[match] = &flowRec{flow: m.shared(f), path: path, side: w.side, installed: m.t.now()}
 	}
 	m.restoreIDs = ids
 	m.mu.Unlock()

@@ -187,8 +187,8 @@ func (t *Table) Len() int {
 // Rebind opens learning again, in every call, on the locked flows whose
 // source has been silent for after while packets from other sources were
 // dropped (see Media.rebind). stats are the flows' statistics
-// (Registry.AllStats).
-func (t *Table) Rebind(stats map[netip.AddrPort]dataplane.Stats, after time.Duration) {
+// (Registry.Activity).
+func (t *Table) Rebind(stats map[netip.AddrPort]registry.Activity, after time.Duration) {
 	cutoff := t.now().Add(-after)
 	for _, c := range t.List() {
 		for _, match := range c.Media.rebind(stats, cutoff) {

@@ -200,7 +200,9 @@ type pairKey struct {
 }
 
 type rec struct {
-	flow    dataplane.Flow
+	// flow is never changed in place (an update replaces it): holders
+	// keep the pointer (Shared) instead of a copy of their own.
+	flow    *dataplane.Flow
 	plane   dataplane.DataPlane
 	mode    dataplane.Path // what the holder asked for; "" = the default
 	holder  Holder         // nil for found flows nobody holds yet
@@ -296,7 +298,7 @@ func (r *Registry) adopt() error {
 			if fl.Owner == dataplane.OwnerStatic && fl.ID >= r.cfg.LegacyCallIDBase {
 				fl.Owner = dataplane.OwnerCall
 			}
-			e := &rec{flow: fl, plane: p, mode: path, created: now}
+			e := &rec{flow: &fl, plane: p, mode: path, created: now}
 			if fl.Owner == dataplane.OwnerCall {
 				e.mode = ""
 				r.found[fl.Match] = e
@@ -317,8 +319,10 @@ func (r *Registry) adopt() error {
 	}
 	for _, e := range renumber {
 		old := e.flow.ID
-		e.flow.ID = r.newID()
-		if err := e.plane.Update(e.flow); err != nil {
+		fl := *e.flow
+		fl.ID = r.newID()
+		e.flow = &fl
+		if err := e.plane.Update(fl); err != nil {
 			return fmt.Errorf("adopt flow %s: give it id %d: %w", e.flow.Match, e.flow.ID, err)
 		}
 		r.flows[e.flow.Match] = e
@@ -606,7 +610,8 @@ func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dat
 	if err := p.Install(f); err != nil {
 		return f, "", err
 	}
-	r.flows[f.Match] = &rec{flow: f, plane: p, mode: mode, holder: h, created: r.now()}
+	fl := f
+	r.flows[f.Match] = &rec{flow: &fl, plane: p, mode: mode, holder: h, created: r.now()}
 	r.byID[f.ID] = f.Match
 	return f, p.Path(), nil
 }
@@ -642,7 +647,7 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 		if err := p.Update(f); err != nil {
 			return nil, err
 		}
-		e.flow = f
+		e.flow = &f
 		return nil, nil
 	}
 	st, err := e.plane.Remove(f.Match)
@@ -655,7 +660,7 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 		delete(r.byID, f.ID)
 		return moved, fmt.Errorf("move flow %s to %s: %w", f.Match, p.Path(), err)
 	}
-	e.flow, e.plane = f, p
+	e.flow, e.plane = &f, p
 	return moved, nil
 }
 
@@ -674,7 +679,7 @@ func (r *Registry) Remove(match netip.AddrPort) (FlowState, error) {
 	}
 	delete(r.flows, match)
 	delete(r.byID, e.flow.ID)
-	return FlowState{Flow: e.flow, Path: e.plane.Path(), Stats: st}, nil
+	return FlowState{Flow: *e.flow, Path: e.plane.Path(), Stats: st}, nil
 }
 
 // Forget drops the flow from the registry and leaves it in its data plane
@@ -696,6 +701,19 @@ func (r *Registry) Get(match netip.AddrPort) (dataplane.Flow, dataplane.Path, bo
 	if !ok {
 		return dataplane.Flow{}, "", false
 	}
+	return *e.flow, e.plane.Path(), true
+}
+
+// Shared is Get without the copy: the flow as the registry holds it,
+// which nobody changes (an update replaces it). A holder that keeps its
+// flows keeps these instead of a copy each.
+func (r *Registry) Shared(match netip.AddrPort) (*dataplane.Flow, dataplane.Path, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.flows[match]
+	if !ok {
+		return nil, "", false
+	}
 	return e.flow, e.plane.Path(), true
 }
 
@@ -711,15 +729,20 @@ func (r *Registry) ByID(id uint64) (netip.AddrPort, bool) {
 func (r *Registry) Stats(match netip.AddrPort) (FlowState, error) {
 	r.mu.Lock()
 	e, ok := r.flows[match]
+	var fl *dataplane.Flow
+	var plane dataplane.DataPlane
+	if ok {
+		fl, plane = e.flow, e.plane
+	}
 	r.mu.Unlock()
 	if !ok {
 		return FlowState{}, fmt.Errorf("match %s: %w", match, dataplane.ErrNotFound)
 	}
-	st, err := e.plane.Stats(match)
+	st, err := plane.Stats(match)
 	if err != nil {
 		return FlowState{}, err
 	}
-	return FlowState{Flow: e.flow, Path: e.plane.Path(), Stats: st}, nil
+	return FlowState{Flow: *fl, Path: plane.Path(), Stats: st}, nil
 }
 
 // List returns the flows of one owner with their statistics, sorted by
@@ -729,7 +752,7 @@ func (r *Registry) List(owner dataplane.Owner) ([]FlowState, error) {
 	out := []FlowState{}
 	for _, e := range r.flows {
 		if e.flow.Owner == owner {
-			out = append(out, FlowState{Flow: e.flow, Path: e.plane.Path()})
+			out = append(out, FlowState{Flow: *e.flow, Path: e.plane.Path()})
 		}
 	}
 	r.mu.Unlock()
@@ -800,7 +823,7 @@ func (r *Registry) Claim(match netip.AddrPort, h Holder) (dataplane.Flow, datapl
 	e.created = r.now()
 	r.flows[match] = e
 	r.byID[e.flow.ID] = match
-	return e.flow, e.plane.Path(), true
+	return *e.flow, e.plane.Path(), true
 }
 
 // Unclaimed returns how many call flows found at start no call claimed.
@@ -877,17 +900,25 @@ func (r *Registry) LastSeen() (map[netip.AddrPort]time.Time, error) {
 	return seen, errors.Join(errs...)
 }
 
-// AllStats returns every flow's statistics by match, over all data planes
-// (a match listed by two, while a flow moves, keeps the later LastSeen and
-// the sum of drops).
-func (r *Registry) AllStats() (map[netip.AddrPort]dataplane.Stats, error) {
-	out := make(map[netip.AddrPort]dataplane.Stats)
+// Activity is what the rebinding sweep reads of a flow's statistics.
+type Activity struct {
+	LastSeen time.Time // arrival of the last matching packet
+	Dropped  uint64    // packets dropped
+}
+
+// Activity returns every flow's last packet and drops by match, over all
+// data planes (a match listed by two, while a flow moves, keeps the later
+// LastSeen and the sum of drops). Only these two of the statistics: the
+// map of every flow is built every sweep, and a whole dataplane.Stats
+// per flow made it five times larger.
+func (r *Registry) Activity() (map[netip.AddrPort]Activity, error) {
+	out := make(map[netip.AddrPort]Activity)
 	var errs []error
 	for path, p := range r.planes {
 		err := eachStats(p, func(match netip.AddrPort, st dataplane.Stats) {
 			prev, ok := out[match]
 			if !ok {
-				out[match] = st
+				out[match] = Activity{LastSeen: st.LastSeen, Dropped: st.Dropped}
 				return
 			}
 			prev.Dropped += st.Dropped

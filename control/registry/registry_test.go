@@ -294,7 +294,7 @@ func (s statsReading) EachStats(fn func(netip.AddrPort, dataplane.Stats)) error 
 	return nil
 }
 
-// TestStatsReads: the sweeps' reads of every flow (LastSeen, AllStats,
+// TestStatsReads: the sweeps' reads of every flow (LastSeen, Activity,
 // List of one owner) go through a data plane's EachStats when it has one,
 // never its List, and merge the planes: the latest packet, the sum of
 // drops. Flows never seen are absent from LastSeen.
@@ -326,15 +326,15 @@ func TestStatsReads(t *testing.T) {
 	if len(seen) != 2 || !seen[both].Equal(t0.Add(time.Second)) || !seen[onlyUS].Equal(t0.Add(-time.Second)) {
 		t.Errorf("LastSeen = %v, want %s and %s seen, %s absent", seen, both, onlyUS, silent)
 	}
-	all, err := r.AllStats()
+	all, err := r.Activity()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := all[both]; st.Dropped != 3 || !st.LastSeen.Equal(t0.Add(time.Second)) {
-		t.Errorf("AllStats[%s] = %+v, want 3 dropped, the later last seen", both, st)
+		t.Errorf("Activity[%s] = %+v, want 3 dropped, the later last seen", both, st)
 	}
 	if _, ok := all[silent]; !ok || len(all) != 3 {
-		t.Errorf("AllStats = %v, want the 3 flows", all)
+		t.Errorf("Activity = %v, want the 3 flows", all)
 	}
 	static, err := r.List(dataplane.OwnerStatic)
 	if err != nil {

@@ -208,6 +208,20 @@ type Facts struct {
 type Decision struct {
 	Route        Route // settings (name, timeouts, failover codes, SRTP, codecs)
 	Destinations []Destination
+
+	// table is the routing table's own Route when Route is a copy of it.
+	table *Route
+}
+
+// Shared returns the decision's route as a pointer that every call on
+// it may keep, which nobody changes: the routing table's own when Route
+// is its copy (no route server), else a copy of Route.
+func (d *Decision) Shared() *Route {
+	if d.table != nil {
+		return d.table
+	}
+	rt := d.Route
+	return &rt
 }
 
 // Router routes calls. Create it with New, replace its routes with
@@ -369,6 +383,7 @@ func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 	case err == nil:
 		d.Route = *rt
 		d.Destinations = r.ordered(rt)
+		d.table = rt
 	case !errors.Is(err, ErrNoRoute):
 		return d, err
 	}
@@ -377,6 +392,7 @@ func (r *Router) Lookup(ctx context.Context, f Facts) (Decision, error) {
 			d.Route = defaultRoute
 		}
 		f.Route = d.Route.Name
+		d.table = nil // the server may change the route
 		return r.ask(ctx, t, f, d)
 	}
 	return d, err

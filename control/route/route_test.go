@@ -163,6 +163,10 @@ func TestLookupServer(t *testing.T) {
 	if d.Route.Name != "local" || !d.Route.Fails(486) || d.Route.SRTP != SRTPOffer || len(d.Destinations) != 2 || d.Destinations[0].Transport != "tcp" {
 		t.Errorf("decision %+v", d)
 	}
+	// The server changed the table's route: calls keep their own copy.
+	if sh := d.Shared(); sh.SRTP != SRTPOffer || sh == &r.tab.Load().routes[0] {
+		t.Errorf("shared route %+v: want the server's change, not the table's route", sh)
+	}
 	d, err = r.Lookup(context.Background(), Facts{User: "555"})
 	if err != nil || d.Route.Name != "route_server" {
 		t.Errorf("no local route: %+v %v", d.Route, err)
@@ -392,5 +396,29 @@ destinations = ["sip:198.18.5.2"]
 	r, _ = New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
 	if _, err := r.Lookup(context.Background(), Facts{User: "1", AuthUser: "bob"}); !errors.Is(err, ErrForbidden) {
 		t.Errorf("a user no route lists: %v, want ErrForbidden", err)
+	}
+}
+
+// TestDecisionShared: calls routed by the table share its route (a held
+// call's memory); a decision's copy changed after the lookup is not
+// what it shares.
+func TestDecisionShared(t *testing.T) {
+	c := parseConfig(t, "[[route]]\nname = \"us\"\nmatch = \"^1\"\ndestinations = [\"sip:198.18.2.2\"]\nfailover_on = [503]\n")
+	r, err := New(c.Routes, c.RouteServer, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err1 := r.Lookup(context.Background(), Facts{User: "123"})
+	d2, err2 := r.Lookup(context.Background(), Facts{User: "1555"})
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if p1, p2 := d1.Shared(), d2.Shared(); p1 != p2 || p1.Name != "us" || !p1.Fails(503) {
+		t.Errorf("two calls on route us share %p and %p (%+v)", p1, p2, p1)
+	}
+	var d Decision
+	d.Route.Name = "mine"
+	if p := d.Shared(); p.Name != "mine" || p == d1.Shared() {
+		t.Errorf("a decision not from the table shares %+v", p)
 	}
 }

@@ -28,8 +28,12 @@ const (
 	ringTimeout = 3 * time.Minute
 )
 
+// noRoute is the route of a call not routed yet.
+var noRoute route.Route
+
 var (
 	errCallerCanceled = errors.New("caller canceled")
+	errNoFinalAnswer  = errors.New("no final answer")
 )
 
 // b2bCall is one call through the B2BUA.
@@ -43,7 +47,10 @@ type b2bCall struct {
 	c     *call.Call
 	log   callLog
 	start time.Time
-	a     *sipgo.DialogServerSession // leg A, relayd is UAS
+	// a is leg A's dialog (relayd is UAS). It, b and aRes are nil while
+	// the call is compacted (held set): once the call is up, use them
+	// through dialogs (held.go).
+	a     *sipgo.DialogServerSession
 	aUA   *sipgo.DialogUA
 	aTx   sip.ServerTransaction // the INVITE's
 	relay [2]netip.Addr         // relay media address per leg (set with setRelay)
@@ -66,9 +73,11 @@ type b2bCall struct {
 	ackBody     chan []byte             // bodies of ACKs from A (late offer, offerless re-INVITE)
 	reAck       chan struct{}           // an ACK from A arrived (2xx retransmission stops)
 
-	mu       sync.Mutex // guards the following
-	b        *sipgo.DialogClientSession
-	dec      route.Decision
+	mu sync.Mutex // guards the following
+	b  *sipgo.DialogClientSession
+	// rt is the call's route (route.Decision.Shared: the table's own,
+	// not a copy per call); noRoute until routed.
+	rt       *route.Route
 	answered bool
 	// negotiated: the initial offer/answer is complete (both ACKs done).
 	// Re-offers before it get 491 (RFC 3261 14.1).
@@ -81,6 +90,8 @@ type b2bCall struct {
 	restored   bool          // taken back from the store after a restart
 	detached   bool          // kept up for the next run: this one lets go of it
 	released   bool          // the INVITE transactions were let go (releaseTxs)
+	held       *heldDialogs  // the dialogs as text (compact): a, b and aRes nil
+	users      int           // callers of dialogs not done: no compaction
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -176,6 +187,7 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		ackBody: make(chan []byte, 1),
 		reAck:   make(chan struct{}, 1),
 		neg:     call.NewSession(c.Media, [2]call.Local{}),
+		rt:      &noRoute,
 	}
 	bc.authUser = authUser
 	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
@@ -199,8 +211,27 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 	bc.mu.Lock()
 	bc.setupCancel = cancel
 	bc.mu.Unlock()
-	stop := context.AfterFunc(bc.a.Context(), func() { cancel(errCallerCanceled) })
-	defer stop()
+	// An answered call outlives its setup: it keeps neither the setup's
+	// context nor the map of children (the attempts) it grew, which a
+	// map never gives back.
+	defer func() {
+		bc.mu.Lock()
+		bc.setupCancel = nil
+		bc.mu.Unlock()
+	}()
+	// The caller's dialog ends (CANCEL, the INVITE transaction gone):
+	// the setup stops. A state callback rather than context.AfterFunc on
+	// the dialog's context, which would give that context a done channel
+	// and a map of children for the call's lifetime; once the setup is
+	// over the callback finds nothing to cancel, and releaseTxs drops it.
+	bc.a.OnState(func(st sip.DialogState) {
+		if st == sip.DialogStateEnded {
+			bc.cancelSetup(errCallerCanceled)
+		}
+	})
+	if bc.a.LoadState() == sip.DialogStateEnded {
+		cancel(errCallerCanceled)
+	}
 
 	facts := route.Facts{CallID: req.CallID().Value(), From: bc.c.From, To: bc.c.To, User: req.Recipient.User, Source: bc.c.Source.String(),
 		AuthUser: bc.authUser}
@@ -226,7 +257,7 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	bc.dec = route.Decision{Route: dec.Route} // the destinations are the setup's alone
+	bc.rt = dec.Shared() // the destinations are the setup's alone
 	bc.mu.Unlock()
 	bc.c.SetRoute(dec.Route.Name)
 	bc.setRelay(call.A, bc.local(dec.Route.CallerInterface, mediaPeer(offer, bc.c.Source.Addr())))
@@ -281,6 +312,16 @@ func (bc *b2bCall) setup(req *sip.Request, offer *sdp.Description) {
 		return
 	}
 	bc.fail(call.Failed, code, reason)
+}
+
+// cancelSetup ends the setup, if one is running, with cause.
+func (bc *b2bCall) cancelSetup(cause error) {
+	bc.mu.Lock()
+	cancel := bc.setupCancel
+	bc.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
 }
 
 // setupEnded ends a call whose setup was cut short.
@@ -383,7 +424,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		return attemptResult{code: sip.StatusLoopDetected, reason: "Loop Detected"}
 	}
 	if ip, err := netip.ParseAddr(dest.Host); err == nil {
-		bc.setRelay(call.B, bc.local(bc.dec.Route.CalleeInterface, ip))
+		bc.setRelay(call.B, bc.local(bc.rt.CalleeInterface, ip))
 		s.peers.allow(ip) // route server destinations too
 	}
 	var body []byte
@@ -395,7 +436,7 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 			bc.log.limited(s.loglim, zap.InfoLevel, bc.c.Source.Addr(), "call refused", zap.Int("code", res.code), zap.Error(err))
 			return res
 		}
-		if bc.dec.Route.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
+		if bc.rt.SDESTLSOnly && dest.Transport != "tls" && sdesIn(body) {
 			bc.log.Info("call refused: SDES over a plain transport", zap.String("leg", "callee"), zap.String("destination", dest.URI))
 			return sdesRefusal(call.B, dest.Transport)
 		}
@@ -413,14 +454,20 @@ func (bc *b2bCall) attempt(ctx context.Context, req *sip.Request, dest route.Des
 		}
 	})
 	defer stop()
-	noAnswer := time.AfterFunc(bc.dec.Route.AttemptTimeout, func() {
-		if !gotResponse.Load() {
+	// One timer for both bounds: no response within the attempt timeout,
+	// no final response within ringTimeout.
+	var bound *time.Timer
+	bound = time.AfterFunc(min(bc.rt.AttemptTimeout, ringTimeout), func() {
+		switch elapsed := time.Since(start); {
+		case elapsed >= ringTimeout:
+			acancel(errNoFinalAnswer)
+		case !gotResponse.Load():
 			acancel(sipgo.WaitAnswerForceCancelErr)
+		default:
+			bound.Reset(ringTimeout - elapsed)
 		}
 	})
-	defer noAnswer.Stop()
-	ring := time.AfterFunc(ringTimeout, func() { acancel(errors.New("no final answer")) })
-	defer ring.Stop()
+	defer bound.Stop()
 
 	dlgB, err := bUA.WriteInvite(actx, inv)
 	if err != nil {
@@ -751,7 +798,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	bc.negotiated = true
 	bc.mu.Unlock()
 	bc.persist()
-	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.dec.Route.Name))
+	bc.log.Info("call answered", zap.Duration("setup", time.Since(bc.start)), zap.String("route", bc.rt.Name))
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errCallerCanceled) {
 		bc.terminate(call.Shutdown, 0, "relayd stopping")
 	}
@@ -768,7 +815,7 @@ func ackTarget(d *sipgo.DialogClientSession) sip.Uri {
 // answered, else the setup is cut short.
 func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	bc.mu.Lock()
-	answered, b, cancel, detached := bc.answered, bc.b, bc.setupCancel, bc.detached
+	answered, cancel, detached := bc.answered, bc.setupCancel, bc.detached
 	bc.mu.Unlock()
 	if detached {
 		return
@@ -779,6 +826,13 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 		}
 		return
 	}
+	a, b, used, err := bc.dialogs()
+	defer used()
+	if err != nil {
+		bc.log.Error("hang up without BYEs", zap.Error(err))
+		bc.finish(d, code, reason)
+		return
+	}
 	ctx, done := context.WithTimeout(context.Background(), byeTimeout)
 	defer done()
 	bc.dlgMu.RLock()
@@ -787,7 +841,7 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if err := bc.a.Bye(ctx); err != nil {
+		if err := a.Bye(ctx); err != nil {
 			bc.log.Debug("BYE to caller", zap.Error(err))
 		}
 	}()
@@ -804,6 +858,16 @@ func (bc *b2bCall) terminate(d call.Disposition, code int, reason string) {
 }
 
 func (bc *b2bCall) onAck(req *sip.Request) {
+	// sipgo handles each request on a goroutine of its own, so a BYE
+	// sent just after the ACK can be handled first; sipgo's ReadAck would
+	// then take the ended dialog back to confirmed, and the answer would
+	// take the caller's hang-up for a missing ACK.
+	bc.mu.Lock()
+	a := bc.a
+	bc.mu.Unlock()
+	if a != nil && a.LoadState() == sip.DialogStateEnded {
+		return
+	}
 	if body := req.Body(); len(body) > 0 {
 		select {
 		case bc.ackBody <- body:
@@ -814,19 +878,27 @@ func (bc *b2bCall) onAck(req *sip.Request) {
 	case bc.reAck <- struct{}{}:
 	default:
 	}
-	bc.a.ReadAck(req, nil)
+	if a != nil {
+		// A compacted call's dialog is confirmed: a retransmitted ACK
+		// has nothing to change in it.
+		a.ReadAck(req, nil)
+	}
 }
 
 func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransaction) {
-	bc.mu.Lock()
-	b := bc.b
-	bc.mu.Unlock()
+	a, b, used, err := bc.dialogs()
+	defer used()
+	if err != nil {
+		bc.log.Error("BYE", zap.Error(err))
+		respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
 	defer cancel()
 	bc.dlgMu.RLock()
 	defer bc.dlgMu.RUnlock()
 	if side == call.A {
-		if err := bc.a.ReadBye(req, tx); err != nil {
+		if err := a.ReadBye(req, tx); err != nil {
 			respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 			return
 		}
@@ -846,7 +918,7 @@ func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransact
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 		return
 	}
-	if err := bc.a.Bye(ctx); err != nil {
+	if err := a.Bye(ctx); err != nil {
 		bc.log.Debug("BYE to caller", zap.Error(err))
 	}
 	bc.finish(call.Answered, sip.StatusOK, "callee hung up")

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap"
 
@@ -25,17 +24,17 @@ import (
 // answer.
 func (bc *b2bCall) relayOffer(from call.Side, d *sdp.Description, install bool) ([]byte, error) {
 	bc.mu.Lock()
-	dec := bc.dec
+	rt := bc.rt
 	bc.mu.Unlock()
 	opts := call.OfferOptions{
 		SRTPTermination: bc.s.cfg.Calls.CanSRTP(),
 		Transcoding:     bc.s.cfg.Calls.CanTranscode(),
-		Codecs:          call.CodecPolicy{Allowed: dec.Route.Codecs},
+		Codecs:          call.CodecPolicy{Allowed: rt.Codecs},
 		Install:         install,
 	}
 	if from == call.A {
-		opts.SRTP = dec.Route.SRTP
-		opts.Codecs.Transcode = dec.Route.Transcode
+		opts.SRTP = rt.SRTP
+		opts.Codecs.Transcode = rt.Transcode
 	}
 	return bc.neg.Offer(from, d, opts)
 }
@@ -66,9 +65,9 @@ func (bc *b2bCall) replace(side call.Side, d *sdp.Description) {
 		return
 	}
 	bc.mu.Lock()
-	iface := bc.dec.Route.CallerInterface
+	iface := bc.rt.CallerInterface
 	if side == call.B {
-		iface = bc.dec.Route.CalleeInterface
+		iface = bc.rt.CalleeInterface
 	}
 	bc.mu.Unlock()
 	if l := bc.local(iface, peer); l.Addr.Is6() != cur.Addr.Is6() {
@@ -98,10 +97,9 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 	// from it (the ACK in flight, or being handled in another goroutine):
 	// wait a little; then 491, and the peer retries (RFC 3261 14.1).
 	var negotiated bool
-	var b *sipgo.DialogClientSession
 	for wait := 0; ; wait++ {
 		bc.mu.Lock()
-		negotiated, b = bc.negotiated, bc.b
+		negotiated = bc.negotiated
 		answered := bc.answered
 		bc.mu.Unlock()
 		if negotiated || !answered || wait == 50 {
@@ -109,7 +107,20 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if !negotiated || b == nil {
+	if !negotiated {
+		respond(tx, req, sip.StatusRequestPending, "Request Pending")
+		return
+	}
+	// The dialogs stay as they are (not compacted) until the re-offer
+	// is over.
+	a, b, used, err := bc.dialogs()
+	defer used()
+	if err != nil {
+		bc.log.Error("re-offer", zap.Error(err))
+		respond(tx, req, sip.StatusInternalServerError, "Server Internal Error")
+		return
+	}
+	if b == nil {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
 	}
@@ -118,9 +129,8 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 		return
 	}
 	defer bc.reoffer.Unlock()
-	var err error
 	if from == call.A {
-		err = bc.a.ReadRequest(req, tx)
+		err = a.ReadRequest(req, tx)
 	} else {
 		err = b.ReadRequest(req, tx)
 	}
@@ -214,6 +224,7 @@ func (bc *b2bCall) onReoffer(from call.Side, req *sip.Request, tx sip.ServerTran
 
 // sendReoffer sends a re-INVITE or UPDATE with body to a leg, ACKs a 2xx
 // of an INVITE and returns the 2xx. A final failure is errReofferFailed.
+// The caller holds the dialogs (dialogs).
 func (bc *b2bCall) sendReoffer(ctx context.Context, to call.Side, method sip.RequestMethod, body []byte) (*sip.Response, error) {
 	bc.mu.Lock()
 	b := bc.b

@@ -112,12 +112,12 @@ func (bc *b2bCall) forget() {
 
 func (bc *b2bCall) record() (record, bool) {
 	bc.mu.Lock()
-	b, aRes, dec := bc.b, bc.aRes, bc.dec
+	a, b, aRes, rt, held := bc.a, bc.b, bc.aRes, bc.rt, bc.held
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
-		Route: routeRecord{Name: dec.Route.Name, SRTP: dec.Route.SRTP, Codecs: dec.Route.Codecs, Transcode: dec.Route.Transcode,
-			SDESTLSOnly: dec.Route.SDESTLSOnly},
+		Route: routeRecord{Name: rt.Name, SRTP: rt.SRTP, Codecs: rt.Codecs, Transcode: rt.Transcode,
+			SDESTLSOnly: rt.SDESTLSOnly},
 		Saved: time.Now(),
 	}
 	bc.mu.Unlock()
@@ -126,14 +126,20 @@ func (bc *b2bCall) record() (record, bool) {
 	for i, o := range neg.Origin {
 		rec.Origin[i] = originRecord(o)
 	}
+	if held != nil {
+		// Compacted: the dialogs are this text already.
+		rec.Call = bc.c.Snapshot()
+		rec.A, rec.B = held.a, held.b
+		return rec, true
+	}
 	if b == nil || aRes == nil || b.InviteResponse == nil {
 		return record{}, false
 	}
 	rec.Call = bc.c.Snapshot()
 	rec.A = dialogRecord{
-		Invite: bc.a.InviteRequest.String(), Response: aRes.String(),
-		Transport: bc.a.InviteRequest.Transport(), Source: bc.a.InviteRequest.Source(),
-		LocalCSeq: bc.a.CSEQ(), RemoteCSeq: remoteCSeq(&bc.a.Dialog),
+		Invite: a.InviteRequest.String(), Response: aRes.String(),
+		Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
+		LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
 	}
 	rec.B = dialogRecord{
 		Invite: b.InviteRequest.String(), Response: b.InviteResponse.String(),
@@ -221,67 +227,12 @@ func parseResponse(text, what string) (*sip.Response, error) {
 // with their CSeq numbers, the call and its flows in the table, the
 // dialog IDs registered, the maximum duration timer running.
 func (s *Server) restoreCall(rec *record) error {
-	aInv, err := parseRequest(rec.A.Invite, "leg A INVITE")
+	a, aRes, b, err := s.rebuildDialogs(&rec.A, &rec.B)
 	if err != nil {
 		return err
 	}
-	aRes, err := parseResponse(rec.A.Response, "leg A 2xx")
-	if err != nil {
-		return err
-	}
-	bInv, err := parseRequest(rec.B.Invite, "leg B INVITE")
-	if err != nil {
-		return err
-	}
-	bRes, err := parseResponse(rec.B.Response, "leg B 2xx")
-	if err != nil {
-		return err
-	}
-	if aInv.CallID() == nil || aInv.To() == nil || aInv.From() == nil || aInv.CSeq() == nil || aInv.Contact() == nil {
-		return errors.New("leg A INVITE lacks a dialog header")
-	}
-	aInv.SetTransport(rec.A.Transport)
-	aInv.SetSource(rec.A.Source)
-	src := sourceOf(aInv)
+	src := sourceOf(a.InviteRequest)
 	aUA := s.dialogUA(rec.A.Transport, src.Addr())
-	if aUA == nil {
-		return errors.New("no SIP listener for leg A")
-	}
-	tag, _ := aInv.To().Params.Get("tag")
-	if tag == "" {
-		return errors.New("leg A INVITE without relayd's To tag")
-	}
-	a, err := aUA.ReadInvite(aInv, endedTx{})
-	if err != nil {
-		return fmt.Errorf("leg A dialog: %w", err)
-	}
-	a.InviteRequest.To().Params.Add("tag", tag) // ReadInvite made a new one
-	if a.ID, err = sip.DialogIDFromRequestUAS(a.InviteRequest); err != nil {
-		return fmt.Errorf("leg A dialog: %w", err)
-	}
-	a.InviteResponse = aRes
-	a.InitWithState(sip.DialogStateConfirmed)
-	if err := setCSeq(&a.Dialog, rec.A.LocalCSeq, rec.A.RemoteCSeq); err != nil {
-		return err
-	}
-
-	bInv.SetTransport(rec.B.Transport)
-	bInv.SetDestination(rec.B.Dest)
-	bRes.SetSource(rec.B.Source)
-	bRes.SetTransport(rec.B.Transport)
-	dst, _ := netip.ParseAddrPort(rec.B.Dest)
-	bUA := s.dialogUA(rec.B.Transport, dst.Addr())
-	b := &sipgo.DialogClientSession{Dialog: sipgo.Dialog{InviteRequest: bInv, InviteResponse: bRes}, UA: bUA}
-	if b.ID, err = sip.DialogIDFromResponse(bRes); err != nil {
-		return fmt.Errorf("leg B dialog: %w", err)
-	}
-	b.InitWithState(sip.DialogStateConfirmed)
-	if err := setCSeq(&b.Dialog, rec.B.LocalCSeq, rec.B.RemoteCSeq); err != nil {
-		return err
-	}
-	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
-		return err
-	}
 
 	c, err := s.cfg.Calls.Restore(rec.Call)
 	if c == nil {
@@ -305,7 +256,7 @@ func (s *Server) restoreCall(rec *record) error {
 		ackBody:    make(chan []byte, 1),
 		reAck:      make(chan struct{}, 1),
 		b:          b,
-		dec:        route.Decision{Route: route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly}},
+		rt:         &route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly},
 		answered:   true,
 		negotiated: true,
 		restored:   true,
@@ -488,6 +439,14 @@ func (bc *b2bCall) releaseTxs() bool {
 	}
 	if err := setField(b, "inviteTx", sip.ClientTransaction(endedTx{})); err != nil {
 		return false
+	}
+	// The caller's dialog's state callbacks served the setup and the
+	// wait for the ACK (sipgo's channel for it, the setup's cancel):
+	// both are over.
+	if f, err := field(&bc.a.Dialog, "onStatePointer"); err == nil {
+		if p, ok := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); ok {
+			p.Store(nil)
+		}
 	}
 	bc.mu.Lock()
 	bc.aTx, bc.released = endedTx{}, true

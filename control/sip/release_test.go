@@ -2,9 +2,12 @@ package sip
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 
 	"github.com/relayd/relayd/control/call"
@@ -44,6 +47,20 @@ func TestReleaseTxs(t *testing.T) {
 		if _, ok := bc.aTx.(endedTx); !ok {
 			t.Errorf("the call still holds its INVITE transaction %T", bc.aTx)
 		}
+		// Held through dialogs: the sweep may compact the call from here
+		// on (TestCompactedCall).
+		a, _, used, err := bc.dialogs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, err := field(&a.Dialog, "onStatePointer"); err != nil {
+			t.Fatal(err)
+		} else if p := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); p.Load() != nil {
+			t.Error("the caller's dialog keeps the state callbacks of its setup")
+		}
+		used()
+		// The setup returns just after the negotiation.
+		waitFor(t, "the setup's context let go", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.setupCancel == nil })
 		switch hangup {
 		case "caller":
 			if err := d.Bye(ctx); err != nil {
@@ -66,5 +83,177 @@ func TestReleaseTxs(t *testing.T) {
 		if hangup == "relayd" {
 			waitFor(t, "caller's dialog ended", func() bool { return d.LoadState() == sip.DialogStateEnded })
 		}
+	}
+}
+
+// endTxs ends the INVITE transactions of an answered call as their timers
+// would (64*T1 after the answer) and waits until the call let go of them.
+func endTxs(t *testing.T, bc *b2bCall) {
+	t.Helper()
+	waitFor(t, "negotiated", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.negotiated })
+	bc.mu.Lock()
+	aTx, b := bc.aTx, bc.b
+	bc.mu.Unlock()
+	aTx.Terminate()
+	bTx, err := field(b, "inviteTx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bTx.Interface().(sip.ClientTransaction).Terminate()
+	waitFor(t, "transactions released", func() bool {
+		bc.releaseTxs()
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		return bc.released
+	})
+}
+
+func compacted(bc *b2bCall) bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return bc.held != nil && bc.a == nil && bc.b == nil && bc.aRes == nil
+}
+
+// TestCompactedCall: a call that is up and quiet keeps its dialogs as text
+// (the sweep compacts it once its INVITE transactions ended); a re-INVITE
+// rebuilds them and the sweep compacts them again; the call's record is
+// the same text; and the call hangs up as any other, by the caller, the
+// callee or relayd, with the CSeq numbers the dialogs had.
+func TestCompactedCall(t *testing.T) {
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	calleeByes := 0 // BYEs relayd sent the callee
+	for _, hangup := range []string{"caller", "callee", "relayd"} {
+		var calleeDialog *sipgo.DialogServerSession
+		got := make(chan struct{})
+		ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+			calleeDialog = d
+			answerSDP(d, req, 6000)
+			close(got)
+			<-d.Context().Done()
+		})
+		reinvites := make(chan *sip.Request, 1)
+		ce.mu.Lock()
+		ce.reinvite = func(req *sip.Request, tx sip.ServerTransaction) {
+			calleeDialog.ReadRequest(req, tx)
+			reinvites <- req
+			body := []byte(strings.ReplaceAll(string(offerSDP(6100)), "a=sendrecv", "a=recvonly"))
+			res := sip.NewResponseFromRequest(req, 200, "OK", body)
+			res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+			res.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", Host: "127.0.0.1"}})
+			tx.Respond(res)
+		}
+		ce.mu.Unlock()
+		d, err := h.invite(ctx, offerSDP(4000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Ack(ctx)
+		<-got
+		calls := h.srv.calls()
+		if len(calls) != 1 {
+			t.Fatalf("%d calls, want 1", len(calls))
+		}
+		bc := calls[0]
+		endTxs(t, bc)
+		waitFor(t, "compacted", func() bool { return compacted(bc) })
+		rec, ok := bc.record()
+		if !ok || !strings.HasPrefix(rec.A.Invite, "INVITE ") || !strings.HasPrefix(rec.B.Response, "SIP/2.0 200") || rec.B.Dest != ce.addr {
+			t.Fatalf("record of a compacted call: %v %+v", ok, rec)
+		}
+		for _, text := range []string{rec.A.Invite, rec.A.Response, rec.B.Invite, rec.B.Response} {
+			if strings.Contains(text, "v=0") || !strings.HasSuffix(text, "\r\n\r\n") {
+				t.Errorf("a compacted call keeps a body:\n%s", text)
+			}
+		}
+
+		// A re-INVITE from the caller (hold): relayd's to the callee goes
+		// on leg B's dialog, CSeq one above the INVITE's.
+		hold := sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address)
+		hold.SetBody([]byte(strings.ReplaceAll(string(offerSDP(4000)), "a=sendrecv", "a=sendonly")))
+		hold.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		res, err := d.Do(ctx, hold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode != 200 || !strings.Contains(string(res.Body()), "a=recvonly") {
+			t.Fatalf("re-INVITE of a compacted call: %s\n%s", res.StartLine(), res.Body())
+		}
+		d.WriteRequest(sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address))
+		re := <-reinvites
+		if first := ce.lastInvite(); re.CallID().Value() != first.CallID().Value() || re.CSeq().SeqNo != first.CSeq().SeqNo+1 ||
+			!strings.Contains(string(re.Body()), "a=sendonly") {
+			t.Errorf("re-INVITE to the callee: Call-ID %s CSeq %d (INVITE's: %s, %d)\n%s", re.CallID().Value(), re.CSeq().SeqNo,
+				first.CallID().Value(), first.CSeq().SeqNo, re.Body())
+		}
+		waitFor(t, "compacted again", func() bool { return compacted(bc) })
+
+		switch hangup {
+		case "caller":
+			if err := d.Bye(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case "callee":
+			if err := calleeDialog.Bye(ctx); err != nil {
+				t.Fatal(err)
+			}
+		case "relayd":
+			if err := h.srv.Hangup(bc.c.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, reason := call.Answered, hangup+" hung up"
+		if hangup == "relayd" {
+			want, reason = call.Hangup, ""
+		}
+		if cdr := h.cdr(); cdr.Disposition != want || reason != "" && cdr.Reason != reason {
+			t.Errorf("hung up by the %s: CDR %s %q, want %s %q", hangup, cdr.Disposition, cdr.Reason, want, reason)
+		}
+		if hangup != "callee" {
+			calleeByes++
+			waitFor(t, "callee BYE", func() bool { ce.mu.Lock(); defer ce.mu.Unlock(); return ce.byes == calleeByes })
+		}
+		if hangup != "caller" {
+			waitFor(t, "caller's dialog ended", func() bool { return d.LoadState() == sip.DialogStateEnded })
+		}
+		waitFor(t, "flows removed", func() bool { return h.xdp.Len() == 0 })
+	}
+}
+
+// TestRestartKeepsCompactedCall: the record of a compacted call (its
+// dialogs' text without bodies) brings the call back after a restart;
+// the restored call is compacted in turn and hangs up as before.
+func TestRestartKeepsCompactedCall(t *testing.T) {
+	ce := newCallee(t)
+	st := openStore(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, calleeDialog := h.answered(ctx, ce)
+	bc := h.srv.calls()[0]
+	endTxs(t, bc)
+	waitFor(t, "compacted", func() bool { return compacted(bc) })
+	if err := bc.persist(); err != nil { // the record of the compacted call
+		t.Fatal(err)
+	}
+	h.restart()
+	h.noCDR("restart")
+	calls := h.srv.calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d calls after the restart, want 1", len(calls))
+	}
+	waitFor(t, "restored call compacted", func() bool { return compacted(calls[0]) })
+	if err := calleeDialog.Bye(ctx); err != nil {
+		t.Fatalf("BYE from the callee after the restart: %v", err)
+	}
+	if cdr := h.cdr(); cdr.Disposition != call.Answered || cdr.Reason != "callee hung up" || cdr.Answer == nil {
+		t.Errorf("CDR %+v", cdr)
+	}
+	select {
+	case <-d.Context().Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("caller got no BYE")
 	}
 }

@@ -404,8 +404,8 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 // sweep ends calls without media for MediaTimeout (persisting those whose
-// media changed) and lets go of the ended INVITE transactions of the
-// calls that are up.
+// media changed), lets go of the ended INVITE transactions of the calls
+// that are up and compacts those that are quiet (held.go).
 func (s *Server) sweep(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SweepInterval)
 	defer t.Stop()
@@ -416,6 +416,7 @@ func (s *Server) sweep(ctx context.Context) {
 		case <-t.C:
 		}
 		s.releaseTxs()
+		s.compact()
 		if s.cfg.MediaTimeout <= 0 {
 			continue
 		}

@@ -47,7 +47,15 @@ func sdesIn(body []byte) bool {
 // tls.
 func (bc *b2bCall) legTransport(side call.Side) string {
 	if side == call.A {
-		return strings.ToLower(bc.a.InviteRequest.Transport())
+		if t := bc.c.Leg(call.A).Transport; t != "" {
+			return strings.ToLower(t)
+		}
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		if bc.a != nil {
+			return strings.ToLower(bc.a.InviteRequest.Transport())
+		}
+		return strings.ToLower(bc.held.a.Transport)
 	}
 	return strings.ToLower(bc.c.Leg(call.B).Transport)
 }
@@ -57,7 +65,7 @@ func (bc *b2bCall) legTransport(side call.Side) string {
 // transport.
 func (bc *b2bCall) sdesExposed(side call.Side, body []byte) (string, bool) {
 	bc.mu.Lock()
-	only := bc.dec.Route.SDESTLSOnly
+	only := bc.rt.SDESTLSOnly
 	bc.mu.Unlock()
 	if !only || !sdesIn(body) {
 		return "", false
