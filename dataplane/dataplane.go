@@ -553,6 +553,10 @@ var DelayBounds = []float64{5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 200e-6, 300e-6, 5
 type WorkerStats struct {
 	Wakeups uint64 // waits the socket ended (a packet arrived)
 	Naps    uint64 // naps taken while coalescing (dataplane.coalesce)
+	// Interrupts are waits a signal ended without a packet: the Go
+	// runtime preempting a busy worker's wait (an idle one waits where
+	// the runtime does not preempt it).
+	Interrupts uint64
 	Batches uint64 // reads that returned packets
 	AFXDP   uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
 	// Delay counts packets by the time from the kernel's receive

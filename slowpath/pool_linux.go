@@ -551,6 +551,11 @@ type worker struct {
 	// batches the reads that returned packets; delay and delaySum are
 	// the packets' receive-queue delays (dataplane.WorkerStats).
 	wakes, naps, batches atomic.Uint64
+	// interrupts counts the waits a signal ended (EINTR); lastData is
+	// when a wait last ended with something to read (UnixNano), for
+	// idleWait.
+	interrupts atomic.Uint64
+	lastData   int64
 	delay                [len(delayBoundsNS) + 1]atomic.Uint64
 	delaySum             atomic.Int64
 	noFlow               atomic.Uint64
@@ -1095,7 +1100,12 @@ func (w *worker) wait() {
 		w.pollTS = unix.NsecToTimespec(d)
 		ts = &w.pollTS
 	}
-	if ppoll(w.pollFDs, ts) != 0 {
+	wait := ppoll
+	if time.Now().UnixNano()-w.lastData > idleWait {
+		wait = ppollIdle
+	}
+	if wait(w.pollFDs, ts) != 0 {
+		w.interrupts.Add(1)
 		return // EINTR: the loop looks again
 	}
 	if w.pollFDs[1].Revents != 0 {
@@ -1105,18 +1115,37 @@ func (w *worker) wait() {
 	for i := 2; i < len(w.pollFDs); i++ {
 		data = data || w.pollFDs[i].Revents != 0
 	}
-	if data {
-		w.wakes.Add(1)
+	if !data {
+		return
 	}
-	if w.coalesce > 0 && data {
+	w.wakes.Add(1)
+	now := time.Now().UnixNano()
+	w.lastData = now
+	if w.coalesce > 0 {
 		// Two socket wake-ups within a nap: packets come fast enough
 		// for naps to gather several per read.
-		now := time.Now().UnixNano()
 		if now-w.lastWake < w.coalesce {
 			w.polling = true
 		}
 		w.lastWake = now
 	}
+}
+
+// idleWait is how long a worker waits with ppoll, keeping its P, after
+// the last wait that ended with a packet; past it the worker is idle and
+// waits with ppollIdle. A worker of an XDP data plane, whose flows are
+// all in the kernel, is idle nearly always.
+const idleWait = int64(100 * time.Millisecond)
+
+// ppollIdle is ppoll for an idle worker: a blocking system call the Go
+// scheduler knows, so that sysmon retakes the P and stops preempting the
+// worker (with ppoll, a signal ends the wait every 10-20 ms: 50-100
+// wake-ups a second per idle worker, a percent of a CPU for nothing). The
+// first packet after an idle spell pays the slow return from the call
+// (the P taken back) once.
+func ppollIdle(fds []unix.PollFd, ts *unix.Timespec) unix.Errno {
+	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	return e
 }
 
 // ppoll waits in the kernel without leaving the Go scheduler: the worker
@@ -1311,6 +1340,7 @@ func (p *Pool) WorkerStats() dataplane.WorkerStats {
 	var st dataplane.WorkerStats
 	for _, w := range p.workers {
 		st.Wakeups += w.wakes.Load()
+		st.Interrupts += w.interrupts.Load()
 		st.Naps += w.naps.Load()
 		st.Batches += w.batches.Load()
 		st.AFXDP += w.xskPackets.Load()

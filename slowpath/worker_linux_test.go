@@ -380,6 +380,58 @@ func TestWorkerCoalesces(t *testing.T) {
 	}
 }
 
+// TestIdleWorkerSleeps: a worker without packets waits where the Go
+// runtime does not preempt it: past idleWait, signals stop ending its
+// wait (with its P kept they ended it every 10-20 ms), and a packet still
+// wakes it at once.
+func TestIdleWorkerSleeps(t *testing.T) {
+	testenv.NeedRoot(t)
+	w, err := newWorker(0, 0, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raiseProcs(t, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); w.run() }()
+	defer func() { w.close(); <-done }()
+	sa, err := unix.Getsockname(w.rxFD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}}
+	for round := range 2 {
+		// Busy, then idle: a packet every 2 ms for 200 ms.
+		for range 100 {
+			if err := unix.Sendto(fd, []byte("not a flow's"), 0, to); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(idleWait) + 50*time.Millisecond)
+		before := w.interrupts.Load()
+		// The garbage collector stops the world: a worker the runtime
+		// thinks is running must be preempted for it, an idle one not.
+		runtime.GC()
+		time.Sleep(time.Second)
+		runtime.GC()
+		if n := w.interrupts.Load() - before; n > 2 {
+			t.Errorf("round %d: an idle worker's wait ended %d times in a second without a packet, want at most 2", round, n)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for w.noFlow.Load() < uint64(100*(round+1)) && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if got := w.noFlow.Load(); got != uint64(100*(round+1)) {
+			t.Fatalf("round %d: worker read %d packets, want %d", round, got, 100*(round+1))
+		}
+	}
+}
+
 // TestDelayBuckets: the worker's buckets are dataplane.DelayBounds, and a
 // delay goes to the first bucket whose bound holds it.
 func TestDelayBuckets(t *testing.T) {

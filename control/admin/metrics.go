@@ -35,7 +35,7 @@ var (
 	workerDelayDesc = prometheus.NewDesc("relayd_userspace_delay_seconds",
 		"Time packets waited in a userspace worker's receive queue, from the kernel's receive timestamp to the worker's read (what dataplane.coalesce adds shows here).", nil, nil)
 	workerWakeupsDesc = prometheus.NewDesc("relayd_userspace_wakeups_total",
-		"Times the userspace workers woke: kind socket (a packet ended a wait), nap (a coalescing nap ended).", []string{"kind"}, nil)
+		"Times the userspace workers woke: kind socket (a packet ended a wait), nap (a coalescing nap ended), signal (the Go runtime's preemption ended a wait of a busy worker).", []string{"kind"}, nil)
 	workerBatchesDesc = prometheus.NewDesc("relayd_userspace_batches_total",
 		"Reads (recvmmsg) of the userspace workers that returned packets.", nil, nil)
 	workerAFXDPDesc = prometheus.NewDesc("relayd_userspace_afxdp_packets_total",
@@ -172,6 +172,7 @@ func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
 	ch <- prometheus.MustNewConstHistogram(workerDelayDesc, n, st.DelaySum.Seconds(), buckets)
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Wakeups), "socket")
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Naps), "nap")
+	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Interrupts), "signal")
 	ch <- prometheus.MustNewConstMetric(workerBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 	ch <- prometheus.MustNewConstMetric(workerAFXDPDesc, prometheus.CounterValue, float64(st.AFXDP))
 }
