@@ -557,8 +557,8 @@ type WorkerStats struct {
 	// runtime preempting a busy worker's wait (an idle one waits where
 	// the runtime does not preempt it).
 	Interrupts uint64
-	Batches uint64 // reads that returned packets
-	AFXDP   uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
+	Batches    uint64 // reads that returned packets
+	AFXDP      uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
 	// Delay counts packets by the time from the kernel's receive
 	// timestamp to the worker's read: per bucket of DelayBounds (not
 	// cumulative), the last one above them; DelaySum is their sum.

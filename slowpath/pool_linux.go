@@ -556,10 +556,10 @@ type worker struct {
 	// idleWait.
 	interrupts atomic.Uint64
 	lastData   int64
-	delay                [len(delayBoundsNS) + 1]atomic.Uint64
-	delaySum             atomic.Int64
-	noFlow               atomic.Uint64
-	sendFailed           atomic.Uint64
+	delay      [len(delayBoundsNS) + 1]atomic.Uint64
+	delaySum   atomic.Int64
+	noFlow     atomic.Uint64
+	sendFailed atomic.Uint64
 	// xskPackets counts the packets read from xsks, malformed the frames
 	// dropped there (bad lengths or checksums).
 	xskPackets, malformed atomic.Uint64
