@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: all deps need generate generate-check build lint test fuzz demo fwdemo soak bench deb deb-check install uninstall clean
+.PHONY: all deps deps-kmod need generate generate-check build lint test fuzz demo fwdemo soak bench deb deb-check install uninstall clean
 
 all: build
 
@@ -21,14 +21,18 @@ all: build
 # captures at its hosts (voipgen fwtest --capture and its tests);
 # libbcg729-dev is G.729 for the transcoding workers (slowpath/codec/g729);
 # ffmpeg is the independent G.729 and G.711 decoder of lab/audio.
+DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
+	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump libbcg729-dev ffmpeg
 # rtpengine-kernel-dkms (rtpengine's kernel module source), rtpengine-iptables
 # (its RTPENGINE target), iptables and linux-headers-amd64 (the headers of the
 # kernel lab/vm boots, which the metapackage's linux-image-amd64 names) are for
-# voipgen kmodbench, which builds the module for that kernel and runs it in
-# the guest (never loaded on the host).
-DEBS := clang-16 llvm-16 libbpf-dev bpftool iproute2 ethtool tshark sip-tester gcc libsrtp2-dev rtpengine-daemon kamailio \
-	qemu-system-x86 busybox-static kmod prometheus dpkg-dev lintian nftables mmdebstrap e2fsprogs keepalived conntrackd tcpdump libbcg729-dev ffmpeg \
-	rtpengine-kernel-dkms rtpengine-iptables iptables linux-headers-amd64
+# voipgen kmodbench only, which builds the module for that kernel and runs it
+# in the guest (never loaded on the host): `make deps-kmod`, not part of
+# `make deps` (dkms builds the module for every installed kernel's headers
+# at install, time the test run does not need).
+KMOD_DEBS := rtpengine-kernel-dkms rtpengine-iptables iptables linux-headers-amd64
+deps-kmod: deps
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $(KMOD_DEBS)
 deps:
 	@test -x /usr/sbin/policy-rc.d || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
 	DEBIAN_FRONTEND=noninteractive apt-get update -q -o DPkg::Lock::Timeout=600

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,12 +33,32 @@ func writeFile(t *testing.T, content string) string {
 // and each key to edit.
 func TestCheckExample(t *testing.T) {
 	const path = "../../systemd/relayd.toml"
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lines of the two keys to edit: the first "interfaces = " and
+	// the first "address = " after [media].
+	lineOf := func(after, key string) int {
+		seen := after == ""
+		for i, l := range strings.Split(string(text), "\n") {
+			switch {
+			case l == after:
+				seen = true
+			case seen && strings.HasPrefix(l, key+" = "):
+				return i + 1
+			}
+		}
+		t.Fatalf("%s: no %q after %q", path, key, after)
+		return 0
+	}
 	for _, flag := range []string{"-check", "-prepare"} {
 		code, out, errs := runMain(t, flag, "-config", path)
 		if code != 1 || out != "" {
 			t.Errorf("%s: exit %d, stdout %q, want 1 and nothing", flag, code, out)
 		}
-		for _, want := range []string{path + ": line 28: dataplane.interfaces: ", path + ": line 44: media.address: "} {
+		for _, want := range []string{fmt.Sprintf("%s: line %d: dataplane.interfaces: ", path, lineOf("[dataplane]", "interfaces")),
+			fmt.Sprintf("%s: line %d: media.address: ", path, lineOf("[media]", "address"))} {
 			if !strings.Contains(errs, want) {
 				t.Errorf("%s: stderr %q lacks %q", flag, errs, want)
 			}

@@ -42,7 +42,7 @@ const KernelModuleName = "xt_RTPENGINE"
 func KernelSource() (dir, version string, err error) {
 	ms, _ := filepath.Glob("/usr/src/rtpengine-*/xt_RTPENGINE.c")
 	if len(ms) == 0 {
-		return "", "", errors.New("no rtpengine kernel module source in /usr/src (apt-get install rtpengine-kernel-dkms)")
+		return "", "", errors.New("no rtpengine kernel module source in /usr/src (make deps-kmod installs rtpengine-kernel-dkms and the headers)")
 	}
 	dir = filepath.Dir(ms[len(ms)-1])
 	return dir, strings.TrimPrefix(filepath.Base(dir), "rtpengine-"), nil
