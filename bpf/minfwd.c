@@ -9,28 +9,10 @@
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
 #include <bpf_endian.h>
+#include "net.h"
 
 #define ETH_P_IP 0x0800
 #define AF_INET 2
-
-struct ethhdr {
-	__u8 h_dest[6];
-	__u8 h_source[6];
-	__be16 h_proto;
-} __attribute__((packed));
-
-struct iphdr {
-	__u8 ihl_version;
-	__u8 tos;
-	__be16 tot_len;
-	__be16 id;
-	__be16 frag_off;
-	__u8 ttl;
-	__u8 protocol;
-	__sum16 check;
-	__be32 saddr;
-	__be32 daddr;
-};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);

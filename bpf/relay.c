@@ -14,6 +14,7 @@
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
 #include <bpf_endian.h>
+#include "net.h"
 
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
@@ -23,41 +24,6 @@
 #define IPPROTO_UDP 17
 #define AF_INET 2
 #define AF_INET6 10
-
-struct ethhdr {
-	__u8 h_dest[ETH_ALEN];
-	__u8 h_source[ETH_ALEN];
-	__be16 h_proto;
-} __attribute__((packed));
-
-struct iphdr {
-	__u8 ihl_version; /* ihl in the low nibble on little endian */
-	__u8 tos;
-	__be16 tot_len;
-	__be16 id;
-	__be16 frag_off;
-	__u8 ttl;
-	__u8 protocol;
-	__sum16 check;
-	__be32 saddr;
-	__be32 daddr;
-};
-
-struct ipv6hdr {
-	__be32 vtc_flow;
-	__be16 payload_len;
-	__u8 nexthdr;
-	__u8 hop_limit;
-	__u8 saddr[16];
-	__u8 daddr[16];
-};
-
-struct udphdr {
-	__be16 source;
-	__be16 dest;
-	__be16 len;
-	__sum16 check;
-};
 
 /* Layout version of the maps below; the pin path carries it. Bump it (and
  * fastpath.LayoutVersion) on any change to a map's key or value. */

@@ -12,35 +12,10 @@
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
 #include <bpf_endian.h>
+#include "net.h"
 
 #define ETH_P_IP 0x0800
 #define IPPROTO_UDP 17
-
-struct ethhdr {
-	__u8 h_dest[6];
-	__u8 h_source[6];
-	__be16 h_proto;
-} __attribute__((packed));
-
-struct iphdr {
-	__u8 ihl_version;
-	__u8 tos;
-	__be16 tot_len;
-	__be16 id;
-	__be16 frag_off;
-	__u8 ttl;
-	__u8 protocol;
-	__sum16 check;
-	__be32 saddr;
-	__be32 daddr;
-};
-
-struct udphdr {
-	__be16 source;
-	__be16 dest;
-	__be16 len;
-	__sum16 check;
-};
 
 /* The two UDP destination ports counted (host byte order), set at load. */
 volatile const __u16 sink_port_a = 0;

@@ -23,6 +23,7 @@
  */
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
+#include "net.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -32,41 +33,6 @@
 
 /* Device queues a worker can have a socket on; the Go side's xskQueues. */
 #define XSK_QUEUES 64
-
-struct ethhdr {
-	__u8 h_dest[6];
-	__u8 h_source[6];
-	__be16 h_proto;
-} __attribute__((packed));
-
-struct iphdr {
-	__u8 ihl_version;
-	__u8 tos;
-	__be16 tot_len;
-	__be16 id;
-	__be16 frag_off;
-	__u8 ttl;
-	__u8 protocol;
-	__sum16 check;
-	__be32 saddr;
-	__be32 daddr;
-};
-
-struct ipv6hdr {
-	__be32 vtc_flow;
-	__be16 payload_len;
-	__u8 nexthdr;
-	__u8 hop_limit;
-	__u8 saddr[16];
-	__u8 daddr[16];
-};
-
-struct udphdr {
-	__be16 source;
-	__be16 dest;
-	__be16 len;
-	__sum16 check;
-};
 
 /* Same layout as steer.c's steer_key (and the XDP program's flow_key). */
 struct steer_key {
