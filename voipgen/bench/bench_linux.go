@@ -602,6 +602,8 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 	if err != nil {
 		return err
 	}
+	var failed atomic.Int64
+	var firstFailure atomic.Pointer[string]
 	sig := &sipua.Signal{
 		Media: func(int) netip.AddrPort { return netip.AddrPortFrom(l.CallerAddr4, uint16(fwdSenderPort)) },
 		Peer: func(i int, a netip.AddrPort) {
@@ -609,6 +611,11 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 			s.toCallee[have+i] = a
 			s.mu.Unlock()
 			s.answered.Add(1)
+		},
+		Failed: func(i, status int, reason string) {
+			why := fmt.Sprintf("call %d: status %d %s", have+i, status, reason)
+			firstFailure.CompareAndSwap(nil, &why)
+			failed.Add(1)
 		},
 	}
 	if s.srtp {
@@ -646,8 +653,17 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 			return ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
+		// Every call of the batch has ended its setup, some without an
+		// answer: the step cannot offer its calls.
+		if f := failed.Load(); f > 0 && int(s.answered.Load())+int(f) >= n {
+			return fmt.Errorf("%d of %d SIP calls failed (first: %s)", f, n-have, *firstFailure.Load())
+		}
 		if time.Since(start) > time.Minute {
-			return fmt.Errorf("only %d of %d calls answered after a minute", s.answered.Load(), n)
+			why := ""
+			if p := firstFailure.Load(); p != nil {
+				why = fmt.Sprintf(", %d failed (first: %s)", failed.Load(), *p)
+			}
+			return fmt.Errorf("only %d of %d calls answered after a minute%s", s.answered.Load(), n, why)
 		}
 	}
 	fmt.Fprintf(s.cfg.Progress, "  %d SIP calls set up through relayd's B2BUA in %v, %d in all\n", n-have, time.Since(start).Round(time.Millisecond), n)

@@ -63,6 +63,11 @@ type Signal struct {
 	Media  func(i int) netip.AddrPort         // the SDP's address for call i
 	Crypto func(i int) string                 // an a=crypto value for call i's offer, or "" (plain RTP)
 	Peer   func(i int, remote netip.AddrPort) // call i's peer media address, from its answer or offer
+	// Failed, if set, is told of a placed call i that ended before its
+	// ACK (Peer is not called for it): its final status, 0 if none came,
+	// and what went wrong. A caller holding its calls learns of the
+	// failures as they happen, not only from the reports at the end.
+	Failed func(i, status int, reason string)
 }
 
 // sdp is call i's session description for media at local.
@@ -490,8 +495,16 @@ func closed(ch <-chan struct{}) bool {
 }
 
 // oneCall places call i with RTP port slot and holds it for dur.
-func (cfg *CallConfig) oneCall(ctx context.Context, i, slot int, dur time.Duration, bye chan struct{}, register func(string)) CallReport {
-	r := CallReport{Call: i}
+func (cfg *CallConfig) oneCall(ctx context.Context, i, slot int, dur time.Duration, bye chan struct{}, register func(string)) (r CallReport) {
+	r = CallReport{Call: i}
+	acked := false
+	if cfg.Signal != nil && cfg.Signal.Failed != nil {
+		defer func() {
+			if !acked {
+				cfg.Signal.Failed(i, r.Status, r.Error)
+			}
+		}()
+	}
 	local := netip.AddrPortFrom(cfg.Media, uint16(cfg.RTPPort+2*slot))
 	var m *callMedia // nil when signalling only
 	if cfg.Signal != nil {
@@ -570,6 +583,7 @@ func (cfg *CallConfig) oneCall(ctx context.Context, i, slot int, dur time.Durati
 		r.Error = "ACK: " + err.Error()
 		return r
 	}
+	acked = true
 	if cfg.Signal != nil {
 		cfg.Signal.Peer(i, sd.Addr)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,6 +170,32 @@ func TestCallAnswerPersonalities(t *testing.T) {
 			}
 		})
 	}
+	t.Run("signal", func(t *testing.T) {
+		// Signalling only: Peer for the calls answered, Failed for those
+		// refused, with their status, while they happen.
+		for _, personality := range []string{"answer", "reject:486"} {
+			var mu sync.Mutex
+			peers, failures := map[int]bool{}, map[int]int{}
+			sig := &Signal{
+				Media: func(i int) netip.AddrPort { return netip.MustParseAddrPort("127.0.0.1:9") },
+				Peer:  func(i int, _ netip.AddrPort) { mu.Lock(); peers[i] = true; mu.Unlock() },
+				Failed: func(i, status int, reason string) {
+					mu.Lock()
+					failures[i] = status
+					mu.Unlock()
+				},
+			}
+			callAnswerWith(t, personality, 2, func(c *CallConfig) { c.Signal = sig }, "--call-duration", "200ms")
+			mu.Lock()
+			if personality == "answer" && (len(peers) != 2 || len(failures) != 0) {
+				t.Errorf("answer: peers %v, failures %v; want both calls peered, none failed", peers, failures)
+			}
+			if personality != "answer" && (len(peers) != 0 || len(failures) != 2 || failures[0] != 486 || failures[1] != 486) {
+				t.Errorf("%s: peers %v, failures %v; want both calls failed with 486", personality, peers, failures)
+			}
+			mu.Unlock()
+		}
+	})
 	t.Run("ring", func(t *testing.T) {
 		calls, _ := callAnswer(t, "ring", 1, "--answer-timeout", "500ms")
 		if c := calls[0]; c.Success || c.T180Ms <= 0 || c.T200Ms != 0 {
