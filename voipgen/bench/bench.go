@@ -336,6 +336,7 @@ type benchSIP struct {
 	RecvPackets uint64  `json:"received_packets"`
 	Lost        int64   `json:"lost"`
 	JitterP50Ms float64 `json:"jitter_p50_ms"`
+	JitterP99Ms float64 `json:"jitter_p99_ms"`
 	JitterMaxMs float64 `json:"jitter_max_ms"`
 	MaxGapMs    float64 `json:"max_gap_ms"`
 	// Relayed is relayd's packets forwarded over the phase.
@@ -356,10 +357,15 @@ type benchSIPMedia struct {
 	RecvPackets uint64  `json:"received_packets"`
 	Lost        int64   `json:"lost"`
 	JitterP50Ms float64 `json:"jitter_p50_ms"`
+	JitterP99Ms float64 `json:"jitter_p99_ms"`
 	JitterMaxMs float64 `json:"jitter_max_ms"`
 	MaxGapMs    float64 `json:"max_gap_ms"`
 	Error       string  `json:"error,omitempty"`
 }
+
+// goalJitterP99OverDirectMs is how much receiver jitter (p99 over the
+// calls' streams) the relay may add to a direct run of the same calls.
+const goalJitterP99OverDirectMs = 0.5
 
 // mediaShown reports whether the phase's jitter and largest gap describe
 // the relay: a direct run of the same calls came up whole beside it, so a
@@ -605,17 +611,17 @@ func (rep *Report) writeSIP(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "SIP calls with media through relayd's B2BUA (caller -> relayd -> answerer), G.711 20 ms both ways,")
 	fmt.Fprintln(w, "and the same calls direct (caller -> answerer over a veth pair, no relay); voipgen call and voipgen answer run as processes of their own:")
-	fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/max ms\tmax gap ms\trelayd relayed\t"+
-		"direct ok\tdirect lost\tdirect jitter p50/max ms\tdirect max gap ms\t")
+	fmt.Fprintln(tw, "relay\tcalls\tok\tfailed\tsetup p50 ms\tsent\treceived\tlost\tjitter p50/p99/max ms\tmax gap ms\trelayd relayed\t"+
+		"direct ok\tdirect lost\tdirect jitter p50/p99/max ms\tdirect max gap ms\t")
 	for _, s := range rep.SIP {
 		jitter, gap := "-", "-"
 		if s.mediaShown() {
-			jitter, gap = fmt.Sprintf("%.2f/%.2f", s.JitterP50Ms, s.JitterMaxMs), fmt.Sprintf("%.1f", s.MaxGapMs)
+			jitter, gap = fmt.Sprintf("%.2f/%.2f/%.2f", s.JitterP50Ms, s.JitterP99Ms, s.JitterMaxMs), fmt.Sprintf("%.1f", s.MaxGapMs)
 		}
 		dok, dlost, djitter, dgap := "-", "-", "-", "-"
 		if d := s.Direct; d != nil {
 			dok, dlost = strconv.Itoa(d.Succeeded), strconv.FormatInt(d.Lost, 10)
-			djitter, dgap = fmt.Sprintf("%.2f/%.2f", d.JitterP50Ms, d.JitterMaxMs), fmt.Sprintf("%.1f", d.MaxGapMs)
+			djitter, dgap = fmt.Sprintf("%.2f/%.2f/%.2f", d.JitterP50Ms, d.JitterP99Ms, d.JitterMaxMs), fmt.Sprintf("%.1f", d.MaxGapMs)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", s.Relay, s.Calls, s.Succeeded, s.Failed,
 			s.T200P50Ms, s.SentPackets, s.RecvPackets, s.Lost, jitter, gap, s.Relayed, dok, dlost, djitter, dgap)
@@ -626,6 +632,9 @@ func (rep *Report) writeSIP(w io.Writer) {
 			fmt.Fprintf(w, "  %s: %s\n", s.Relay, s.Error)
 		}
 		switch d := s.Direct; {
+		case s.mediaShown():
+			fmt.Fprintf(w, "  %s %d calls: receiver jitter p99 %.2f ms, %+.2f ms against the direct run (goal: within %.1f ms)\n",
+				s.Relay, s.Calls, s.JitterP99Ms, s.JitterP99Ms-d.JitterP99Ms, goalJitterP99OverDirectMs)
 		case d == nil:
 			fmt.Fprintf(w, "  %s %d calls: no direct run of the same calls: jitter and gap not shown\n", s.Relay, s.Calls)
 		case !s.mediaShown():

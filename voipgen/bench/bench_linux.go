@@ -468,7 +468,7 @@ func (b *fwdBench) sipCallsRelayed(ctx context.Context, cfg Config, ua, name str
 	s.T200P50Ms, s.T200MaxMs = cs.T200Ms.P50, cs.T200Ms.Max
 	m := sipMedia(run)
 	s.WithMedia, s.SentPackets, s.RecvPackets, s.Lost = m.WithMedia, m.SentPackets, m.RecvPackets, m.Lost
-	s.JitterP50Ms, s.JitterMaxMs, s.MaxGapMs = m.JitterP50Ms, m.JitterMaxMs, m.MaxGapMs
+	s.JitterP50Ms, s.JitterP99Ms, s.JitterMaxMs, s.MaxGapMs = m.JitterP50Ms, m.JitterP99Ms, m.JitterMaxMs, m.MaxGapMs
 	if after, err := readRelayCounters(r); err == nil {
 		fwd, _, _ := after.since(before)
 		s.Relayed = int64(fwd)
@@ -483,7 +483,7 @@ func sipMedia(run sipRun) benchSIPMedia {
 	cs, as := sipua.Summarize(run.caller), sipua.Summarize(run.answerer)
 	m := benchSIPMedia{Succeeded: cs.Succeeded, WithMedia: cs.WithMedia,
 		SentPackets: cs.SentPackets + as.SentPackets, RecvPackets: cs.RecvPackets + as.RecvPackets, Lost: cs.Lost + as.Lost,
-		JitterP50Ms: max(cs.JitterMs.P50, as.JitterMs.P50), JitterMaxMs: max(cs.JitterMs.Max, as.JitterMs.Max),
+		JitterP50Ms: max(cs.JitterMs.P50, as.JitterMs.P50), JitterP99Ms: max(cs.JitterMs.P99, as.JitterMs.P99), JitterMaxMs: max(cs.JitterMs.Max, as.JitterMs.Max),
 		MaxGapMs: max(cs.MaxGapMs.Max, as.MaxGapMs.Max)}
 	var errs []string
 	for _, c := range run.caller {

@@ -173,9 +173,9 @@ func checkBenchOutputs(t *testing.T, dir string, rep *Report) {
 // TestWriteSIP: a SIP phase's jitter and gap are printed beside the direct
 // run of the same calls, and only when that run came up whole.
 func TestWriteSIP(t *testing.T) {
-	whole := &benchSIPMedia{Succeeded: 200, WithMedia: 200, JitterP50Ms: 0.12, JitterMaxMs: 0.9, MaxGapMs: 43}
+	whole := &benchSIPMedia{Succeeded: 200, WithMedia: 200, JitterP50Ms: 0.12, JitterP99Ms: 0.5, JitterMaxMs: 0.9, MaxGapMs: 43}
 	rep := &Report{SIP: []benchSIP{
-		{Relay: "xdp", Calls: 200, Succeeded: 200, WithMedia: 200, JitterP50Ms: 0.18, JitterMaxMs: 1.5, MaxGapMs: 51.2, Direct: whole},
+		{Relay: "xdp", Calls: 200, Succeeded: 200, WithMedia: 200, JitterP50Ms: 0.18, JitterP99Ms: 0.8, JitterMaxMs: 1.5, MaxGapMs: 51.2, Direct: whole},
 		{Relay: "userspace", Calls: 200, Succeeded: 200, WithMedia: 200, JitterP50Ms: 14.5, JitterMaxMs: 37, MaxGapMs: 750,
 			Direct: &benchSIPMedia{Succeeded: 150, WithMedia: 150, Error: "first errors: [\"timeout\"]"}},
 		{Relay: "xdp", Calls: 50, Succeeded: 50, WithMedia: 50, JitterP50Ms: 3.3, MaxGapMs: 99.9},
@@ -183,10 +183,10 @@ func TestWriteSIP(t *testing.T) {
 	var b bytes.Buffer
 	rep.writeSIP(&b)
 	lines := strings.Split(b.String(), "\n")
-	if len(lines) < 6 || !strings.Contains(lines[2], "direct jitter p50/max ms") {
+	if len(lines) < 6 || !strings.Contains(lines[2], "direct jitter p50/p99/max ms") {
 		t.Fatalf("output:\n%s", b.String())
 	}
-	if f := strings.Fields(lines[3]); f[8] != "0.18/1.50" || f[9] != "51.2" || f[13] != "0.12/0.90" || f[14] != "43.0" {
+	if f := strings.Fields(lines[3]); f[8] != "0.18/0.80/1.50" || f[9] != "51.2" || f[13] != "0.12/0.50/0.90" || f[14] != "43.0" {
 		t.Errorf("relay beside a whole direct run: %q", lines[3])
 	}
 	for _, l := range lines[4:6] {
@@ -196,7 +196,8 @@ func TestWriteSIP(t *testing.T) {
 	}
 	out := b.String()
 	if !strings.Contains(out, "userspace 200 calls: the direct run did not bring all calls up with media (150 of 200)") ||
-		!strings.Contains(out, "xdp 50 calls: no direct run of the same calls") {
+		!strings.Contains(out, "xdp 50 calls: no direct run of the same calls") ||
+		!strings.Contains(out, "xdp 200 calls: receiver jitter p99 0.80 ms, +0.30 ms against the direct run (goal: within 0.5 ms)") {
 		t.Errorf("notes missing:\n%s", out)
 	}
 }
