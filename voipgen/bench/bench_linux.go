@@ -129,12 +129,13 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rep.Notes = append(rep.Notes, "transcode: a relay may send more than it was sent (negative loss): packets it makes itself, "+
 			"such as comfort noise or concealment over the pause between two runs; every packet received was checked transcoded")
 	}
-	var bcgEnc, bcgDec []float64
 	defer func() {
 		summarizeBench(rep, relays, ghz, cpus, cfg.price)
-		if rep.Transcode != nil {
-			rep.Transcode.Bcg729 = bcg729Cost(bcgEnc, bcgDec)
+		if rep.Transcode != nil && b.xcClock != nil {
+			c := b.xcClock
+			rep.Transcode.Bcg729 = bcg729Cost(bcg729Timings{enc: c.enc, dec: c.dec, nenc: c.nenc, ndec: c.ndec, contexts: c.contexts(), cpu: c.cpu})
 			summarizeTranscode(rep, ghz)
+			c.close()
 		}
 		err = errors.Join(err, b.close())
 	}()
@@ -142,15 +143,19 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if b.xcMat, err = newTranscodeMaterial(); err != nil {
 			return rep, fmt.Errorf("transcode: %w", err)
 		}
+		if b.xcClock, err = newBcg729Clock(b.xcMat, slices.Max(cfg.transcodeCalls)); err != nil {
+			return rep, fmt.Errorf("transcode: %w", err)
+		}
 		rep.Transcode = &benchTranscodeReport{}
-		// bcg729 is timed before the relays and after them: the figure
-		// is the median of both sets, from this run.
-		if err := measureBcg729(b.xcMat, &bcgEnc, &bcgDec); err != nil {
-			return rep, err
+		// bcg729 is timed before the relays, after each run of their
+		// transcode sweeps and after them: the figure is the median of
+		// all, from this run.
+		if err := b.xcClock.measure(bcg729Frames, bcg729EdgeReps); err != nil {
+			return rep, fmt.Errorf("time bcg729: %w", err)
 		}
 		defer func() {
 			if err == nil {
-				err = measureBcg729(b.xcMat, &bcgEnc, &bcgDec)
+				err = b.xcClock.measure(bcg729Frames, bcg729EdgeReps)
 			}
 		}()
 	}

@@ -108,8 +108,13 @@ type fwdBench struct {
 	// relays' default is off: the benchmarks' flows run far faster than
 	// a codec).
 	relayCaps bool
-	// xcMat is the transcode mode's audio (nil without the mode).
-	xcMat *transcodeMaterial
+	// xcMat is the transcode mode's audio (nil without the mode), xcClock
+	// the timing of bcg729 alone.
+	xcMat   *transcodeMaterial
+	xcClock *bcg729Clock
+	// afterRun, when set, runs after each measured run of a step (the
+	// transcode sweeps time bcg729 there).
+	afterRun func() error
 
 	// The current mode's relayd, nil for kernel forwarding.
 	relay *labrelay.Relay
@@ -421,6 +426,11 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 		st, err := b.measure(ctx, name, m, f, rate, p)
 		if err != nil {
 			return nil, err
+		}
+		if b.afterRun != nil {
+			if err := b.afterRun(); err != nil {
+				return nil, err
+			}
 		}
 		st.Overload = overload
 		if len(runs) == 0 {

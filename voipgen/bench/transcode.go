@@ -26,7 +26,12 @@ const (
 	defaultTranscodeCalls   = "25,50,100,150,200"
 	// bcg729Frames is the frames encoded and decoded per timing of bcg729.
 	bcg729Frames = 1000
-	bcg729Reps   = 5
+	// bcg729EdgeReps is the timings of each kind before the relays and
+	// after them, bcg729RunReps those after each run of a transcode sweep
+	// (interleaved with the relays' runs, so that the yardstick sees the
+	// machine as the relays did).
+	bcg729EdgeReps = 10
+	bcg729RunReps  = 2
 )
 
 // transcodeMaterial is what the transcode mode's streams carry, made once
@@ -66,9 +71,11 @@ func newTranscodeMaterial() (*transcodeMaterial, error) {
 
 // benchBcg729 is bcg729's own cost on this machine, measured in-process
 // in the same run as the relays: encode and decode of the transcode
-// mode's signal, on one thread, by its CPU time.
+// mode's signal, on one thread pinned to a CPU, by its CPU time, before
+// the relays, after each run of a transcode sweep and after the relays.
 type benchBcg729 struct {
-	// Per 10 ms frame, medians over the timings (each bcg729Frames frames).
+	// Hot: one encoder and one decoder, frames back to back. Per 10 ms
+	// frame, medians over the timings (each bcg729Frames frames).
 	EncodeNsPerFrame float64 `json:"encode_ns_per_frame"`
 	DecodeNsPerFrame float64 `json:"decode_ns_per_frame"`
 	// Spread: the lowest and highest timing of encode + decode per frame.
@@ -79,23 +86,57 @@ type benchBcg729 struct {
 	// encoded and 100 decoded (a 50 pps stream of 20 ms each way).
 	NsPerCallSecond float64 `json:"ns_per_call_second"`
 	// PhysicalCallsPerCore is 1 s over NsPerCallSecond: the most calls a
-	// core could transcode if the relay cost nothing but bcg729.
+	// core could transcode if the relay cost nothing but bcg729. The goal
+	// of calls per core is set on it.
 	PhysicalCallsPerCore float64 `json:"physical_calls_per_core"`
+
+	// Contexts: as many encoders and decoders as the sweep's largest
+	// step has calls, one frame of each in turn (a relay's codec state
+	// spread over its calls), the same frames and timings as hot.
+	Contexts                 int     `json:"contexts"`
+	ContextsEncodeNsPerFrame float64 `json:"contexts_encode_ns_per_frame"`
+	ContextsDecodeNsPerFrame float64 `json:"contexts_decode_ns_per_frame"`
+	ContextsMinNsPerPair     float64 `json:"contexts_min_ns_per_frame_pair"`
+	ContextsMaxNsPerPair     float64 `json:"contexts_max_ns_per_frame_pair"`
+	ContextsNsPerCallSecond  float64 `json:"contexts_ns_per_call_second"`
+	ContextsCallsPerCore     float64 `json:"contexts_calls_per_core"`
+	// ContextsOverHot is ContextsNsPerCallSecond over NsPerCallSecond.
+	ContextsOverHot float64 `json:"contexts_over_hot"`
+	// CPU is the CPU the timing thread was pinned to.
+	CPU int `json:"cpu"`
+}
+
+// bcg729Timings are the per-frame timings of both kinds.
+type bcg729Timings struct {
+	enc, dec, nenc, ndec []float64
+	contexts, cpu        int
 }
 
 // bcg729Cost folds timings into the figures.
-func bcg729Cost(enc, dec []float64) benchBcg729 {
-	b := benchBcg729{EncodeNsPerFrame: median(enc), DecodeNsPerFrame: median(dec), Timings: len(enc)}
-	pairs := make([]float64, len(enc))
-	for i := range enc {
-		pairs[i] = enc[i] + dec[i]
+func bcg729Cost(t bcg729Timings) benchBcg729 {
+	b := benchBcg729{Timings: len(t.enc), Contexts: t.contexts, CPU: t.cpu}
+	fold := func(enc, dec []float64) (e, d, lo, hi float64) {
+		pairs := make([]float64, len(enc))
+		for i := range enc {
+			pairs[i] = enc[i] + dec[i]
+		}
+		if len(pairs) > 0 {
+			lo, hi = slices.Min(pairs), slices.Max(pairs)
+		}
+		return median(enc), median(dec), lo, hi
 	}
-	if len(pairs) > 0 {
-		b.MinNsPerFramePair, b.MaxNsPerFramePair = slices.Min(pairs), slices.Max(pairs)
-	}
+	b.EncodeNsPerFrame, b.DecodeNsPerFrame, b.MinNsPerFramePair, b.MaxNsPerFramePair = fold(t.enc, t.dec)
 	b.NsPerCallSecond = g729FramesPerCallSecond * (b.EncodeNsPerFrame + b.DecodeNsPerFrame)
 	if b.NsPerCallSecond > 0 {
 		b.PhysicalCallsPerCore = 1e9 / b.NsPerCallSecond
+	}
+	b.ContextsEncodeNsPerFrame, b.ContextsDecodeNsPerFrame, b.ContextsMinNsPerPair, b.ContextsMaxNsPerPair = fold(t.nenc, t.ndec)
+	b.ContextsNsPerCallSecond = g729FramesPerCallSecond * (b.ContextsEncodeNsPerFrame + b.ContextsDecodeNsPerFrame)
+	if b.ContextsNsPerCallSecond > 0 {
+		b.ContextsCallsPerCore = 1e9 / b.ContextsNsPerCallSecond
+		if b.NsPerCallSecond > 0 {
+			b.ContextsOverHot = b.ContextsNsPerCallSecond / b.NsPerCallSecond
+		}
 	}
 	return b
 }
@@ -123,8 +164,10 @@ type benchTranscodeRelay struct {
 	OverheadNsPerCallSecond float64 `json:"overhead_ns_per_call_second"`
 	// CallsPerCore: 1 s over CPUNsPerCallSecond.
 	CallsPerCore float64 `json:"calls_per_core"`
-	// OfPhysicalLimit: CallsPerCore over bcg729's PhysicalCallsPerCore.
+	// OfPhysicalLimit: CallsPerCore over bcg729's PhysicalCallsPerCore
+	// (the goal's); OfContextsLimit over its ContextsCallsPerCore.
 	OfPhysicalLimit float64 `json:"of_physical_limit"`
+	OfContextsLimit float64 `json:"of_contexts_limit"`
 	CallsPerGHz     float64 `json:"calls_per_ghz"`
 	MaxZeroLoss     int     `json:"max_zero_loss_calls"`
 }
@@ -172,6 +215,9 @@ func summarizeTranscode(rep *Report, ghz float64) {
 			if t.Bcg729.PhysicalCallsPerCore > 0 {
 				r.OfPhysicalLimit = r.CallsPerCore / t.Bcg729.PhysicalCallsPerCore
 			}
+			if t.Bcg729.ContextsCallsPerCore > 0 {
+				r.OfContextsLimit = r.CallsPerCore / t.Bcg729.ContextsCallsPerCore
+			}
 			if ghz > 0 {
 				r.CallsPerGHz = r.CallsPerCore / ghz
 			}
@@ -202,16 +248,21 @@ func writeTranscodeText(w io.Writer, t *benchTranscodeReport) {
 	}
 	b := t.Bcg729
 	fmt.Fprintf(w, "\nTranscoding G.711 µ-law 20 ms <-> G.729 20 ms (a call: 100 G.729 frames encoded and 100 decoded per second), same run:\n")
-	fmt.Fprintf(w, "  bcg729 in-process: encode %.0f ns/frame, decode %.0f ns/frame (medians of %d timings of %d frames; encode+decode %.0f-%.0f ns)\n",
-		b.EncodeNsPerFrame, b.DecodeNsPerFrame, b.Timings, bcg729Frames, b.MinNsPerFramePair, b.MaxNsPerFramePair)
-	fmt.Fprintf(w, "  bcg729 per call: %.0f µs of CPU per second; physical limit %.0f calls per core\n", b.NsPerCallSecond/1e3, b.PhysicalCallsPerCore)
+	fmt.Fprintf(w, "  bcg729 in-process, hot (one encoder, one decoder): encode %.0f ns/frame, decode %.0f ns/frame (medians of %d timings of %d frames, CPU time on CPU %d, before, between and after the relays' runs; encode+decode %.0f-%.0f ns)\n",
+		b.EncodeNsPerFrame, b.DecodeNsPerFrame, b.Timings, bcg729Frames, b.CPU, b.MinNsPerFramePair, b.MaxNsPerFramePair)
+	fmt.Fprintf(w, "  bcg729 per call: %.0f µs of CPU per second; physical limit %.0f calls per core (the goal's yardstick)\n", b.NsPerCallSecond/1e3, b.PhysicalCallsPerCore)
+	if b.Contexts > 0 {
+		fmt.Fprintf(w, "  bcg729 over %d encoders and %d decoders in turn: encode %.0f ns/frame, decode %.0f ns/frame (encode+decode %.0f-%.0f ns): %.0f µs per call-second, %.2fx hot, %.0f calls per core\n",
+			b.Contexts, b.Contexts, b.ContextsEncodeNsPerFrame, b.ContextsDecodeNsPerFrame, b.ContextsMinNsPerPair, b.ContextsMaxNsPerPair,
+			b.ContextsNsPerCallSecond/1e3, b.ContextsOverHot, b.ContextsCallsPerCore)
+	}
 	for _, r := range t.Relays {
 		if r.CPUNsPerCallSecond <= 0 {
 			fmt.Fprintf(w, "  %-20s no comparable zero-loss step\n", r.Relay)
 			continue
 		}
-		fmt.Fprintf(w, "  %-20s %.0f µs/call/s (tasks), overhead %.0f µs/call/s, %.0f calls per core (%.2fx the limit), %.0f calls/GHz, max zero-loss %d calls\n",
-			r.Relay, r.CPUNsPerCallSecond/1e3, r.OverheadNsPerCallSecond/1e3, r.CallsPerCore, r.OfPhysicalLimit, r.CallsPerGHz, r.MaxZeroLoss)
+		fmt.Fprintf(w, "  %-20s %.0f µs/call/s (tasks), overhead %.0f µs/call/s, %.0f calls per core (%.2fx the limit, %.2fx the contexts limit), %.0f calls/GHz, max zero-loss %d calls\n",
+			r.Relay, r.CPUNsPerCallSecond/1e3, r.OverheadNsPerCallSecond/1e3, r.CallsPerCore, r.OfPhysicalLimit, r.OfContextsLimit, r.CallsPerGHz, r.MaxZeroLoss)
 	}
 	for _, c := range t.Checks {
 		met := "met"

@@ -21,63 +21,127 @@ import (
 	"github.com/relayd/relayd/slowpath/codec/g729"
 )
 
-// timeBcg729 times reps rounds of encoding and decoding frames frames of
-// m's signal on one locked thread (CLOCK_THREAD_CPUTIME_ID: time on CPU,
-// not time waiting for one) and returns the per-frame costs of each.
-func timeBcg729(m *transcodeMaterial, frames, reps int) (enc, dec []float64, err error) {
+// bcg729Clock times bcg729 in-process for the transcode comparison, in
+// the same run as the relays and interleaved with their runs: on one
+// thread pinned to a CPU, by that thread's CPU time
+// (CLOCK_THREAD_CPUTIME_ID: time on CPU, not time waiting for one). Two
+// timings: "hot", one encoder and one decoder running frames back to
+// back (the yardstick: what bcg729's cost alone allows), and
+// "contexts", as many encoders and decoders as the sweep's largest step
+// has calls (one of each per call, as a relay holds them), one frame of
+// each in turn, so that the contexts do not stay in the caches. Its zero
+// value is not usable: use newBcg729Clock. Not safe for concurrent use.
+type bcg729Clock struct {
+	m          *transcodeMaterial
+	encs       []*g729.Encoder
+	decs       []*g729.Decoder
+	pos        []int // each context's next frame in m's loop
+	cpu        int
+	enc, dec   []float64 // hot: ns per frame, one entry per timing
+	nenc, ndec []float64 // contexts: the same
+}
+
+// newBcg729Clock makes the contexts for calls calls.
+func newBcg729Clock(m *transcodeMaterial, calls int) (*bcg729Clock, error) {
+	c := &bcg729Clock{m: m, cpu: runtime.NumCPU() - 1}
+	loop := len(m.pcm) / g729.FrameSamples
+	for i := range max(calls, 1) {
+		e, err := g729.NewEncoder(false)
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.encs = append(c.encs, e)
+		d, err := g729.NewDecoder()
+		if err != nil {
+			c.close()
+			return nil, err
+		}
+		c.decs = append(c.decs, d)
+		// Each call from its own point of the loop, as the sender's
+		// streams are.
+		c.pos = append(c.pos, 7*i%loop)
+	}
+	return c, nil
+}
+
+func (c *bcg729Clock) close() {
+	for _, e := range c.encs {
+		e.Close()
+	}
+	for _, d := range c.decs {
+		d.Close()
+	}
+	c.encs, c.decs = nil, nil
+}
+
+// contexts is the number of encoders (and decoders) of the contexts
+// timing.
+func (c *bcg729Clock) contexts() int { return len(c.encs) }
+
+// measure runs reps hot timings and reps contexts timings of frames
+// frames each, alternating, on a thread pinned to the clock's CPU.
+func (c *bcg729Clock) measure(frames, reps int) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	e, err := g729.NewEncoder(false)
-	if err != nil {
-		return nil, nil, err
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err == nil {
+		var set unix.CPUSet
+		set.Set(c.cpu)
+		if unix.SchedSetaffinity(0, &set) == nil {
+			defer unix.SchedSetaffinity(0, &was)
+		}
 	}
-	defer e.Close()
-	d, err := g729.NewDecoder()
-	if err != nil {
-		return nil, nil, err
+	for range reps {
+		e, d, err := c.time(frames, 1)
+		if err != nil {
+			return err
+		}
+		c.enc, c.dec = append(c.enc, e), append(c.dec, d)
+		if e, d, err = c.time(frames, len(c.encs)); err != nil {
+			return err
+		}
+		c.nenc, c.ndec = append(c.nenc, e), append(c.ndec, d)
 	}
-	defer d.Close()
+	return nil
+}
+
+// time encodes frames frames of the material, then decodes frames frames
+// of its G.729, over the first n contexts in turn, and returns the CPU
+// time per encoded and per decoded frame.
+func (c *bcg729Clock) time(frames, n int) (enc, dec float64, err error) {
+	m := c.m
 	loop := len(m.pcm) / g729.FrameSamples
-	bits := make([]byte, 0, frames*g729.FrameBytes)
-	pcm := make([]int16, 0, g729.FrameSamples)
+	var bits [g729.FrameBytes]byte
+	var pcm [g729.FrameSamples]int16
 	now := func() int64 {
 		var ts unix.Timespec
 		_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
 		return ts.Nano()
 	}
-	for range reps {
-		bits = bits[:0]
-		t0 := now()
-		for i := range frames {
-			k := i % loop * g729.FrameSamples
-			if bits, _, err = e.Encode(bits, m.pcm[k:k+g729.FrameSamples]); err != nil {
-				return nil, nil, err
-			}
+	pos := slices.Clone(c.pos[:n])
+	t0 := now()
+	for i := range frames {
+		k := i % n
+		f := pos[k] * g729.FrameSamples
+		if _, _, err = c.encs[k].Encode(bits[:0], m.pcm[f:f+g729.FrameSamples]); err != nil {
+			return 0, 0, err
 		}
-		t1 := now()
-		for i := range frames {
-			if pcm, err = d.Decode(pcm[:0], bits[i*g729.FrameBytes:(i+1)*g729.FrameBytes]); err != nil {
-				return nil, nil, err
-			}
+		pos[k] = (pos[k] + 1) % loop
+	}
+	t1 := now()
+	copy(pos, c.pos[:n])
+	for i := range frames {
+		k := i % n
+		f := pos[k] * g729.FrameBytes
+		if _, err = c.decs[k].Decode(pcm[:0], m.g729[f:f+g729.FrameBytes]); err != nil {
+			return 0, 0, err
 		}
-		t2 := now()
-		enc = append(enc, float64(t1-t0)/float64(frames))
-		dec = append(dec, float64(t2-t1)/float64(frames))
+		pos[k] = (pos[k] + 1) % loop
 	}
-	return enc, dec, nil
-}
-
-// measureBcg729 times bcg729 and appends the timings to enc and dec.
-func measureBcg729(m *transcodeMaterial, enc, dec *[]float64) error {
-	if m == nil {
-		return errors.New("no transcode material")
-	}
-	e, d, err := timeBcg729(m, bcg729Frames, bcg729Reps)
-	if err != nil {
-		return fmt.Errorf("time bcg729: %w", err)
-	}
-	*enc, *dec = append(*enc, e...), append(*dec, d...)
-	return nil
+	t2 := now()
+	copy(c.pos[:n], pos)
+	return float64(t1-t0) / float64(frames), float64(t2-t1) / float64(frames), nil
 }
 
 // ngCall is a transcode call set up on a relay over ng.
@@ -187,6 +251,15 @@ func (b *fwdBench) transcodeSweep(ctx context.Context, cfg Config, rep *Report, 
 	mat := b.xcMat
 	if mat == nil {
 		return errors.New("no G.729 material")
+	}
+	if c := b.xcClock; c != nil {
+		b.afterRun = func() error {
+			if err := c.measure(bcg729Frames, bcg729RunReps); err != nil {
+				return fmt.Errorf("time bcg729: %w", err)
+			}
+			return nil
+		}
+		defer func() { b.afterRun = nil }()
 	}
 	var calls []*ngCall
 	defer func() {

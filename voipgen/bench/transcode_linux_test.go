@@ -89,9 +89,13 @@ func TestBenchTranscode(t *testing.T) {
 		t.Fatal("no transcode figures")
 	}
 	b := x.Bcg729
-	if b.EncodeNsPerFrame <= 0 || b.DecodeNsPerFrame <= 0 || b.Timings != 2*bcg729Reps || b.MinNsPerFramePair <= 0 ||
-		b.MaxNsPerFramePair < b.MinNsPerFramePair || b.PhysicalCallsPerCore <= 0 {
-		t.Errorf("bcg729 %+v", b)
+	// Timed before and after the relays and after each of their runs,
+	// hot and over one encoder and decoder per call of the step.
+	if b.EncodeNsPerFrame <= 0 || b.DecodeNsPerFrame <= 0 || b.Timings != 2*bcg729EdgeReps+bcg729RunReps*len(rep.Runs) || b.MinNsPerFramePair <= 0 ||
+		b.MaxNsPerFramePair < b.MinNsPerFramePair || b.PhysicalCallsPerCore <= 0 || b.Contexts != 10 ||
+		b.ContextsEncodeNsPerFrame <= 0 || b.ContextsDecodeNsPerFrame <= 0 || b.ContextsMaxNsPerPair < b.ContextsMinNsPerPair ||
+		b.ContextsCallsPerCore <= 0 || b.ContextsOverHot <= 0 {
+		t.Errorf("bcg729 %+v (%d runs)", b, len(rep.Runs))
 	}
 	if want := 100 * (b.EncodeNsPerFrame + b.DecodeNsPerFrame); b.NsPerCallSecond != want {
 		t.Errorf("bcg729 %.0f ns per call second, want 100 encoded + 100 decoded frames = %.0f", b.NsPerCallSecond, want)
@@ -102,7 +106,7 @@ func TestBenchTranscode(t *testing.T) {
 	for _, r := range x.Relays {
 		// A relay that transcodes costs more than bcg729 alone.
 		if r.Steps != 1 || r.CPUNsPerCallSecond <= b.NsPerCallSecond || r.OverheadNsPerCallSecond <= 0 || r.CallsPerCore <= 0 ||
-			r.OfPhysicalLimit <= 0 || r.OfPhysicalLimit >= 1 || r.CallsPerGHz <= 0 || r.MaxZeroLoss != 10 {
+			r.OfPhysicalLimit <= 0 || r.OfPhysicalLimit >= 1 || r.OfContextsLimit <= 0 || r.CallsPerGHz <= 0 || r.MaxZeroLoss != 10 {
 			t.Errorf("transcode figures %+v (bcg729 %.0f ns per call second)", r, b.NsPerCallSecond)
 		}
 	}
