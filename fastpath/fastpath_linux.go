@@ -735,7 +735,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return err
 	}
 	// A fresh slot starts from zero whatever its previous flow left.
-	if err := f.objs.Stats.Update(slot, relayFlowStats{}, ebpf.UpdateLock); err != nil {
+	if err := f.objs.Stats.Update(&slot, &zeroStats, ebpf.UpdateLock); err != nil {
 		heap.Push(&f.free, slot)
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
@@ -750,7 +750,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 			return errors.Join(fmt.Errorf("install flow %s: %w", fl.Match, err), f.loopsTo(k, false))
 		}
 	}
-	if err := f.objs.Flows.Update(k, v, ebpf.UpdateNoExist); err != nil {
+	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateNoExist); err != nil {
 		heap.Push(&f.free, slot)
 		if !exists && !errors.Is(err, ebpf.ErrKeyExist) {
 			err = errors.Join(err, f.loopsTo(k, false))
@@ -770,6 +770,12 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 }
 
 var errClosed = errors.New("fastpath closed")
+
+// zeroStats is a fresh slot's statistics. The maps' keys and values are
+// passed by pointer: cilium/ebpf then hands their memory to the kernel as
+// it is, where a value would be encoded by reflection (encoding/binary),
+// allocating, at every install, update and removal.
+var zeroStats relayFlowStats
 
 // allocSlot returns the lowest free stats slot: the slots in use stay
 // at the bottom of the array, which List and EachStats read only up to
@@ -843,7 +849,7 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var old relayFlowValue
-	if err := f.objs.Flows.Lookup(k, &old); err != nil {
+	if err := f.objs.Flows.Lookup(&k, &old); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.ErrNotFound
 		}
@@ -851,7 +857,7 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 	}
 	v := valueOf(&fl, old.StatsIdx)
 	f.markLoop(k, &v)
-	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
+	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
 	f.loops.set(k, &v)
@@ -870,15 +876,15 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var v relayFlowValue
-	if err := f.objs.Flows.LookupAndDelete(k, &v); err != nil {
+	if err := f.objs.Flows.LookupAndDelete(&k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.Stats{}, dataplane.ErrNotFound
 		}
 		// Hash maps gained LookupAndDelete in 5.14; fall back.
-		if err2 := f.objs.Flows.Lookup(k, &v); err2 != nil {
+		if err2 := f.objs.Flows.Lookup(&k, &v); err2 != nil {
 			return dataplane.Stats{}, fmt.Errorf("look up flow %s: %w", match, err2)
 		}
-		if err2 := f.objs.Flows.Delete(k); err2 != nil {
+		if err2 := f.objs.Flows.Delete(&k); err2 != nil {
 			return dataplane.Stats{}, fmt.Errorf("remove flow %s: %w", match, err2)
 		}
 	}
@@ -902,7 +908,7 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 // Stats implements dataplane.DataPlane.
 func (f *Fastpath) Stats(match netip.AddrPort) (dataplane.Stats, error) {
 	var v relayFlowValue
-	if err := f.objs.Flows.Lookup(keyOf(match), &v); err != nil {
+	if err := f.objs.Flows.Lookup(new(keyOf(match)), &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.Stats{}, dataplane.ErrNotFound
 		}
@@ -919,7 +925,7 @@ func (f *Fastpath) Stats(match netip.AddrPort) (dataplane.Stats, error) {
 
 func (f *Fastpath) readStats(slot uint32) (dataplane.Stats, error) {
 	var s relayFlowStats
-	if err := f.objs.Stats.LookupWithFlags(slot, &s, ebpf.LookupLock); err != nil {
+	if err := f.objs.Stats.LookupWithFlags(&slot, &s, ebpf.LookupLock); err != nil {
 		return dataplane.Stats{}, fmt.Errorf("read flow statistics: %w", err)
 	}
 	return convertStats(&s, monoNow(), f.cfg.now()), nil

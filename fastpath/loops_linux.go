@@ -3,6 +3,7 @@ package fastpath
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"go.uber.org/zap"
@@ -23,8 +24,16 @@ const loopFlag = uint8(relayFlowFlagsFLOW_F_LOOP)
 
 // loopIndex knows which flows send to which flow keys.
 type loopIndex struct {
-	dest map[flowKey]flowKey              // a flow's destination, as a flow key
-	to   map[flowKey]map[flowKey]struct{} // the flows that send to a key
+	dest map[flowKey]flowKey   // a flow's destination, as a flow key
+	to   map[flowKey]senderSet // the flows that send to a key
+}
+
+// senderSet is the flows that send to one key: nearly always one (each
+// flow of a call sends to a peer's address of its own), kept in the map
+// entry, where a set of its own would be a map per flow.
+type senderSet struct {
+	one  flowKey
+	more []flowKey // the others, rare
 }
 
 // destKey is the flow key that flow k's packets go to: its destination
@@ -46,13 +55,15 @@ func (x *loopIndex) set(k flowKey, v *relayFlowValue) {
 	}
 	if x.dest == nil {
 		x.dest = make(map[flowKey]flowKey)
-		x.to = make(map[flowKey]map[flowKey]struct{})
+		x.to = make(map[flowKey]senderSet)
 	}
 	x.dest[k] = d
-	if x.to[d] == nil {
-		x.to[d] = make(map[flowKey]struct{})
+	if s, ok := x.to[d]; ok {
+		s.more = append(s.more, k)
+		x.to[d] = s
+	} else {
+		x.to[d] = senderSet{one: k}
 	}
-	x.to[d][k] = struct{}{}
 }
 
 // remove forgets flow k's destination.
@@ -62,16 +73,34 @@ func (x *loopIndex) remove(k flowKey) {
 		return
 	}
 	delete(x.dest, k)
-	delete(x.to[d], k)
-	if len(x.to[d]) == 0 {
-		delete(x.to, d)
+	s := x.to[d]
+	if s.one == k {
+		if len(s.more) == 0 {
+			delete(x.to, d)
+			return
+		}
+		s.one = s.more[len(s.more)-1]
+		s.more = s.more[:len(s.more)-1]
+	} else if i := slices.Index(s.more, k); i >= 0 {
+		s.more = slices.Delete(s.more, i, i+1)
 	}
+	if len(s.more) == 0 {
+		s.more = nil
+	}
+	x.to[d] = s
 }
 
 // senders returns the flows other than k that send to k.
 func (x *loopIndex) senders(k flowKey) []flowKey {
+	s, ok := x.to[k]
+	if !ok {
+		return nil
+	}
 	var out []flowKey
-	for a := range x.to[k] {
+	if s.one != k {
+		out = append(out, s.one)
+	}
+	for _, a := range s.more {
 		if a != k {
 			out = append(out, a)
 		}
@@ -95,14 +124,14 @@ func (f *Fastpath) markLoop(k flowKey, v *relayFlowValue) {
 // with f.mu held.
 func (f *Fastpath) setLoop(k flowKey, on bool) error {
 	var v relayFlowValue
-	if err := f.objs.Flows.Lookup(k, &v); err != nil {
+	if err := f.objs.Flows.Lookup(&k, &v); err != nil {
 		return fmt.Errorf("look up flow %s: %w", addrPortOf(k.Family, k.Addr, k.Port), err)
 	}
 	if (v.Flags&loopFlag != 0) == on {
 		return nil
 	}
 	v.Flags ^= loopFlag
-	if err := f.objs.Flows.Update(k, v, ebpf.UpdateExist); err != nil {
+	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("flag flow %s: %w", addrPortOf(k.Family, k.Addr, k.Port), err)
 	}
 	return nil
@@ -132,7 +161,7 @@ func (f *Fastpath) adoptLoops(flows []flowEntry) {
 		if want.Flags == e.v.Flags {
 			continue
 		}
-		if err := f.objs.Flows.Update(e.k, want, ebpf.UpdateExist); err != nil {
+		if err := f.objs.Flows.Update(&e.k, &want, ebpf.UpdateExist); err != nil {
 			f.log.Warn("adopted flow: loop flag not updated", zap.Stringer("match", addrPortOf(e.k.Family, e.k.Addr, e.k.Port)), zap.Error(err))
 		}
 	}

@@ -1,6 +1,9 @@
 package fastpath
 
 import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -94,4 +97,53 @@ func TestXDPLoopFlags(t *testing.T) {
 	}
 	e.fp.adoptLoops(flows)
 	check("adopted with a stale flag", xdpRedirect, "forward/redirect", false)
+}
+
+// TestLoopIndex checks the index of who sends where against a plain
+// model through random sets and removals over a few destinations, so
+// that several flows share one (the set's rare case) as well as none.
+func TestLoopIndex(t *testing.T) {
+	key := func(port uint16) flowKey { return keyOf(ap(relay4, port)) }
+	value := func(dst uint16) relayFlowValue {
+		return valueOf(&dataplane.Flow{Match: ap(relay4, 1), SendFrom: ap(relay4, 1), SendTo: ap(relay4, dst)}, 0)
+	}
+	var x loopIndex
+	model := map[flowKey]flowKey{} // flow -> destination
+	rng := rand.New(rand.NewPCG(14, 14))
+	for i := range 5000 {
+		k := key(uint16(20000 + rng.IntN(12)))
+		if rng.IntN(3) == 0 {
+			x.remove(k)
+			delete(model, k)
+		} else {
+			dst := uint16(20000 + rng.IntN(6)) // often a flow's own match, or another's
+			v := value(dst)
+			x.set(k, &v)
+			model[k] = key(dst)
+		}
+		for d := range uint16(12) {
+			dk := key(20000 + d)
+			var want []flowKey
+			for f, to := range model {
+				if to == dk && f != dk {
+					want = append(want, f)
+				}
+			}
+			got := x.senders(dk)
+			sortKeys := func(s []flowKey) {
+				slices.SortFunc(s, func(a, b flowKey) int { return cmp.Compare(a.Port, b.Port) })
+			}
+			sortKeys(want)
+			sortKeys(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("step %d: senders to %d = %v, want %v", i, 20000+d, got, want)
+			}
+		}
+	}
+	for k := range model {
+		x.remove(k)
+	}
+	if len(x.dest) != 0 || len(x.to) != 0 {
+		t.Errorf("all removed: %d destinations, %d sender sets left", len(x.dest), len(x.to))
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/relayd/relayd/dataplane"
@@ -52,9 +51,6 @@ const (
 type flowState struct {
 	flow   dataplane.Flow
 	shadow bool // relays what XDP punts of an XDP flow
-	// punted, until the shadow's first packet, is the pool's flag for it
-	// (Pool.punted); nil after.
-	punted *atomic.Bool
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 

@@ -37,11 +37,8 @@ type Pool struct {
 
 	latched chan latchEvent
 
-	mu    sync.Mutex // guards the following
-	owner map[netip.AddrPort]int
-	// punted flags each shadow's first packet (its worker sets it): a
-	// shadow without one has nothing to report when removed.
-	punted    map[netip.AddrPort]*atomic.Bool
+	mu        sync.Mutex // guards the following
+	owner     map[netip.AddrPort]int
 	count     []int              // flows per worker
 	relayRefs map[netip.Addr]int // flows (shadows too) by the address they match on
 	relays    relaySet           // relayRefs' addresses, for the workers
@@ -103,7 +100,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), punted: make(map[netip.AddrPort]*atomic.Bool), count: make([]int, len(cfg.CPUs)),
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
 		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
 	// Nothing is steered until flows are installed: attaching before the
 	// workers' sockets are in the sockmap changes no packet's way.
@@ -184,15 +181,15 @@ func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
 // the fewest flows.
 func (p *Pool) Install(fl dataplane.Flow) error { return p.install(fl, false) }
 
-// InstallShadow implements dataplane.PuntRelay. The worker is not waited
-// for: a shadow carries no transcoding, so once the pool took it (the
-// checks here) the worker cannot refuse it, and it serves its queue
-// before the packets it receives after (see run). Each XDP flow install
-// would otherwise be a round trip to a worker on a locked thread.
+// InstallShadow implements dataplane.PuntRelay. The shadow starts
+// dormant (worker.dormant): its worker is neither woken nor waited for,
+// and holds only the flow until XDP first punts to it. Most XDP flows
+// never are; each install would otherwise wake a worker on its locked
+// thread, and each shadow would be a flowState for the call's lifetime.
 func (p *Pool) InstallShadow(fl dataplane.Flow) error { return p.install(fl, true) }
 
 // UpdateShadow implements dataplane.PuntRelay; like InstallShadow, it
-// does not wait for the worker.
+// does not wait for the worker (a dormant shadow's flow is replaced).
 func (p *Pool) UpdateShadow(fl dataplane.Flow) error { return p.update(fl, true) }
 
 // RemoveShadow implements dataplane.PuntRelay.
@@ -263,23 +260,21 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 		return err
 	}
 	add := ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}
-	if shadow {
-		add.punted = new(atomic.Bool)
-	}
-	if shadow && fl.Transcode == nil {
-		// Queued before the steering: the worker has it before any packet.
-		p.workers[wi].post(add)
-	} else if _, err := p.workers[wi].call(add); err != nil {
+	w := p.workers[wi]
+	dormant := shadow && canSleep(&add)
+	if dormant {
+		// Before the steering: the worker finds it at the first packet.
+		w.sleep(fl)
+	} else if _, err := w.call(add); err != nil {
 		return err
 	}
 	if err := p.steer.Steer(fl.Match, wi); err != nil {
-		p.workers[wi].call(ctrl{op: opRemove, flow: fl, shadow: shadow})
+		if !dormant || !w.unsleep(fl.Match) {
+			w.call(ctrl{op: opRemove, flow: fl, shadow: shadow})
+		}
 		return err
 	}
 	p.owner[fl.Match] = wi
-	if add.punted != nil {
-		p.punted[fl.Match] = add.punted
-	}
 	p.count[wi]++
 	p.holdRelay(fl.Match.Addr())
 	return nil
@@ -303,11 +298,22 @@ func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 		return err
 	}
 	c := ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc}
-	if shadow && fl.Transcode == nil {
-		p.workers[wi].post(c)
-		return nil
+	w := p.workers[wi]
+	if shadow {
+		switch {
+		case canSleep(&c) && w.resleep(fl):
+			return nil // still dormant, now with fl
+		case w.unsleep(fl.Match):
+			// Dormant but no longer fit to be (never for what XDP
+			// carries): the worker makes it.
+			c.op = opAdd
+		}
+		if fl.Transcode == nil {
+			w.post(c)
+			return nil
+		}
 	}
-	_, err = p.workers[wi].call(c)
+	_, err = w.call(c)
 	return err
 }
 
@@ -323,13 +329,11 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	}
 	rm := ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow}
 	var r []dataplane.FlowStats
-	if pb := p.punted[match]; shadow && pb != nil && !pb.Load() {
-		// A shadow XDP never punted to counted nothing: the worker need
-		// not be waited for (a packet it takes meanwhile goes uncounted,
-		// as one arriving just after the removal would).
-		p.workers[wi].post(rm)
-	} else {
+	if !shadow || !p.workers[wi].unsleep(match) {
 		// Ask the worker first: the flow must be of the kind asked for.
+		// A dormant shadow counted nothing and the worker need not be
+		// asked (a packet it takes from now on finds no flow, as one
+		// arriving just after the removal would).
 		var err error
 		if r, err = p.workers[wi].call(rm); err != nil {
 			return dataplane.Stats{}, err
@@ -339,7 +343,6 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 		return dataplane.Stats{}, err
 	}
 	delete(p.owner, match)
-	delete(p.punted, match)
 	p.count[wi]--
 	p.dropRelay(match.Addr())
 	if len(r) == 0 {
@@ -357,6 +360,9 @@ func (p *Pool) stats(match netip.AddrPort, shadow bool) (dataplane.Stats, error)
 	p.mu.Unlock()
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
+	}
+	if shadow && p.workers[wi].dormantHas(match) {
+		return dataplane.Stats{}, nil
 	}
 	r, err := p.workers[wi].call(ctrl{op: opGet, flow: dataplane.Flow{Match: match}, shadow: shadow})
 	if err != nil {
@@ -460,8 +466,6 @@ type ctrl struct {
 	op     ctrlOp
 	flow   dataplane.Flow
 	shadow bool // the flow is a shadow of an XDP flow
-	// punted, for a new shadow, is set at its first packet (Pool.punted).
-	punted *atomic.Bool
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 	reply  chan ctrlReply
@@ -493,6 +497,15 @@ type worker struct {
 	raw4   int
 	raw6   int
 	flows  map[netip.AddrPort]*flowState
+
+	// dormant are the shadows XDP has not punted to yet: their flow
+	// alone, a fraction of a flowState, installed and removed without
+	// waking the worker (dormant_linux.go). The worker wakes one into flows
+	// at its first packet. Written by the pool, read by the worker when
+	// a packet's match is not in flows.
+	dormantMu sync.Mutex // guards dormant
+	dormant   map[netip.AddrPort]*dataplane.Flow
+	dormantN  atomic.Int32 // len(dormant): a miss in flows takes no lock while 0
 
 	// xsks are the worker's AF_XDP sockets (Config.IO "afxdp"), one per
 	// (device, queue), read before the UDP socket; xb is their batch.
@@ -836,7 +849,7 @@ func (w *worker) handleCtrl(c ctrl) ctrlReply {
 		if _, ok := w.flows[c.flow.Match]; ok {
 			return ctrlReply{err: dataplane.ErrExists}
 		}
-		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc, punted: c.punted}
+		f := &flowState{flow: c.flow, shadow: c.shadow, dec: c.dec, enc: c.enc}
 		if err := w.setTranscode(f, c.flow.Transcode); err != nil {
 			return ctrlReply{err: err}
 		}
@@ -1250,12 +1263,10 @@ func (w *worker) relayBatch(rx rxSource, n int, tx4, tx6 *txBatch) {
 		}
 		f := w.flows[dst]
 		if f == nil {
-			noFlow++
-			continue
-		}
-		if f.punted != nil {
-			f.punted.Store(true) // once: its removal now waits for its counters
-			f.punted = nil
+			if f = w.awaken(dst); f == nil {
+				noFlow++
+				continue
+			}
 		}
 		tx := tx4
 		if !f.outIs4() {
@@ -1287,6 +1298,8 @@ func (w *worker) relayBatch(rx rxSource, n int, tx4, tx6 *txBatch) {
 				if f.flow.Reverse.IsValid() {
 					if r := w.flows[f.flow.Reverse]; r != nil {
 						r.flow.SendTo = f.learned
+					} else {
+						w.dormantSendTo(f.flow.Reverse, f.learned)
 					}
 					w.notifyLatched(f.flow.Match, f.learned, false)
 				}

@@ -95,8 +95,9 @@ func TestShadowStats(t *testing.T) {
 
 // TestShadowPostedBeforePackets: a shadow install does not wait for the
 // worker, yet a packet sent the moment it returns finds the shadow: the
-// worker serves its queue before the packets it received. The removal of
-// a shadow never punted to does not wait either.
+// worker serves its queue before the packets it received (a shadow is
+// dormant until then, see TestDormantShadows). The removal of a shadow
+// never punted to does not wait either.
 func TestShadowPostedBeforePackets(t *testing.T) {
 	enterTestNS(t, "198.18.1.1/32", "198.18.0.2/32")
 	p, err := New(Config{Workers: 1}, zaptest.NewLogger(t))
@@ -152,6 +153,11 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
 		t.Fatal(err)
 	}
+	// Only the shadows punted to are the worker's flows; silent waits
+	// dormant.
+	if awake, err := p.list(true); err != nil || len(awake) != 19 {
+		t.Errorf("the worker has %d shadows (%v), want the 19 punted to and not removed", len(awake), err)
+	}
 	if st, err := p.RemoveShadow(silent); err != nil || st != (dataplane.Stats{}) {
 		t.Errorf("RemoveShadow of a silent shadow: %+v, %v; want nothing", st, err)
 	}
@@ -162,5 +168,68 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 	}
 	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
 		t.Errorf("install again after the removal: %v", err)
+	}
+}
+
+// TestDormantShadows: a shadow waits as its flow alone until the first
+// packet XDP punts to it, which makes it a flow of the worker's with the
+// flow of its last update; an update of the reverse flow's latching
+// reaches a dormant shadow too; a packet to no flow, dormant or awake,
+// is counted as such; relaying allocates nothing with dormant shadows
+// about.
+func TestDormantShadows(t *testing.T) {
+	w := &worker{log: zaptest.NewLogger(t), flows: map[netip.AddrPort]*flowState{}, relays: &relaySet{}}
+	relay := netip.MustParseAddr("198.18.1.1")
+	flow := func(port uint16, to string) dataplane.Flow {
+		return dataplane.Flow{Match: netip.AddrPortFrom(relay, port), SendFrom: netip.AddrPortFrom(relay, port+100),
+			SendTo: netip.MustParseAddrPort(to), ClockRate: 8000}
+	}
+	a, b := flow(30000, "198.18.2.2:5000"), flow(30002, "198.18.2.2:5002")
+	w.sleep(a)
+	w.sleep(b)
+	if !w.resleep(flow(30000, "198.18.2.2:6000")) {
+		t.Fatal("resleep of a dormant shadow: false")
+	}
+	if w.resleep(flow(30004, "198.18.2.2:6004")) {
+		t.Fatal("resleep of no shadow: true")
+	}
+	w.dormantSendTo(b.Match, netip.MustParseAddrPort("198.18.2.2:7002"))
+	if len(w.flows) != 0 || w.dormantN.Load() != 2 || !w.dormantHas(a.Match) || !w.dormantHas(b.Match) {
+		t.Fatalf("%d flows, %d dormant; want 0 and 2", len(w.flows), w.dormantN.Load())
+	}
+
+	rx := newRxBatch()
+	src := netip.MustParseAddrPort("198.18.0.2:4000")
+	fillRx(rx, 0, rtpPayload(1, 1, 160), src, a.Match, int64(1e18))
+	fillRx(rx, 1, rtpPayload(2, 1, 160), src, netip.AddrPortFrom(relay, 30006), int64(1e18)) // no flow
+	tx := newTxBatch(-1, false)
+	w.relayBatch(rx, 2, tx, nil)
+	f := w.flows[a.Match]
+	switch {
+	case f == nil:
+		t.Fatal("the punted packet's shadow was not woken")
+	case !f.shadow || f.packets != 1 || f.flow.SendTo != netip.MustParseAddrPort("198.18.2.2:6000"):
+		t.Errorf("woken shadow: shadow %v, %d packets, send_to %s; want a shadow, 1 packet, the updated 198.18.2.2:6000",
+			f.shadow, f.packets, f.flow.SendTo)
+	}
+	if got := w.counters[vSend].Load(); got != 1 {
+		t.Errorf("%d packets relayed, want 1", got)
+	}
+	if got := w.noFlow.Load(); got != 1 {
+		t.Errorf("%d packets found no flow, want 1", got)
+	}
+	if w.dormantHas(a.Match) || w.dormantN.Load() != 1 {
+		t.Errorf("after the wake-up: dormant %v, %d dormant; want false, 1", w.dormantHas(a.Match), w.dormantN.Load())
+	}
+	if fb := w.awaken(b.Match); fb == nil || fb.flow.SendTo != netip.MustParseAddrPort("198.18.2.2:7002") {
+		t.Errorf("dormant reverse shadow after latching: %+v, want send_to 198.18.2.2:7002", fb)
+	}
+	w.sleep(flow(30008, "198.18.2.2:5008"))
+	if !w.unsleep(netip.AddrPortFrom(relay, 30008)) || w.unsleep(netip.AddrPortFrom(relay, 30008)) || w.dormantN.Load() != 0 {
+		t.Errorf("unsleep: twice true or %d left", w.dormantN.Load())
+	}
+	w.sleep(flow(30010, "198.18.2.2:5010")) // a miss now looks in dormant
+	if allocs := testing.AllocsPerRun(100, func() { w.relayBatch(rx, 2, tx, nil) }); allocs != 0 {
+		t.Errorf("%v allocations per batch, want 0", allocs)
 	}
 }

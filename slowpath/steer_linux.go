@@ -76,7 +76,7 @@ func (s *Steering) SetSocket(i int, fd int) error {
 
 // Steer hands the packets to match to the socket of index i.
 func (s *Steering) Steer(match netip.AddrPort, i int) error {
-	if err := s.objs.Steer.Update(steerKey(match), uint32(i), ebpf.UpdateAny); err != nil {
+	if err := s.objs.Steer.Update(new(steerKey(match)), new(uint32(i)), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("steer %s: %w", match, err)
 	}
 	return nil
@@ -85,7 +85,7 @@ func (s *Steering) Steer(match netip.AddrPort, i int) error {
 // Unsteer gives the packets to match back to the normal socket lookup.
 // An address and port not steered is no error.
 func (s *Steering) Unsteer(match netip.AddrPort) error {
-	if err := s.objs.Steer.Delete(steerKey(match)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := s.objs.Steer.Delete(new(steerKey(match))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unsteer %s: %w", match, err)
 	}
 	return nil
