@@ -224,6 +224,24 @@ struct {
 	__uint(max_entries, 1); /* the loader's: CPUs times route_slots */
 } routes SEC(".maps");
 
+/* Statistics slots by relay port, a hint: the slot of a flow whose match
+ * has the port (the last installed, when flows on several addresses share
+ * it). With a flow's state spread over the flow map's bucket and element,
+ * its statistics slot and its route cache entry, a packet of one of many
+ * flows finds each of them out of the CPU's caches, and one after the
+ * other: the flow's value names the slot, so the slot's cache misses wait
+ * for the lookup's. The hint, read from the packet's port before the
+ * lookup, starts them beside the lookup's own (see warm_slot). It is
+ * never trusted: the program uses the slot the flow's value names, and a
+ * stale or wrong hint costs a wasted load. Not pinned: relayd writes it
+ * at each install and for the flows it adopts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 65536);
+} port_slots SEC(".maps");
+
 /* Entries per CPU, a power of two; 0: no route cache. Set by the loader. */
 volatile const __u32 route_slots = 0;
 /* The routing state's generation, moved on by relayd; 0: the cache is off
@@ -534,9 +552,34 @@ static __always_inline long route_lookup(struct pkt *p, struct route_entry *r, s
 	return rc;
 }
 
+/* touch loads the byte at p and discards it: the load's cache miss is
+ * under way while the instructions that follow run. */
+#define touch(p) asm volatile("" ::"r"(*(const volatile __u8 *)(p)))
+
+/* warm_slot starts the loads of the cache lines of statistics slot idx
+ * (both lines of the 88-byte slot; the lock word itself may not be read)
+ * and of this CPU's route cache entry for it. */
+static __always_inline void warm_slot(__u32 idx)
+{
+	struct flow_stats *st = bpf_map_lookup_elem(&stats, &idx);
+	struct route_entry *r = route_entry_of(idx);
+	if (st) {
+		touch(&st->ssrc);
+		touch(&st->rate_tokens);
+	}
+	if (r)
+		touch(r);
+}
+
 static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,
 				       __be16 sport)
 {
+	/* The port's slot hint, before the flow lookup (see port_slots). */
+	__u32 port = bpf_ntohs(key->port);
+	__u32 *hint = bpf_map_lookup_elem(&port_slots, &port);
+	if (hint)
+		warm_slot(*hint);
+
 	struct flow_value *fv = bpf_map_lookup_elem(&flows, key);
 	if (!fv)
 		return count(COUNTER_PASS_NO_FLOW, p->frame_len, XDP_PASS);

@@ -289,6 +289,9 @@ func (f *Fastpath) adopt() error {
 		}
 	}
 	f.adoptLoops(flows)
+	for _, e := range flows {
+		f.hintSlot(ntohs(e.k.Port), e.v.StatsIdx)
+	}
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
 	}
@@ -765,8 +768,18 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 	}
 	f.installed[k] = f.cfg.now()
 	f.loops.set(k, &v)
+	f.hintSlot(fl.Match.Port(), slot)
 	f.shadow(fl)
 	return nil
+}
+
+// hintSlot records slot as the statistics slot of the flows on port, for
+// the program's early loads (port_slots in bpf/relay.c). The hint only
+// saves time: a failure to write it is logged, and changes nothing else.
+func (f *Fastpath) hintSlot(port uint16, slot uint32) {
+	if err := f.objs.PortSlots.Put(uint32(port), slot); err != nil {
+		f.log.Debug("statistics slot hint not written", zap.Uint16("port", port), zap.Error(err))
+	}
 }
 
 var errClosed = errors.New("fastpath closed")

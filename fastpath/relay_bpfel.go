@@ -153,6 +153,7 @@ type relayRouteEntry struct {
 const (
 	relayMapCounters           = "counters"
 	relayMapFlows              = "flows"
+	relayMapPortSlots          = "port_slots"
 	relayMapRoutes             = "routes"
 	relayMapStats              = "stats"
 	relayMapTxPorts            = "tx_ports"
@@ -214,11 +215,12 @@ type relayProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type relayMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	Routes   *ebpf.MapSpec `ebpf:"routes"`
-	Stats    *ebpf.MapSpec `ebpf:"stats"`
-	TxPorts  *ebpf.MapSpec `ebpf:"tx_ports"`
+	Counters  *ebpf.MapSpec `ebpf:"counters"`
+	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	PortSlots *ebpf.MapSpec `ebpf:"port_slots"`
+	Routes    *ebpf.MapSpec `ebpf:"routes"`
+	Stats     *ebpf.MapSpec `ebpf:"stats"`
+	TxPorts   *ebpf.MapSpec `ebpf:"tx_ports"`
 }
 
 // relayVariableSpecs contains global variables before they are loaded into the kernel.
@@ -253,17 +255,19 @@ func (o *relayObjects) Close() error {
 //
 // It can be passed to loadRelayObjects or ebpf.CollectionSpec.LoadAndAssign.
 type relayMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Flows    *ebpf.Map `ebpf:"flows"`
-	Routes   *ebpf.Map `ebpf:"routes"`
-	Stats    *ebpf.Map `ebpf:"stats"`
-	TxPorts  *ebpf.Map `ebpf:"tx_ports"`
+	Counters  *ebpf.Map `ebpf:"counters"`
+	Flows     *ebpf.Map `ebpf:"flows"`
+	PortSlots *ebpf.Map `ebpf:"port_slots"`
+	Routes    *ebpf.Map `ebpf:"routes"`
+	Stats     *ebpf.Map `ebpf:"stats"`
+	TxPorts   *ebpf.Map `ebpf:"tx_ports"`
 }
 
 func (m *relayMaps) Close() error {
 	return _RelayClose(
 		m.Counters,
 		m.Flows,
+		m.PortSlots,
 		m.Routes,
 		m.Stats,
 		m.TxPorts,
