@@ -200,11 +200,8 @@ type FwdConfig struct {
 	// sender and sink: benchEndMmsg (default when empty) or benchEndXDP;
 	// see Config.
 	sender, sink string
-	// senderCPU: the CPU the sender's thread is pinned to, with the XDP
-	// sink's NAPI threads kept off it (-1: not pinned; the zero value
-	// of a FwdConfig pins nothing either).
-	senderCPU int
-	pinSender bool
+	// senderRT: the sender thread's SCHED_FIFO priority (0: SCHED_OTHER).
+	senderRT int
 }
 
 const (

@@ -819,26 +819,11 @@ func (b *fwdBench) setup(flows int) error {
 			// HostQueues pinned ring i's thread to CPU i.
 			b.napi = append(b.napi, pids...)
 		}
-		if cpu := b.senderCPU(); cpu >= 0 {
-			// Off the sender's CPU: the sink drains beside it, not
-			// in its place.
-			var set unix.CPUSet
-			for i := range runtime.NumCPU() {
-				if i != cpu {
-					set.Set(i)
-				}
-			}
-			for _, pid := range b.napi {
-				if err := unix.SchedSetaffinity(pid, &set); err != nil {
-					return fmt.Errorf("the XDP sink's NAPI thread %d off CPU %d: %w", pid, cpu, err)
-				}
-			}
-		}
 	}
 	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {
 		return err
 	}
-	if b.snd, err = newFwdSender(l, flows, b.cfg.sender == benchEndXDP, b.senderCPU()); err != nil {
+	if b.snd, err = newFwdSender(l, flows, b.cfg.sender == benchEndXDP, b.cfg.senderRT); err != nil {
 		return err
 	}
 	// Reverse streams go out of the sink's socket and come back to the
@@ -849,14 +834,6 @@ func (b *fwdBench) setup(flows int) error {
 	}
 	b.sink.watch(b.snd.fd)
 	return nil
-}
-
-// senderCPU is the CPU the sender is pinned to, or -1.
-func (b *fwdBench) senderCPU() int {
-	if !b.cfg.pinSender {
-		return -1
-	}
-	return b.cfg.senderCPU
 }
 
 func relaydBinary(p string) (string, error) {
@@ -1245,8 +1222,8 @@ func fwdSocket(ns *lab.NS, port int) (int, error) {
 // With xdp it sends frames through AF_XDP sockets instead (the socket is
 // still opened: the reverse streams come back to it).
 //
-// cpu >= 0 pins its thread to that CPU.
-func newFwdSender(l *lab.Lab, n int, xdp bool, cpu int) (*fwdSender, error) {
+// rt > 0 runs its thread SCHED_FIFO at priority rt.
+func newFwdSender(l *lab.Lab, n int, xdp bool, rt int) (*fwdSender, error) {
 	fd, err := fwdSocket(l.Caller, fwdSenderPort)
 	if err != nil {
 		return nil, fmt.Errorf("sender socket: %w", err)
@@ -1260,13 +1237,12 @@ func newFwdSender(l *lab.Lab, n int, xdp bool, cpu int) (*fwdSender, error) {
 	tid := make(chan int)
 	go s.loop(tid)
 	s.tid = <-tid
-	if cpu >= 0 {
-		var set unix.CPUSet
-		set.Set(cpu)
-		if err := unix.SchedSetaffinity(s.tid, &set); err != nil {
+	if rt > 0 {
+		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(rt)}
+		if err := unix.SchedSetAttr(s.tid, attr, 0); err != nil {
 			close(s.jobs)
 			unix.Close(fd)
-			return nil, fmt.Errorf("sender thread on CPU %d: %w", cpu, err)
+			return nil, fmt.Errorf("sender thread SCHED_FIFO %d: %w", rt, err)
 		}
 	}
 	return s, nil
