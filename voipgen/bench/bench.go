@@ -59,12 +59,6 @@ counts them with an XDP program on the end hosts' veths that drops them
 (lab/xdpsink), its work in those veths' NAPI threads (pinned one per CPU,
 SCHED_FIFO), measured as the sink's CPU. Each row gives the relay's, the
 sender's and the sink's share of one CPU.
---sender-rt-priority N runs the sender's thread SCHED_FIFO at N: on 2
-CPUs the XDP sink's NAPI threads (SCHED_FIFO 50) otherwise preempt it
-and make it miss its slots, and the step is marked sender short although
-the relay lost nothing; above 50 the sender sends its slot first and
-the sink drains after it, as a traffic generator on cores of its own
-would.
 
 Why a baseline, and not SIP calls' own media: the CPU figures need a run
 of the same packets without the relay (direct over an extra veth pair),
@@ -136,8 +130,6 @@ type Config struct {
 	// socket, sendmmsg / recvmmsg) or benchEndXDP (an AF_XDP TX socket
 	// per veth / the XDP sink on the end hosts' veths).
 	sender, sink string
-	// senderRT: the sender thread's SCHED_FIFO priority (0: SCHED_OTHER).
-	senderRT int
 }
 
 // The sweep's sender and sink kinds (--sender, --sink).
@@ -188,7 +180,6 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	js := fs.Bool("json", false, "print the report as JSON")
 	sender := fs.String("sender", benchEndMmsg, "the sweep's sender: mmsg (sendmmsg on a socket in each end namespace) or xdp (AF_XDP TX sockets on the end hosts' veths)")
 	sink := fs.String("sink", benchEndMmsg, "the sweep's sink: mmsg (recvmmsg on the end sockets) or xdp (an XDP program counting and dropping on the end hosts' veths)")
-	senderRT := fs.Int("sender-rt-priority", 0, "run the sweep's sender thread SCHED_FIFO at this priority (1-99; 0: normal); above the XDP sink's NAPI threads (50) they cannot delay its slots")
 	uio := fs.String("userspace-io", "socket", "how relayd's userspace workers receive in modes userspace, srtp and transcode: socket or afxdp (dataplane.userspace_io)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
@@ -196,13 +187,10 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	if *uio != "socket" && *uio != "afxdp" {
 		return Config{}, fmt.Errorf("--userspace-io %q: want socket or afxdp", *uio)
 	}
-	if *senderRT < 0 || *senderRT > 99 {
-		return Config{}, fmt.Errorf("--sender-rt-priority %d: want 0 (normal) to 99", *senderRT)
-	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	c := Config{senderRT: *senderRT, rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
+	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
 		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink, userspaceIO: *uio}
 	var err error
 	maxCalls := benchMaxCalls

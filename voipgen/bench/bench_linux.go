@@ -68,7 +68,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rates[i] = benchPPSPerCall * c
 	}
 	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait,
-		sender: cfg.sender, sink: cfg.sink, senderRT: cfg.senderRT}
+		sender: cfg.sender, sink: cfg.sink}
 	b := &fwdBench{cfg: fc, log: cfg.Progress, quietLeft: cfg.quietWait}
 	var relays []string
 	for _, m := range cfg.modes {

@@ -35,16 +35,16 @@ func TestParseBench(t *testing.T) {
 	if err != nil || strings.Join(c.modes, ",") != "transcode" || len(c.transcodeCalls) != 2 || c.transcodeCalls[0] != 10 || c.transcodeCalls[1] != 50 {
 		t.Errorf("transcode: %+v %v", c, err)
 	}
-	c, err = Parse([]string{"--calls", "7000,13k", "--sender", "xdp", "--sink", "xdp", "--sender-rt-priority", "60"}, io.Discard)
-	if err != nil || len(c.calls) != 2 || c.calls[0] != 7000 || c.calls[1] != 13000 || c.sender != benchEndXDP || c.sink != benchEndXDP || c.senderRT != 60 {
+	c, err = Parse([]string{"--calls", "7000,13k", "--sender", "xdp", "--sink", "xdp"}, io.Discard)
+	if err != nil || len(c.calls) != 2 || c.calls[0] != 7000 || c.calls[1] != 13000 || c.sender != benchEndXDP || c.sink != benchEndXDP {
 		t.Errorf("xdp ends, 13k calls: %+v %v", c, err)
 	}
-	if c, err := Parse(nil, io.Discard); err != nil || c.sender != benchEndMmsg || c.sink != benchEndMmsg || c.senderRT != 0 {
+	if c, err := Parse(nil, io.Discard); err != nil || c.sender != benchEndMmsg || c.sink != benchEndMmsg {
 		t.Errorf("default ends %q %q (%v), want mmsg", c.sender, c.sink, err)
 	}
 	for _, bad := range [][]string{{"--calls", "14000"}, {"--calls", "6000", "--static-flows"}, {"--sender", "raw"}, {"--sink", "socket"},
 		{"--modes", "transcode", "--sink", "xdp"}, {"--modes", "xdp,transcode", "--sender", "xdp"}, {"--calls", "0"}, {"--modes", "kernel"}, {"--step", "10ms"}, {"--transcode-calls", "0"},
-		{"--server-price", "0"}, {"--sender-rt-priority", "100"}, {"--sender-rt-priority", "-1"}, {"--sip-calls", "-1"}, {"--sip-calls", "6000"}, {"--out", ""}, {"extra"}} {
+		{"--server-price", "0"}, {"--sip-calls", "-1"}, {"--sip-calls", "6000"}, {"--out", ""}, {"extra"}} {
 		if _, err := Parse(bad, io.Discard); err == nil {
 			t.Errorf("parseBench(%q) succeeded", bad)
 		}

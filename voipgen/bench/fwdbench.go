@@ -200,8 +200,6 @@ type FwdConfig struct {
 	// sender and sink: benchEndMmsg (default when empty) or benchEndXDP;
 	// see Config.
 	sender, sink string
-	// senderRT: the sender thread's SCHED_FIFO priority (0: SCHED_OTHER).
-	senderRT int
 }
 
 const (

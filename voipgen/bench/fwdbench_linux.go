@@ -823,7 +823,7 @@ func (b *fwdBench) setup(flows int) error {
 	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {
 		return err
 	}
-	if b.snd, err = newFwdSender(l, flows, b.cfg.sender == benchEndXDP, b.cfg.senderRT); err != nil {
+	if b.snd, err = newFwdSender(l, flows, b.cfg.sender == benchEndXDP); err != nil {
 		return err
 	}
 	// Reverse streams go out of the sink's socket and come back to the
@@ -1221,9 +1221,7 @@ func fwdSocket(ns *lab.NS, port int) (int, error) {
 //
 // With xdp it sends frames through AF_XDP sockets instead (the socket is
 // still opened: the reverse streams come back to it).
-//
-// rt > 0 runs its thread SCHED_FIFO at priority rt.
-func newFwdSender(l *lab.Lab, n int, xdp bool, rt int) (*fwdSender, error) {
+func newFwdSender(l *lab.Lab, n int, xdp bool) (*fwdSender, error) {
 	fd, err := fwdSocket(l.Caller, fwdSenderPort)
 	if err != nil {
 		return nil, fmt.Errorf("sender socket: %w", err)
@@ -1237,14 +1235,6 @@ func newFwdSender(l *lab.Lab, n int, xdp bool, rt int) (*fwdSender, error) {
 	tid := make(chan int)
 	go s.loop(tid)
 	s.tid = <-tid
-	if rt > 0 {
-		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(rt)}
-		if err := unix.SchedSetAttr(s.tid, attr, 0); err != nil {
-			close(s.jobs)
-			unix.Close(fd)
-			return nil, fmt.Errorf("sender thread SCHED_FIFO %d: %w", rt, err)
-		}
-	}
 	return s, nil
 }
 

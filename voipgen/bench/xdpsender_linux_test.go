@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/relayd/relayd/internal/testenv"
 )
 
@@ -16,17 +14,13 @@ import (
 // IPv4 and UDP checksums and delivers it to the sink's or the sender's
 // socket only if the headers are right, so every stream counted in full
 // means every frame was. Building a frame and queueing it allocates
-// nothing. --sender-rt-priority reaches the sender's thread.
+// nothing.
 func TestXDPSenderFrames(t *testing.T) {
 	testenv.NeedRoot(t)
-	b := &fwdBench{cfg: FwdConfig{flows: []int{40}, sender: benchEndXDP, senderRT: 60}, log: testWriter{t}}
+	b := &fwdBench{cfg: FwdConfig{flows: []int{40}, sender: benchEndXDP}, log: testWriter{t}}
 	defer b.close()
 	if err := b.setup(40); err != nil {
 		t.Fatal(err)
-	}
-	attr, err := unix.SchedGetAttr(b.snd.tid, 0)
-	if err != nil || attr.Policy != unix.SCHED_FIFO || attr.Priority != 60 {
-		t.Errorf("sender thread: %+v %v, want SCHED_FIFO 60", attr, err)
 	}
 	near := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort)) }
 	p := fwdPath{msgs: b.snd.messages(20, 0, near)}
