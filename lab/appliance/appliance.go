@@ -296,3 +296,30 @@ func GuestLockup(console []byte) string {
 	}
 	return ""
 }
+
+// CheckLog returns what guest.sh printed during check name: the lines of
+// guest.log from its "== name (" header to the next check's header, each
+// cut to width bytes (the voipgen reports are long JSON lines that would
+// otherwise crowd out the reason a check gave). Empty when the check
+// printed nothing or did not run.
+func CheckLog(log []byte, name string, width int) string {
+	var b strings.Builder
+	in := false
+	for _, l := range strings.Split(strings.TrimRight(string(log), "\n"), "\n") {
+		if strings.HasPrefix(l, "== ") {
+			if in {
+				break
+			}
+			in = strings.HasPrefix(l, "== "+name+" (")
+		}
+		if !in {
+			continue
+		}
+		if len(l) > width {
+			l = l[:width] + " [...]"
+		}
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}

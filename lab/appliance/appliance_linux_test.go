@@ -148,6 +148,10 @@ func TestAppliance(t *testing.T) {
 			t.Errorf("check %s did not run", c)
 		case res != "ok":
 			t.Errorf("check %s: %s", c, res)
+			// The check's own lines first: the tail printed below may
+			// hold only the checks after it.
+			log, _ := os.ReadFile(filepath.Join(share, "guest.log"))
+			t.Logf("what check %s printed:\n%s", c, CheckLog(log, c, 400))
 		}
 	}
 	if len(caps) < 4 {

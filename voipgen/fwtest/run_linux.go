@@ -493,6 +493,13 @@ func (r *runner) capture(p *fwpair.Pair, c FailoverCase, rep int) func() {
 		// and the capture then showed a gap the media never had.
 		cmd := h.ns.Command("tcpdump", "-i", fwpair.HostIfName, "-n", "-s", "64", "-B", "32768", "-w", file, "--time-stamp-precision=nano", "udp")
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// tcpdump's closing statistics ("N packets dropped by kernel")
+		// go beside the capture: a capture that dropped packets shows
+		// gaps the media never had.
+		if f, err := os.Create(file + ".stats"); err == nil {
+			cmd.Stderr = f
+			defer f.Close() // the child has its own descriptor
+		}
 		if err := cmd.Start(); err != nil {
 			r.say("capture %s: %v", file, err)
 			continue

@@ -251,7 +251,7 @@ capabilities() {
 # unpacked the one built, and xz costs 10 s more to unpack under TCG.
 upgrade() {
 	pid=$(systemctl show -p MainPID --value relayd)
-	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall -o Dpkg::Use-Pty=0 "$share"/prev/relayd_*.deb || return 1
+	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall --allow-downgrades -o Dpkg::Use-Pty=0 "$share"/prev/relayd_*.deb || return 1
 	must systemctl is-active --quiet relayd || return 1
 	new=$(systemctl show -p MainPID --value relayd)
 	[ "$new" != "$pid" ] || { echo "relayd not restarted (main pid still $pid)" >&2; return 1; }
@@ -407,6 +407,7 @@ $(cd /tmp && jq -r -s '. as $r | (["call4", "call6", "answer4", "answer6"] | to_
 	"ids \([$r[0].calls[], $r[1].calls[] | .call_id] | tojson)"' ${g}call4.json ${g}call6.json ${g}answer4.json ${g}answer6.json)
 EOT
 	[ $reports = 4 ] || { echo "$act: $reports of the four voipgen reports read" >&2; return 1; }
+	[ $ok = 0 ] || loss_state "$t0"
 	# One complete answered CDR for each of the three calls (by the
 	# caller's Call-ID). relayd writes CDRs in batches
 	# (cdr.fsync_interval): poll for them, up to 10 s, rather than read
@@ -419,6 +420,21 @@ EOT
 	return $ok
 }
 
+# loss_state T0: where packets could have gone, for a check that lost
+# some: relayd's packet counters by verdict and reason (a punt while no
+# worker runs is lost), the relay's neighbours (XDP punts what it cannot
+# resolve), the flows, and what relayd logged at warning or worse since
+# T0 (ms).
+loss_state() {
+	echo "-- relayd counters:"
+	relayctl stats | grep -E '^relayd_(packets|punt|drop|xdp|redirect|userspace)[a-z_]*\{' | grep -v ' 0$'
+	echo "-- neighbours:"
+	ip neigh show; ip -6 neigh show
+	echo "-- flows:"
+	relayctl -json calls | jq -c '.calls[] | {to, flows: [.flows[] | {match, path, packets, dropped, lost}]}'
+	echo "-- relayd's warnings since the action:"
+	journalctl -u relayd --no-pager -o cat -p warning --since=@$(( $1 / 1000 )) | tail -n 40
+}
 # callset G: set G's callee users, the callee's SIP port, the callers' SIP
 # port and first RTP ports (IPv4, IPv6; the callee's too). Two sets, so
 # that one can be up while the other is hung up.
