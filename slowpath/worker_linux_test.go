@@ -346,10 +346,16 @@ func TestWorkerCoalesces(t *testing.T) {
 			wakes, naps := w.wakes.Load(), w.naps.Load()
 			st := (&Pool{workers: []*worker{w}}).WorkerStats()
 			var counted, within uint64
+			// A nap's delay, and a loaded machine's slack; under
+			// emulation (the 6.1 guest under TCG, beside another guest)
+			// a wake-up alone takes milliseconds.
+			bound := 10e-3
+			if testenv.Emulated() {
+				bound = 50e-3
+			}
 			for b, c := range st.Delay {
 				counted += c
-				// A nap's delay, and a loaded machine's slack.
-				if b < len(dataplane.DelayBounds) && dataplane.DelayBounds[b] <= 10e-3 {
+				if b < len(dataplane.DelayBounds) && dataplane.DelayBounds[b] <= bound {
 					within += c
 				}
 			}
@@ -358,7 +364,7 @@ func TestWorkerCoalesces(t *testing.T) {
 				t.Errorf("WorkerStats %+v: want %d packets' delays, %d wake-ups, %d naps", st, sent, wakes, naps)
 			}
 			if within < sent*9/10 {
-				t.Errorf("%d of %d packets read within 10 ms of their arrival", within, sent)
+				t.Errorf("%d of %d packets read within %v of their arrival", within, sent, time.Duration(bound*1e9))
 			}
 			if tc.coalesce == 0 {
 				if naps != 0 {

@@ -237,7 +237,7 @@ func TestRelayOnDebianKernel(t *testing.T) {
 			dir := t.TempDir()
 			script := preamble
 			if g.slowpath {
-				script += "cd " + repoDir(t, "slowpath") + "\n" + b.slowpath + " -test.v -test.count=1\n"
+				script += "cd " + repoDir(t, "slowpath") + "\nRELAYD_TEST_EMULATED=" + emulated() + " " + b.slowpath + " -test.v -test.count=1\n"
 			}
 			script += "cd " + repoDir(t, "lab/labrelay") + "\nRELAYD_TEST_RATE_DIVISOR=20 RELAYD_TEST_BIN=" + b.relayd + " " + b.labrelay +
 				" -test.v -test.count=1 -test.run '^(" + strings.Join(g.tests, "|") + ")$'\n"
@@ -270,4 +270,13 @@ func repoDir(t *testing.T, pkg string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(filepath.Dir(filepath.Dir(wd)), pkg)
+}
+
+// emulated is RELAYD_TEST_EMULATED for the guest's tests: "1" under
+// TCG, the default (vm.go), "0" under KVM (RELAYD_VM_ACCEL=kvm).
+func emulated() string {
+	if os.Getenv("RELAYD_VM_ACCEL") == "kvm" {
+		return "0"
+	}
+	return "1"
 }
