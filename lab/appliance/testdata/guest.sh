@@ -351,6 +351,7 @@ calls_across() {
 	pid=$(systemctl show -p MainPID --value relayd)
 	t0=$(ms)
 	"$@" || { echo "$act: the action failed" >&2; stop_set $g; return 1; }
+	figure ${act}_action_ms $(( $(ms) - t0 ))
 	# Back when the admin API answers again.
 	# A deadline, not a wait: generous for a guest slowed by a busy host
 	# (a restart has taken 40 s there).
