@@ -142,6 +142,7 @@ func TestAppliance(t *testing.T) {
 		name, res, _ := strings.Cut(line, " ")
 		got[name] = res
 	}
+	guestLog, _ := os.ReadFile(filepath.Join(share, "guest.log"))
 	for _, c := range guestChecks {
 		switch res, ok := got[c]; {
 		case !ok:
@@ -150,8 +151,7 @@ func TestAppliance(t *testing.T) {
 			t.Errorf("check %s: %s", c, res)
 			// The check's own lines first: the tail printed below may
 			// hold only the checks after it.
-			log, _ := os.ReadFile(filepath.Join(share, "guest.log"))
-			t.Logf("what check %s printed:\n%s", c, CheckLog(log, c, 400))
+			t.Logf("what check %s printed:\n%s", c, CheckLog(guestLog, c, 400))
 		}
 	}
 	if len(caps) < 4 {

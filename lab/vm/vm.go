@@ -271,7 +271,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	console := filepath.Join(dir, "console.log")
 	accel, cpu := "tcg,thread=multi", "max"
-	if os.Getenv("RELAYD_VM_ACCEL") == "kvm" {
+	if useKVM() {
 		accel, cpu = "kvm", "host"
 	}
 	args := []string{
@@ -309,3 +309,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	return res, nil
 }
+
+// useKVM reports whether guests run under KVM (RELAYD_VM_ACCEL=kvm);
+// otherwise qemu emulates the CPU (TCG).
+func useKVM() bool { return os.Getenv("RELAYD_VM_ACCEL") == "kvm" }

@@ -273,9 +273,9 @@ func repoDir(t *testing.T, pkg string) string {
 }
 
 // emulated is RELAYD_TEST_EMULATED for the guest's tests: "1" under
-// TCG, the default (vm.go), "0" under KVM (RELAYD_VM_ACCEL=kvm).
+// TCG, "0" under KVM.
 func emulated() string {
-	if os.Getenv("RELAYD_VM_ACCEL") == "kvm" {
+	if useKVM() {
 		return "0"
 	}
 	return "1"

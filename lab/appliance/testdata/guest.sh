@@ -428,7 +428,7 @@ EOT
 # T0 (ms).
 loss_state() {
 	echo "-- relayd counters:"
-	relayctl stats | grep -E '^relayd_(packets|punt|drop|xdp|redirect|userspace)[a-z_]*\{' | grep -v ' 0$'
+	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' | grep -v ' 0$'
 	echo "-- neighbours:"
 	ip neigh show; ip -6 neigh show
 	echo "-- flows:"
