@@ -75,6 +75,7 @@ type genThread struct {
 	xsk     *xdpSock
 	enc     *srtpflow.Encrypter
 	rng     *rand.Rand
+	pace    *pacer // set by runThread
 
 	res  genThreadResult
 	late LatencyHist
@@ -570,6 +571,15 @@ func (g *Generator) runThread(ctx context.Context, th *genThread, start int64) {
 	}
 	// The default timer slack of 50 us would add to every wake-up.
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	// A real-time thread is woken by the timer itself: it keeps
+	// clock_nanosleep (pacer), as it does if no timerfd can be had.
+	th.pace = &pacer{}
+	if g.cfg.RTPriority == 0 {
+		if p, err := newPacer(); err == nil {
+			th.pace = p
+			defer p.close()
+		}
+	}
 	cpu0 := threadCPU()
 	cycles := int(g.cfg.Duration / g.cfg.Ptime)
 	for cycle := range cycles {
@@ -592,7 +602,7 @@ func (g *Generator) runThread(ctx context.Context, th *genThread, start int64) {
 // SSRC is known to the SRTP context).
 func (g *Generator) sendSlot(th *genThread, start int64, base time.Duration, sl *genSlot) uint64 {
 	deadline := start + int64(base+sl.off)
-	SleepUntil(deadline)
+	th.pace.until(deadline)
 	n := 0
 	for _, gs := range th.streams[sl.lo:sl.hi] {
 		t := base + gs.offset

@@ -1,0 +1,64 @@
+package gen
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pacer waits for absolute CLOCK_MONOTONIC deadlines: a long wait on a
+// timerfd read through Go's network poller, a short one in
+// clock_nanosleep.
+//
+// A goroutine sleeping in a system call keeps its P, and the runtime's
+// monitor takes the P back once the call has lasted 10 ms; having done
+// something, the monitor starts polling again every 20 us. A sender with
+// a few streams, sleeping most of each 20 ms ptime in clock_nanosleep,
+// made the monitor wake some 2,500 times a second: two thirds of an idle
+// `voipgen call`'s CPU (perf), and under emulation, where the appliance
+// test's guest runs four such processes, the guest's busiest work. Parked
+// on a timerfd the goroutine holds no P, the monitor backs off, and the
+// kernel's high-resolution timer still ends the wait (some 20 us later
+// than clock_nanosleep, for the hand-over to the locked thread). A wait
+// shorter than longWait ends before the monitor would take the P, so it
+// stays a clock_nanosleep: that is a loaded sender's case, where the
+// extra hand-over would cost.
+type pacer struct {
+	f   *os.File // nil: always clock_nanosleep
+	fd  int
+	buf [8]byte
+}
+
+const longWait = 5 * time.Millisecond
+
+func newPacer() (*pacer, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("timerfd_create", err)
+	}
+	return &pacer{f: os.NewFile(uintptr(fd), "timerfd"), fd: fd}, nil
+}
+
+// until returns at CLOCK_MONOTONIC t (ns) or later.
+func (p *pacer) until(t int64) {
+	if p.f == nil || t-MonoNow() < int64(longWait) {
+		SleepUntil(t)
+		return
+	}
+	its := unix.ItimerSpec{Value: unix.NsecToTimespec(t)}
+	if err := unix.TimerfdSettime(p.fd, unix.TFD_TIMER_ABSTIME, &its, nil); err != nil {
+		SleepUntil(t)
+		return
+	}
+	if _, err := p.f.Read(p.buf[:]); err != nil {
+		SleepUntil(t)
+	}
+}
+
+func (p *pacer) close() error {
+	if p.f == nil {
+		return nil
+	}
+	return p.f.Close()
+}
