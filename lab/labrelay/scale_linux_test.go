@@ -2,7 +2,11 @@ package labrelay
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -85,7 +89,7 @@ func TestRelayUserspaceScale(t *testing.T) {
 			}
 		}
 		if n := <-got; n != calls {
-			t.Errorf("direction %d: %d of %d flows delivered their packet", dir, n, calls)
+			t.Errorf("direction %d: %d of %d flows delivered their packet; where they went:\n%s", dir, n, calls, scaleLossState(r, l))
 		}
 	}
 	flows, err := r.Flows()
@@ -99,4 +103,46 @@ func TestRelayUserspaceScale(t *testing.T) {
 	if len(flows) != 2*calls || packets != 2*calls {
 		t.Errorf("%d flows listed carrying %d packets, want %d and %d", len(flows), packets, 2*calls, 2*calls)
 	}
+}
+
+// scaleLossState is what says where lost packets went: relayd's packet
+// counters by verdict and reason, and the relay namespace's UDP counters
+// (a worker socket's full receive buffer shows as RcvbufErrors), and
+// the machine's backlog drops.
+func scaleLossState(r *Relay, l *lab.Lab) string {
+	var b strings.Builder
+	m, err := r.Metrics()
+	if err != nil {
+		fmt.Fprintf(&b, "relayd metrics: %v\n", err)
+	}
+	for line := range strings.Lines(m) {
+		if strings.HasPrefix(line, "relayd_packets_total{") && !strings.HasSuffix(line, " 0\n") {
+			b.WriteString(line)
+		}
+	}
+	err = l.Relay.Do(func() error {
+		snmp, err := os.ReadFile("/proc/thread-self/net/snmp") // this thread's namespace
+		for line := range strings.Lines(string(snmp)) {
+			if strings.HasPrefix(line, "Udp:") {
+				b.WriteString("relay " + line)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		fmt.Fprintf(&b, "relay snmp: %v\n", err)
+	}
+	// The backlog queues' drops (netdev_max_backlog), all CPUs: a veth
+	// hands its frames to the receiving CPU's backlog.
+	if ss, err := os.ReadFile("/proc/net/softnet_stat"); err == nil {
+		var dropped uint64
+		for line := range strings.Lines(string(ss)) {
+			if f := strings.Fields(line); len(f) > 1 {
+				n, _ := strconv.ParseUint(f[1], 16, 64)
+				dropped += n
+			}
+		}
+		fmt.Fprintf(&b, "backlog drops since boot (softnet_stat): %d\n", dropped)
+	}
+	return b.String()
 }
