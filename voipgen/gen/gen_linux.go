@@ -75,7 +75,7 @@ type genThread struct {
 	xsk     *xdpSock
 	enc     *srtpflow.Encrypter
 	rng     *rand.Rand
-	pace    *pacer // set by runThread
+	pace    *pacer // set by runThread; nil: clock_nanosleep
 
 	res  genThreadResult
 	late LatencyHist
@@ -572,12 +572,14 @@ func (g *Generator) runThread(ctx context.Context, th *genThread, start int64) {
 	// The default timer slack of 50 us would add to every wake-up.
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	// A real-time thread is woken by the timer itself: it keeps
-	// clock_nanosleep (pacer), as it does if no timerfd can be had.
-	th.pace = &pacer{}
+	// clock_nanosleep (a nil pacer), as it does if no timerfd can be had.
 	if g.cfg.RTPriority == 0 {
 		if p, err := newPacer(); err == nil {
 			th.pace = p
-			defer p.close()
+			defer func() {
+				p.close()
+				th.pace = nil
+			}()
 		}
 	}
 	cpu0 := threadCPU()

@@ -24,8 +24,10 @@ import (
 // shorter than longWait ends before the monitor would take the P, so it
 // stays a clock_nanosleep: that is a loaded sender's case, where the
 // extra hand-over would cost.
+//
+// A nil *pacer always sleeps in clock_nanosleep.
 type pacer struct {
-	f   *os.File // nil: always clock_nanosleep
+	f   *os.File
 	fd  int
 	buf [8]byte
 }
@@ -42,7 +44,7 @@ func newPacer() (*pacer, error) {
 
 // until returns at CLOCK_MONOTONIC t (ns) or later.
 func (p *pacer) until(t int64) {
-	if p.f == nil || t-MonoNow() < int64(longWait) {
+	if p == nil || t-MonoNow() < int64(longWait) {
 		SleepUntil(t)
 		return
 	}
@@ -56,9 +58,4 @@ func (p *pacer) until(t int64) {
 	}
 }
 
-func (p *pacer) close() error {
-	if p.f == nil {
-		return nil
-	}
-	return p.f.Close()
-}
+func (p *pacer) close() error { return p.f.Close() }
