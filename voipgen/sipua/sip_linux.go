@@ -113,8 +113,9 @@ func (e *Endpoint) parse(listen, media, codecName string) error {
 }
 
 // start opens the user agent and listens. It returns once the listener is
-// bound.
-func (e *Endpoint) start(ctx context.Context) error {
+// bound. register adds the server's handlers before it serves: sipgo's
+// handler map is not safe to write while requests are read against it.
+func (e *Endpoint) start(ctx context.Context, register func()) error {
 	log := slog.New(slog.DiscardHandler)
 	if e.Debug {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -141,12 +142,17 @@ func (e *Endpoint) start(ctx context.Context) error {
 		return fmt.Errorf("SIP listen on %s: %w", e.Listen, err)
 	}
 	e.seen = &responseTimes{first: map[string]*[2]time.Time{}}
+	register()
 	go func() { _ = e.srv.ServeUDP(&sniffConn{PacketConn: c, rt: e.seen}) }()
 	go func() { <-ctx.Done(); c.Close() }()
 	// sipgo registers the listener for client transactions in its own
 	// goroutine: a request sent before that would open a second socket on
-	// the same address and fail.
-	for i := 0; i < 200 && e.ua.TransportLayer().GetListenPort("udp") == 0; i++ {
+	// the same address and fail. ListenPorts, not GetListenPort: sipgo
+	// (v1.7.3) reads its map of listen ports under its lock only in
+	// ListenPorts, and an unlocked read racing the registration is the
+	// runtime's fatal "concurrent map read and map write" (a voipgen
+	// call died so in the appliance test's guest).
+	for i := 0; i < 200 && len(e.ua.TransportLayer().ListenPorts("udp")) == 0; i++ {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -422,32 +428,35 @@ func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 	// ctx still sends its BYE and reads the answer.
 	tctx, tcancel := context.WithCancel(context.Background())
 	defer tcancel()
-	if err := cfg.start(tctx); err != nil {
-		return nil, err
-	}
-	defer cfg.close()
 	// In-dialog requests from the far end: BYE ends the call.
 	var mu sync.Mutex
 	byes := map[string]chan struct{}{}
-	cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
-		mu.Lock()
-		ch := byes[req.CallID().Value()]
-		delete(byes, req.CallID().Value())
-		mu.Unlock()
-		code := 200
-		if ch == nil {
-			code = 481
-		} else {
-			close(ch)
-		}
-		_ = tx.Respond(sip.NewResponseFromRequest(req, code, map[int]string{200: "OK", 481: "Call/Transaction Does Not Exist"}[code], nil))
+	err := cfg.start(tctx, func() {
+		cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+			mu.Lock()
+			ch := byes[req.CallID().Value()]
+			delete(byes, req.CallID().Value())
+			mu.Unlock()
+			code := 200
+			if ch == nil {
+				code = 481
+			} else {
+				close(ch)
+			}
+			_ = tx.Respond(sip.NewResponseFromRequest(req, code, map[int]string{200: "OK", 481: "Call/Transaction Does Not Exist"}[code], nil))
+		})
 	})
+	if err != nil {
+		return nil, err
+	}
+	defer cfg.close()
 	slots := &callSlots{}
 	for i := cfg.Concurrent - 1; i >= 0; i-- {
 		slots.free = append(slots.free, i)
 	}
 	sem := make(chan struct{}, cfg.Concurrent)
 	reports := make([]CallReport, cfg.Calls)
+	placed := cfg.Calls // the calls placed: fewer when ctx or a hang-up ended the placing
 	var wg sync.WaitGroup
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
@@ -460,7 +469,7 @@ func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 			}
 		}
 		if ctx.Err() != nil || closed(cfg.Hangup) {
-			reports = reports[:i]
+			placed = i
 			break
 		}
 		sem <- struct{}{}
@@ -481,7 +490,7 @@ func PlaceCalls(ctx context.Context, cfg CallConfig) ([]CallReport, error) {
 		})
 	}
 	wg.Wait()
-	return reports, nil
+	return reports[:placed], nil
 }
 
 // closed reports whether ch is closed; a nil ch never is.
@@ -675,10 +684,6 @@ func AnswerCalls(ctx context.Context, cfg AnswerConfig, ready chan<- struct{}) (
 	// As in PlaceCalls: the calls ctx ends still send their BYEs.
 	tctx, tcancel := context.WithCancel(context.Background())
 	defer tcancel()
-	if err := cfg.start(tctx); err != nil {
-		return nil, err
-	}
-	defer cfg.close()
 	var mu sync.Mutex
 	var reports []CallReport
 	var ended atomic.Int64
@@ -704,125 +709,131 @@ func AnswerCalls(ctx context.Context, cfg AnswerConfig, ready chan<- struct{}) (
 			cancel()
 		}
 	}
-	cfg.srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
-		i := int(n.Add(1)) - 1
-		r := CallReport{Call: i, CallID: req.CallID().Value()}
-		switch cfg.Personality {
-		case "silent":
-			finish(r)
-			return
-		case "reject":
-			_ = tx.Respond(sip.NewResponseFromRequest(req, cfg.Code, reasonPhrase(cfg.Code), nil))
-			r.Status = cfg.Code
-			finish(r)
-			return
-		}
-		sess, err := cfg.dua.ReadInvite(req, tx)
-		if err != nil {
-			r.Error = err.Error()
-			finish(r)
-			return
-		}
-		t0 := time.Now()
-		_ = sess.Respond(180, "Ringing", nil)
-		r.T180Ms = float64(time.Since(t0)) / 1e6
-		if cfg.Personality == "ring" {
-			// Never answer: wait for the CANCEL (487) or the end.
-			select {
-			case <-sess.Context().Done():
-			case <-ctx.Done():
-				_ = sess.Respond(480, "Temporarily Unavailable", nil)
+	register := func() {
+		cfg.srv.OnInvite(func(req *sip.Request, tx sip.ServerTransaction) {
+			i := int(n.Add(1)) - 1
+			r := CallReport{Call: i, CallID: req.CallID().Value()}
+			switch cfg.Personality {
+			case "silent":
+				finish(r)
+				return
+			case "reject":
+				_ = tx.Respond(sip.NewResponseFromRequest(req, cfg.Code, reasonPhrase(cfg.Code), nil))
+				r.Status = cfg.Code
+				finish(r)
+				return
 			}
-			r.Status = 487
-			finish(r)
-			sess.Close()
-			return
-		}
-		offer, err := ParseSDP(req.Body())
-		if err != nil {
-			_ = sess.Respond(488, "Not Acceptable Here", nil)
-			r.Status, r.Error = 488, err.Error()
-			finish(r)
-			return
-		}
-		slot := slots.get()
-		local := netip.AddrPortFrom(cfg.Media, uint16(cfg.RTPPort+2*slot))
-		var m *callMedia // nil when signalling only
-		if cfg.Signal != nil {
-			local = cfg.Signal.Media(i)
-			cfg.Signal.Peer(i, offer.Addr)
-		} else if m, err = cfg.openMedia(local, cfg.MaxCallDur+time.Minute); err != nil {
-			slots.put(slot)
-			_ = sess.Respond(500, "Server Internal Error", nil)
-			r.Status, r.Error = 500, err.Error()
-			finish(r)
-			return
-		}
-		r.Local, r.Remote = local.String(), offer.Addr.String()
-		if cfg.Ring > 0 {
-			select {
-			case <-time.After(cfg.Ring):
-			case <-sess.Context().Done():
+			sess, err := cfg.dua.ReadInvite(req, tx)
+			if err != nil {
+				r.Error = err.Error()
+				finish(r)
+				return
 			}
-		}
-		a := &active{sess: sess, bye: make(chan struct{})}
-		mu.Lock()
-		calls[r.CallID] = a
-		mu.Unlock()
-		if err := sess.RespondSDP(cfg.sdp(local, i)); err != nil {
-			m.stop()
-			slots.put(slot)
-			r.Error = err.Error()
-			finish(r)
-			return
-		}
-		r.Status, r.T200Ms = 200, float64(time.Since(t0))/1e6
-		// The media and the call's end run on after the handler returns.
-		wg.Go(func() {
-			defer slots.put(slot)
-			m.start(offer.Addr)
-			t1 := time.Now()
-			select {
-			case <-a.bye:
-				r.ByeFrom = "remote"
-			case <-time.After(cfg.MaxCallDur):
-				r.ByeFrom = "local"
-			case <-ctx.Done():
-				r.ByeFrom = "local"
+			t0 := time.Now()
+			_ = sess.Respond(180, "Ringing", nil)
+			r.T180Ms = float64(time.Since(t0)) / 1e6
+			if cfg.Personality == "ring" {
+				// Never answer: wait for the CANCEL (487) or the end.
+				select {
+				case <-sess.Context().Done():
+				case <-ctx.Done():
+					_ = sess.Respond(480, "Temporarily Unavailable", nil)
+				}
+				r.Status = 487
+				finish(r)
+				sess.Close()
+				return
 			}
-			r.Duration = time.Since(t1).Seconds()
-			m.stop()
-			mediaReport(&r, m)
-			if r.ByeFrom == "local" {
-				bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
-				_ = sess.Bye(bctx)
-				bcancel()
+			offer, err := ParseSDP(req.Body())
+			if err != nil {
+				_ = sess.Respond(488, "Not Acceptable Here", nil)
+				r.Status, r.Error = 488, err.Error()
+				finish(r)
+				return
 			}
-			sess.Close()
-			r.Success = true
-			finish(r)
+			slot := slots.get()
+			local := netip.AddrPortFrom(cfg.Media, uint16(cfg.RTPPort+2*slot))
+			var m *callMedia // nil when signalling only
+			if cfg.Signal != nil {
+				local = cfg.Signal.Media(i)
+				cfg.Signal.Peer(i, offer.Addr)
+			} else if m, err = cfg.openMedia(local, cfg.MaxCallDur+time.Minute); err != nil {
+				slots.put(slot)
+				_ = sess.Respond(500, "Server Internal Error", nil)
+				r.Status, r.Error = 500, err.Error()
+				finish(r)
+				return
+			}
+			r.Local, r.Remote = local.String(), offer.Addr.String()
+			if cfg.Ring > 0 {
+				select {
+				case <-time.After(cfg.Ring):
+				case <-sess.Context().Done():
+				}
+			}
+			a := &active{sess: sess, bye: make(chan struct{})}
+			mu.Lock()
+			calls[r.CallID] = a
+			mu.Unlock()
+			if err := sess.RespondSDP(cfg.sdp(local, i)); err != nil {
+				m.stop()
+				slots.put(slot)
+				r.Error = err.Error()
+				finish(r)
+				return
+			}
+			r.Status, r.T200Ms = 200, float64(time.Since(t0))/1e6
+			// The media and the call's end run on after the handler returns.
+			wg.Go(func() {
+				defer slots.put(slot)
+				m.start(offer.Addr)
+				t1 := time.Now()
+				select {
+				case <-a.bye:
+					r.ByeFrom = "remote"
+				case <-time.After(cfg.MaxCallDur):
+					r.ByeFrom = "local"
+				case <-ctx.Done():
+					r.ByeFrom = "local"
+				}
+				r.Duration = time.Since(t1).Seconds()
+				m.stop()
+				mediaReport(&r, m)
+				if r.ByeFrom == "local" {
+					bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
+					_ = sess.Bye(bctx)
+					bcancel()
+				}
+				sess.Close()
+				r.Success = true
+				finish(r)
+			})
 		})
-	})
-	cfg.srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) {
-		mu.Lock()
-		a := calls[req.CallID().Value()]
-		mu.Unlock()
-		if a != nil {
-			_ = a.sess.ReadAck(req, tx)
-		}
-	})
-	cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
-		mu.Lock()
-		a := calls[req.CallID().Value()]
-		delete(calls, req.CallID().Value())
-		mu.Unlock()
-		if a == nil {
-			_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
-			return
-		}
-		_ = a.sess.ReadBye(req, tx)
-		close(a.bye)
-	})
+		cfg.srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) {
+			mu.Lock()
+			a := calls[req.CallID().Value()]
+			mu.Unlock()
+			if a != nil {
+				_ = a.sess.ReadAck(req, tx)
+			}
+		})
+		cfg.srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
+			mu.Lock()
+			a := calls[req.CallID().Value()]
+			delete(calls, req.CallID().Value())
+			mu.Unlock()
+			if a == nil {
+				_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+				return
+			}
+			_ = a.sess.ReadBye(req, tx)
+			close(a.bye)
+		})
+	}
+	if err := cfg.start(tctx, register); err != nil {
+		return nil, err
+	}
+	defer cfg.close()
 	if ready != nil {
 		close(ready)
 	}
