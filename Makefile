@@ -7,7 +7,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 LDFLAGS := -X main.version=$(VERSION)
 BIN     := bin
 
-.PHONY: all deps deps-kmod need generate generate-check build lint test fuzz demo fwdemo soak bench deb deb-check lintian install uninstall clean
+.PHONY: all deps deps-kmod need generate generate-check build lint test fuzz demo fwdemo soak bench deb deb-check install uninstall clean
 
 all: build
 
@@ -165,11 +165,8 @@ deb:
 	packaging/deb/build.sh $(DEB_VERSION) $(DEB_BIN) $(DIST)
 
 # lintian on both packages; the overrides in packaging/deb say why each
-# remaining tag is accepted. lintian alone (the packages built already):
-# make lintian.
+# remaining tag is accepted.
 deb-check: deb
-	@$(MAKE) --no-print-directory lintian
-lintian:
 	lintian --fail-on error,warning --display-info $(DIST)/relayd_$(DEB_VERSION)_amd64.deb $(DIST)/relayd-tools_$(DEB_VERSION)_amd64.deb
 
 # The files the relayd package installs (not voipgen: a test tool, in
