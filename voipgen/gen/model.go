@@ -156,7 +156,9 @@ run); a call that ends is followed at once by a new call on its channel
 
 Pacing: the streams are staggered evenly across the ptime; streams whose
 offsets fall into the same --slot leave in one sendmmsg at an absolute
-deadline (clock_nanosleep TIMER_ABSTIME), so lateness never accumulates.
+deadline, so lateness never accumulates: clock_nanosleep TIMER_ABSTIME, or
+for a wait of 5 ms and more (a few streams) a timerfd read through Go's
+poller, which spares the runtime's monitor thousands of wake-ups a second.
 --threads sender threads, each pinned to its own CPU, take every T-th
 stream. Transports: raw (default as root: one raw socket per thread builds
 IP and UDP headers, so one sendmmsg carries every 5-tuple of a slot), udp
