@@ -84,12 +84,14 @@ lint:
 # in .ci/skips.
 # One package at a time (-p 1): the lab tests measure timing (glitches,
 # pacing, setup times) and would measure each other on a 2-core machine.
-# The SIP packages, relayd's B2BUA and voipgen's user agent, run under the
-# race detector instead: both drive sipgo from many goroutines, and an
-# unsynchronised map access there is the runtime's fatal error, not a
+# The SIP packages, relayd's B2BUA and voipgen's user agent, and the
+# daemon's start and stop (cmd/relayd, control/admin) run under the race
+# detector instead: the SIP packages drive sipgo from many goroutines, and
+# an unsynchronised map access there is the runtime's fatal error, not a
 # failed test (voipgen's registered its handlers while serving, and read
 # sipgo's listen ports unlocked, and died so now and then).
-RACE_PKGS := github.com/relayd/relayd/control/sip github.com/relayd/relayd/voipgen/sipua
+RACE_PKGS := github.com/relayd/relayd/control/sip github.com/relayd/relayd/voipgen/sipua \
+	github.com/relayd/relayd/control/admin github.com/relayd/relayd/cmd/relayd
 test: need
 	$(GO) vet ./... ./voipgen/...
 	$(GO) run ./internal/testreport -allow .ci/skips -- -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)

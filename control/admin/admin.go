@@ -146,6 +146,17 @@ func New(cfg Config, mgr *control.Manager, log *zap.Logger) *Server {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no such endpoint %s", r.URL.Path))
 	})
 	s.handler = s.recoverer(s.authorize(mux))
+	// The http.Server is made here, not in Serve: Shutdown may come
+	// before Serve's goroutine runs (relayd stopped as it starts), and
+	// then Serve must return at once rather than serve for ever.
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          mustStdLog(s.log),
+	}
 	return s
 }
 
@@ -232,16 +243,9 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves the API on l until Shutdown. It returns nil after Shutdown.
+// Serve serves the API on l until Shutdown. It returns nil after
+// Shutdown, at once if Shutdown came first.
 func (s *Server) Serve(l net.Listener) error {
-	s.srv = &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          mustStdLog(s.log),
-	}
 	s.log.Info("admin API listening", zap.String("addr", l.Addr().Network()+":"+l.Addr().String()))
 	if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("admin serve: %w", err)
@@ -252,9 +256,6 @@ func (s *Server) Serve(l net.Listener) error {
 // Shutdown stops the server gracefully, waiting for requests in flight
 // until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.srv == nil {
-		return nil
-	}
 	if err := s.srv.Shutdown(ctx); err != nil {
 		return fmt.Errorf("admin shutdown: %w", err)
 	}

@@ -321,13 +321,40 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestShutdownBeforeServe: relayd stopped as it starts calls Shutdown
+// before the admin server's goroutine reached Serve; Serve then returns
+// at once, and nothing answers on the listener.
+func TestShutdownBeforeServe(t *testing.T) {
+	log := zaptest.NewLogger(t)
+	mgr, _ := newManager(t, mgrCfg, log)
+	s := New(Config{}, mgr, log)
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve after Shutdown: %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve after Shutdown still serving after 5 s")
+	}
+}
+
 func TestUnixListener(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sub", "admin.sock")
 	log := zaptest.NewLogger(t)
 	mgr, _ := newManager(t, mgrCfg, log)
-	s := New(Config{}, mgr, log)
-	for range 2 { // the second round finds a stale socket file
+	for range 2 { // the second round (a relayd started again) finds a stale socket file
+		s := New(Config{}, mgr, log)
 		l, err := Listen("unix:" + path)
 		if err != nil {
 			t.Fatal(err)
