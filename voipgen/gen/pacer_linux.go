@@ -16,19 +16,18 @@ import (
 // something, the monitor starts polling again every 20 us. A sender with
 // a few streams, sleeping most of each 20 ms ptime in clock_nanosleep,
 // made the monitor wake some 2,500 times a second: two thirds of an idle
-// `voipgen call`'s CPU (perf), and under emulation, where the appliance
-// test's guest runs four such processes, the guest's busiest work. Parked
-// on a timerfd the goroutine holds no P, the monitor backs off, and the
-// kernel's high-resolution timer still ends the wait (some 20 us later
-// than clock_nanosleep, for the hand-over to the locked thread). A wait
-// shorter than longWait ends before the monitor would take the P, so it
-// stays a clock_nanosleep: that is a loaded sender's case, where the
-// extra hand-over would cost.
+// `voipgen call`'s CPU (perf). Parked on a timerfd the goroutine holds no
+// P, the monitor backs off (a caller of 2 calls: 15% of a CPU before, 3%
+// after), and the kernel's high-resolution timer still ends the wait
+// (some 20 us later than clock_nanosleep, for the hand-over to the locked
+// thread). A wait shorter than longWait ends before the monitor would
+// take the P, so it stays a clock_nanosleep: that is a loaded sender's
+// case, where the extra hand-over would cost.
 //
 // A nil *pacer always sleeps in clock_nanosleep.
 type pacer struct {
-	f   *os.File
-	fd  int
+	f   *os.File // the timerfd, in the poller
+	fd  int      // the same, for timerfd_settime (f.Fd would make it blocking)
 	buf [8]byte
 }
 
