@@ -323,7 +323,7 @@ func TestMetrics(t *testing.T) {
 
 // TestShutdownBeforeServe: relayd stopped as it starts calls Shutdown
 // before the admin server's goroutine reached Serve; Serve then returns
-// at once, and nothing answers on the listener.
+// at once instead of serving.
 func TestShutdownBeforeServe(t *testing.T) {
 	log := zaptest.NewLogger(t)
 	mgr, _ := newManager(t, mgrCfg, log)

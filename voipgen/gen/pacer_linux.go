@@ -43,18 +43,19 @@ func newPacer() (*pacer, error) {
 
 // until returns at CLOCK_MONOTONIC t (ns) or later.
 func (p *pacer) until(t int64) {
-	if p == nil || t-MonoNow() < int64(longWait) {
+	if p == nil || t-MonoNow() < int64(longWait) || p.wait(t) != nil {
 		SleepUntil(t)
-		return
 	}
+}
+
+// wait parks on the timerfd until t.
+func (p *pacer) wait(t int64) error {
 	its := unix.ItimerSpec{Value: unix.NsecToTimespec(t)}
 	if err := unix.TimerfdSettime(p.fd, unix.TFD_TIMER_ABSTIME, &its, nil); err != nil {
-		SleepUntil(t)
-		return
+		return os.NewSyscallError("timerfd_settime", err)
 	}
-	if _, err := p.f.Read(p.buf[:]); err != nil {
-		SleepUntil(t)
-	}
+	_, err := p.f.Read(p.buf[:])
+	return err
 }
 
 func (p *pacer) close() error { return p.f.Close() }
