@@ -1,14 +1,17 @@
 package fastpath
 
 import (
+	"errors"
 	"math"
 	"net"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
@@ -422,4 +425,83 @@ func TestRouteSlots(t *testing.T) {
 			t.Errorf("routeSlots(%d flows, %d CPUs, realtime %v) = %d, want %d", tc.flows, tc.cpus, tc.realtime, got, tc.want)
 		}
 	}
+}
+
+// TestRouteWatchWithoutSysAdmin starts the watch as relayd's unit does: in
+// the namespace it watches, without CAP_SYS_ADMIN (so without setns). The
+// watch must start, and follow the namespace's changes.
+func TestRouteWatchWithoutSysAdmin(t *testing.T) {
+	e := newTestEnv(t)
+	if err := e.fp.routes.close(); err != nil {
+		t.Fatal(err)
+	}
+	e.fp.routes = nil
+	type started struct {
+		w   *routeWatch
+		err error
+	}
+	done := make(chan started)
+	go func() {
+		// The thread is left locked: it ends with the goroutine, and
+		// its namespace and capabilities with it.
+		runtime.LockOSThread()
+		if err := netns.Set(e.ns); err != nil {
+			done <- started{err: err}
+			return
+		}
+		if err := dropEffectiveCap(unix.CAP_SYS_ADMIN); err != nil {
+			done <- started{err: err}
+			return
+		}
+		if err := netns.Set(e.ns); err == nil {
+			done <- started{err: errors.New("setns still allowed: CAP_SYS_ADMIN not dropped")}
+			return
+		}
+		w, err := startRouteWatch(e.fp.rgen, e.ns, time.Hour, e.fp.log)
+		done <- started{w, err}
+	}()
+	s := <-done
+	if s.err != nil {
+		t.Fatalf("route watch in its own namespace without CAP_SYS_ADMIN: %v", s.err)
+	}
+	defer s.w.close()
+	var before uint32
+	if err := e.fp.objs.RouteGen.Get(&before); err != nil {
+		t.Fatal(err)
+	}
+	if before == 0 {
+		t.Fatal("route cache off after the watch started")
+	}
+	// A change of the namespace's routes moves the generation on.
+	if err := inNS(e.ns, func() error {
+		_, dst, _ := net.ParseCIDR("198.19.250.0/24")
+		return netlink.RouteAdd(&netlink.Route{Dst: dst, LinkIndex: e.out})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var g uint32
+		if err := e.fp.objs.RouteGen.Get(&g); err != nil {
+			t.Fatal(err)
+		}
+		if g != before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("route generation still %d 10 s after a route was added", g)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dropEffectiveCap removes c from the calling thread's effective set.
+func dropEffectiveCap(c int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[c/32].Effective &^= 1 << (c % 32)
+	return unix.Capset(&hdr, &data[0])
 }

@@ -104,6 +104,7 @@ func (g *routeGen) off() error {
 type routeWatch struct {
 	log     *zap.Logger
 	ns      netns.NsHandle
+	here    bool // ns is relayd's own: opened without entering it
 	g       *routeGen
 	refresh time.Duration
 	sock    *nl.NetlinkSocket
@@ -129,9 +130,18 @@ func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log 
 		ns.Close()
 		return nil, fmt.Errorf("network namespace: %w", err)
 	}
+	// The sockets are opened in ns by entering it, which takes
+	// CAP_SYS_ADMIN: under the unit relayd has not got it (and
+	// RestrictNamespaces= refuses setns), so ns is entered only when it
+	// is another than relayd's own, as in tests.
+	w.here = cur.Equal(ns)
 	// Subscribed before the neighbours are read: a change in between is
 	// in what is read or in an event after it.
-	w.sock, err = nl.SubscribeAt(ns, cur, unix.NETLINK_ROUTE, routeGroups...)
+	if w.here {
+		w.sock, err = nl.Subscribe(unix.NETLINK_ROUTE, routeGroups...)
+	} else {
+		w.sock, err = nl.SubscribeAt(ns, cur, unix.NETLINK_ROUTE, routeGroups...)
+	}
 	cur.Close()
 	if err != nil {
 		ns.Close()
@@ -172,7 +182,13 @@ func dupNS(ns netns.NsHandle) (netns.NsHandle, error) {
 
 // scanNeighbours reads the valid neighbours the program's lookups may use.
 func (w *routeWatch) scanNeighbours() error {
-	h, err := netlink.NewHandleAt(w.ns, unix.NETLINK_ROUTE)
+	var h *netlink.Handle
+	var err error
+	if w.here {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandleAt(w.ns, unix.NETLINK_ROUTE)
+	}
 	if err != nil {
 		return fmt.Errorf("read neighbours: %w", err)
 	}

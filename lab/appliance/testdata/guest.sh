@@ -142,6 +142,10 @@ relayctl_works() {
 journal() {
 	journalctl -u relayd --no-pager -o cat | grep -q '"relayd ready"' || { echo "no \"relayd ready\" in journalctl -u relayd" >&2; return 1; }
 	if journalctl -u relayd --no-pager -o cat | grep 'redirect failures are not watched' >&2; then return 1; fi
+	# The XDP route cache follows relayd's namespace without setns, which
+	# the unit refuses.
+	journalctl -u relayd --no-pager -o cat | grep -q '"route cache on"' || { echo "no \"route cache on\" in journalctl -u relayd" >&2; return 1; }
+	if journalctl -u relayd --no-pager -o cat | grep 'route cache off' >&2; then return 1; fi
 }
 
 # forward_drop: relayd -prepare turned forwarding on for r0 and r1 only and
