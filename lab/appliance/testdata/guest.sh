@@ -249,18 +249,6 @@ capabilities() {
 	return $ok
 }
 
-# upgrade: installing the package again, as an upgrade does, restarts
-# relayd (postinst's restart): a new main process, active again. The
-# gzip-compressed copy of the package (share/prev): install already
-# unpacked the one built, and xz costs 10 s more to unpack under TCG.
-upgrade() {
-	pid=$(systemctl show -p MainPID --value relayd)
-	must env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall --allow-downgrades -o Dpkg::Use-Pty=0 "$share"/prev/relayd_*.deb || return 1
-	must systemctl is-active --quiet relayd || return 1
-	new=$(systemctl show -p MainPID --value relayd)
-	[ "$new" != "$pid" ] || { echo "relayd not restarted (main pid still $pid)" >&2; return 1; }
-}
-
 # remove: relayd stopped, XDP taken off the interfaces, the conffile kept.
 remove() {
 	must env DEBIAN_FRONTEND=noninteractive apt-get remove -y -o Dpkg::Use-Pty=0 relayd || return 1
@@ -657,7 +645,6 @@ check calls_across_rollback calls_across rollback b - previous_version
 check journal_err journal_err
 check drain drain
 journalctl -u relayd --no-pager -o cat > "$share/relayd.journal"
-check upgrade upgrade
 check remove remove
 check purge purge
 
