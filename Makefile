@@ -84,6 +84,12 @@ lint:
 # in .ci/skips.
 # One package at a time (-p 1): the lab tests measure timing (glitches,
 # pacing, setup times) and would measure each other on a 2-core machine.
+# But lab/labrelay runs in a second go test beside BESIDE_PKGS: they are
+# wall-clock bound (calls paced in real time, failover timers) and light
+# (0.16-0.35 CPUs each, measured over a CI run), and each lab lives in
+# namespaces named by its process, with its binaries, pins and daemons'
+# files in temporary directories. What measures CPU (voipgen/bench) or
+# keeps both CPUs busy (the guests of lab/appliance and lab/vm) runs alone.
 # The SIP packages, relayd's B2BUA and voipgen's user agent, and the
 # daemon's start and stop (cmd/relayd, control/admin) run under the race
 # detector instead: the SIP packages drive sipgo from many goroutines, and
@@ -92,10 +98,18 @@ lint:
 # sipgo's listen ports unlocked, and died so now and then).
 RACE_PKGS := github.com/relayd/relayd/control/sip github.com/relayd/relayd/voipgen/sipua \
 	github.com/relayd/relayd/control/admin github.com/relayd/relayd/cmd/relayd
+BESIDE_PKGS := github.com/relayd/relayd/lab/kamailio github.com/relayd/relayd/lab/fwpair \
+	github.com/relayd/relayd/voipgen/fwtest github.com/relayd/relayd/voipgen/gen
+ALONE_EXCLUDE := $(RACE_PKGS) $(BESIDE_PKGS) github.com/relayd/relayd/lab/labrelay
 test: need
 	$(GO) vet ./... ./voipgen/...
 	$(GO) run ./internal/testreport -allow .ci/skips -- -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
-	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m $$($(GO) list ./... ./voipgen/... | grep -vxF $(RACE_PKGS:%=-e %))
+	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m $$($(GO) list ./... ./voipgen/... | grep -vxF $(ALONE_EXCLUDE:%=-e %))
+	@out=$$(mktemp); \
+	echo "lab/labrelay, and beside it: $(BESIDE_PKGS:github.com/relayd/relayd/%=%) (their report follows labrelay's)"; \
+	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m $(BESIDE_PKGS) > $$out 2>&1 & beside=$$!; \
+	st=0; $(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m github.com/relayd/relayd/lab/labrelay || st=1; \
+	wait $$beside || st=1; cat $$out; rm -f $$out; exit $$st
 
 # Short fuzzing session on every fuzz target of both modules (package:target;
 # `grep -rn "func Fuzz" --include=*_test.go .` lists them), each in a network
