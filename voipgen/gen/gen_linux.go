@@ -88,6 +88,7 @@ type genSlot struct {
 
 type genThreadResult struct {
 	packets, bytes, errors, rtcp, calls, srtpErrors uint64
+	errnos                                          errnoTally // the send errors' kinds
 	cpu                                             time.Duration
 	rtErr                                           error // --rt-priority refused
 }
@@ -481,23 +482,69 @@ func SleepUntil(t int64) {
 	}
 }
 
+// errnoTally counts send errors by errno, without allocating: the first
+// few kinds seen get a slot each, the rest are counted together.
+type errnoTally struct {
+	errno [4]unix.Errno
+	n     [4]uint64
+	other uint64
+}
+
+func (t *errnoTally) add(err error, n uint64) {
+	var e unix.Errno
+	if !errors.As(err, &e) {
+		t.other += n
+		return
+	}
+	for i := range t.errno {
+		if t.errno[i] == e || t.n[i] == 0 {
+			t.errno[i] = e
+			t.n[i] += n
+			return
+		}
+	}
+	t.other += n
+}
+
+// into adds the tally to m, by error name (unix.ErrnoName, or the
+// number).
+func (t *errnoTally) into(m map[string]uint64) {
+	for i := range t.errno {
+		if t.n[i] == 0 {
+			continue
+		}
+		name := unix.ErrnoName(t.errno[i])
+		if name == "" {
+			name = fmt.Sprintf("errno %d", int(t.errno[i]))
+		}
+		m[name] += t.n[i]
+	}
+	if t.other > 0 {
+		m["other"] += t.other
+	}
+}
+
 // Result is what voipgen send reports about sending.
 type Result struct {
-	Packets    uint64  `json:"packets"`
-	Bytes      uint64  `json:"bytes"` // UDP payload bytes
-	Errors     uint64  `json:"errors"`
-	RTCP       uint64  `json:"rtcp_packets"`
-	Calls      uint64  `json:"calls"` // calls started
-	Elapsed    float64 `json:"elapsed_s"`
-	PPS        float64 `json:"pps"`
-	LateP50us  float64 `json:"late_p50_us"`
-	LateP99us  float64 `json:"late_p99_us"`
-	LateMaxus  float64 `json:"late_max_us"`
-	CPUs       float64 `json:"sender_cpu_s"` // CPU time of the sender threads
-	CPUPerPkUs float64 `json:"sender_cpu_per_packet_us"`
-	RTError    string  `json:"rt_priority_error,omitempty"`
-	Transport  string  `json:"transport"`
-	Threads    int     `json:"threads"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"` // UDP payload bytes
+	Errors  uint64 `json:"errors"`
+	// ErrorKinds counts the send errors by errno (EAGAIN, ENOBUFS, ...):
+	// each is a packet never sent, whose sequence number a receiver sees
+	// missing.
+	ErrorKinds map[string]uint64 `json:"error_kinds,omitempty"`
+	RTCP       uint64            `json:"rtcp_packets"`
+	Calls      uint64            `json:"calls"` // calls started
+	Elapsed    float64           `json:"elapsed_s"`
+	PPS        float64           `json:"pps"`
+	LateP50us  float64           `json:"late_p50_us"`
+	LateP99us  float64           `json:"late_p99_us"`
+	LateMaxus  float64           `json:"late_max_us"`
+	CPUs       float64           `json:"sender_cpu_s"` // CPU time of the sender threads
+	CPUPerPkUs float64           `json:"sender_cpu_per_packet_us"`
+	RTError    string            `json:"rt_priority_error,omitempty"`
+	Transport  string            `json:"transport"`
+	Threads    int               `json:"threads"`
 }
 
 // Run sends until the duration has passed or ctx is done.
@@ -517,6 +564,18 @@ func (g *Generator) Run(ctx context.Context) Result {
 		res.Packets += r.packets
 		res.Bytes += r.bytes
 		res.Errors += r.errors + r.srtpErrors
+		if r.errors > 0 {
+			if res.ErrorKinds == nil {
+				res.ErrorKinds = map[string]uint64{}
+			}
+			r.errnos.into(res.ErrorKinds)
+		}
+		if r.srtpErrors > 0 {
+			if res.ErrorKinds == nil {
+				res.ErrorKinds = map[string]uint64{}
+			}
+			res.ErrorKinds["srtp"] += r.srtpErrors
+		}
 		res.RTCP += r.rtcp
 		res.Calls += r.calls
 		cpu += r.cpu
@@ -770,7 +829,11 @@ func (g *Generator) flush(th *genThread, ms []pktio.Mmsghdr, fds []int, rtcp []b
 		for i := range n {
 			count(i, uint32(ms[i].Hdr.Iov.Len))
 		}
-		th.res.errors += uint64(len(ms) - n)
+		if n < len(ms) {
+			// No free frame in the ring: as the socket's EAGAIN.
+			th.res.errors += uint64(len(ms) - n)
+			th.res.errnos.add(unix.EAGAIN, uint64(len(ms)-n))
+		}
 	case th.fd >= 0:
 		for off := 0; off < len(ms); {
 			n, err := sendmmsg(th.fd, ms[off:])
@@ -784,19 +847,22 @@ func (g *Generator) flush(th *genThread, ms []pktio.Mmsghdr, fds []int, rtcp []b
 				// sender late for the next slots. Count them all.
 				if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.ENETDOWN) {
 					th.res.errors += uint64(len(ms) - off)
+					th.res.errnos.add(err, uint64(len(ms)-off))
 					break
 				}
 				th.res.errors++
+				th.res.errnos.add(err, 1)
 				off++
 			}
 		}
 	default:
 		for i := range ms {
-			n, _ := sendmmsg(fds[i], ms[i:i+1])
+			n, err := sendmmsg(fds[i], ms[i:i+1])
 			if n == 1 {
 				count(i, ms[i].Len)
 			} else {
 				th.res.errors++
+				th.res.errnos.add(err, 1)
 			}
 		}
 	}

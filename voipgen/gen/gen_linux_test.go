@@ -3,13 +3,18 @@ package gen
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/internal/testenv"
 	"github.com/relayd/relayd/voipgen/analyze"
@@ -475,5 +480,38 @@ func TestParseGen(t *testing.T) {
 	l := cfg.Load()
 	if l.IPBytes != 220 || l.PPS != 350 {
 		t.Fatalf("IPv6 load %+v", l)
+	}
+}
+
+// TestSendErrorKinds: a packet the kernel refuses is counted as an error by
+// its errno (UDP to port 0 is EINVAL), not as sent: a receiver sees its
+// sequence number missing, and the report says why.
+func TestSendErrorKinds(t *testing.T) {
+	for _, transport := range []string{"udp", "shared"} {
+		cfg := genCfg(t, "--dst", "127.0.0.1:9", "--streams", "2", "--duration", "200ms", "--transport", transport)
+		cfg.Dst.Port = 0 // the flag refuses it
+		g, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := g.Run(context.Background())
+		g.Close()
+		if res.Packets != 0 || res.Errors < 2 || res.ErrorKinds["EINVAL"] != res.Errors || len(res.ErrorKinds) != 1 {
+			t.Errorf("%s: sent %d packets, %d errors of kinds %v; want none sent, every error EINVAL", transport, res.Packets, res.Errors, res.ErrorKinds)
+		}
+	}
+}
+
+func TestErrnoTally(t *testing.T) {
+	var tally errnoTally
+	for _, e := range []error{unix.EAGAIN, unix.ENOBUFS, unix.EAGAIN, errors.New("short"), unix.EPERM, unix.EACCES, unix.EINVAL} {
+		tally.add(e, 1)
+	}
+	tally.add(fmt.Errorf("wrapped: %w", unix.ENOBUFS), 3)
+	got := map[string]uint64{}
+	tally.into(got)
+	want := map[string]uint64{"EAGAIN": 2, "ENOBUFS": 4, "EPERM": 1, "EACCES": 1, "other": 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("tally %v, want %v", got, want)
 	}
 }

@@ -246,6 +246,10 @@ type CallReport struct {
 	// Media: sent by this side, and received from the peer.
 	SentPackets uint64                `json:"sent_packets"`
 	Received    *analyze.StreamReport `json:"received,omitempty"`
+	// SendErrors are packets this side failed to send, by errno: the peer
+	// sees their sequence numbers missing, as if the network lost them.
+	SendErrors     uint64            `json:"send_errors,omitempty"`
+	SendErrorKinds map[string]uint64 `json:"send_error_kinds,omitempty"`
 }
 
 // Summary aggregates calls.
@@ -259,6 +263,7 @@ type Summary struct {
 	// Media over the calls that carried any.
 	WithMedia   int                  `json:"calls_with_media_both_ways"`
 	SentPackets uint64               `json:"sent_packets"`
+	SendErrors  uint64               `json:"send_errors"`
 	RecvPackets uint64               `json:"received_packets"`
 	Lost        int64                `json:"lost"`
 	JitterMs    analyze.Distribution `json:"jitter_ms"`
@@ -283,6 +288,7 @@ func Summarize(calls []CallReport) Summary {
 			t200 = append(t200, c.T200Ms)
 		}
 		s.SentPackets += c.SentPackets
+		s.SendErrors += c.SendErrors
 		if r := c.Received; r != nil {
 			s.RecvPackets += r.Packets
 			s.Lost += r.Lost
@@ -313,8 +319,8 @@ func (s Summary) WriteText(w io.Writer, what string) {
 	if s.T200Ms.N > 0 || s.T180Ms.N > 0 {
 		fmt.Fprintf(w, "  setup ms: to 180 %v; to 200 %v\n", s.T180Ms, s.T200Ms)
 	}
-	fmt.Fprintf(w, "  media: %d calls with media both ways; sent %d packets, received %d, lost %d; jitter ms %v; max gap ms %v; MOS %v\n",
-		s.WithMedia, s.SentPackets, s.RecvPackets, s.Lost, s.JitterMs, s.MaxGapMs, s.MOS)
+	fmt.Fprintf(w, "  media: %d calls with media both ways; sent %d packets (%d send errors), received %d, lost %d; jitter ms %v; max gap ms %v; MOS %v\n",
+		s.WithMedia, s.SentPackets, s.SendErrors, s.RecvPackets, s.Lost, s.JitterMs, s.MaxGapMs, s.MOS)
 }
 
 func mediaReport(c *CallReport, m *callMedia) {
@@ -322,6 +328,7 @@ func mediaReport(c *CallReport, m *callMedia) {
 		return
 	}
 	c.SentPackets = m.res.Packets
+	c.SendErrors, c.SendErrorKinds = m.res.Errors, m.res.ErrorKinds
 	if m.rep != nil {
 		for i := range m.rep.Streams {
 			s := m.rep.Streams[i]

@@ -341,6 +341,7 @@ calls_across() {
 	steady $g || { stop_set $g; return 1; }
 	eval "all=\${all_$g:-} callers=\${callers_$g:-}"
 	pid=$(systemctl show -p MainPID --value relayd)
+	relayctl stats 2>/dev/null | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.before
 	t0=$(ms)
 	"$@" || { echo "$act: the action failed" >&2; stop_set $g; return 1; }
 	figure ${act}_action_ms $(( $(ms) - t0 ))
@@ -400,7 +401,7 @@ $(cd /tmp && jq -r -s '. as $r | (["call4", "call6", "answer4", "answer6"] | to_
 	"ids \([$r[0].calls[], $r[1].calls[] | .call_id] | tojson)"' ${g}call4.json ${g}call6.json ${g}answer4.json ${g}answer6.json)
 EOT
 	[ $reports = 4 ] || { echo "$act: $reports of the four voipgen reports read" >&2; return 1; }
-	[ $ok = 0 ] || loss_state "$t0"
+	[ $ok = 0 ] || loss_state "$t0" "$g"
 	# One complete answered CDR for each of the three calls (by the
 	# caller's Call-ID). relayd writes CDRs in batches
 	# (cdr.fsync_interval): poll for them, up to 10 s, rather than read
@@ -413,14 +414,30 @@ EOT
 	return $ok
 }
 
-# loss_state T0: where packets could have gone, for a check that lost
-# some: relayd's packet counters by verdict and reason (a punt while no
-# worker runs is lost), the relay's neighbours (XDP punts what it cannot
+# loss_state T0 G: where set G's packets could have gone, for a check that
+# lost some: relayd's packet counters by verdict and reason since the
+# action (a punt while no worker runs is lost), the packets the voipgens
+# failed to send (by errno), the end namespaces' UDP and IP drops, the
+# guest's memory, the relay's neighbours (XDP punts what it cannot
 # resolve), the flows, and what relayd logged at warning or worse since
 # T0 (ms).
 loss_state() {
-	echo "-- relayd counters:"
-	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' | grep -v ' 0$'
+	echo "-- relayd counters since the action (pinned: they span restarts):"
+	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.after
+	awk 'NR == FNR { before[$1] = $2; next } { d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
+	echo "-- the voipgens' send errors (packets never sent: their receiver counts them lost):"
+	(cd /tmp && jq -c '{send_errors: .summary.send_errors, kinds: [.calls[] | .send_error_kinds // empty]}' ${2}call4.json ${2}call6.json ${2}answer4.json ${2}answer6.json)
+	echo "-- UDP and IP drops in the end namespaces (nstat, since boot):"
+	for ns in caller callee; do
+		echo "$ns: $(ip netns exec $ns nstat -asz 2>/dev/null | awk '$1 ~ /^(Udp6?(RcvbufErrors|SndbufErrors|InErrors|NoPorts)|Ip6?(OutNoRoutes|OutDiscards|InDiscards)|Ip6InNoRoutes)$/ && $2 != 0 { printf "%s %s ", $1, $2 }')"
+	done
+	echo "-- links that dropped packets (since boot):"
+	for ns in "" caller callee; do
+		${ns:+ip netns exec $ns} ip -j -s link show | jq -r --arg ns "${ns:-relay}" '.[] | select(.stats64.rx.dropped + .stats64.tx.dropped > 0) |
+			"\($ns) \(.ifname): rx dropped \(.stats64.rx.dropped), tx dropped \(.stats64.tx.dropped)"'
+	done
+	echo "-- memory:"
+	free -m | head -n 2
 	echo "-- neighbours:"
 	ip neigh show; ip -6 neigh show
 	echo "-- flows:"
