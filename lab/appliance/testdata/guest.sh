@@ -341,7 +341,7 @@ calls_across() {
 	steady $g || { stop_set $g; return 1; }
 	eval "all=\${all_$g:-} callers=\${callers_$g:-}"
 	pid=$(systemctl show -p MainPID --value relayd)
-	relayctl stats 2>/dev/null | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.before
+	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.before
 	t0=$(ms)
 	"$@" || { echo "$act: the action failed" >&2; stop_set $g; return 1; }
 	figure ${act}_action_ms $(( $(ms) - t0 ))
@@ -424,7 +424,8 @@ EOT
 loss_state() {
 	echo "-- relayd counters since the action (pinned: they span restarts):"
 	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.after
-	awk 'NR == FNR { before[$1] = $2; next } { d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
+	[ -s /tmp/stats.before ] || echo "(relayctl stats gave nothing before the action: the figures are since boot)"
+	awk 'FILENAME == ARGV[1] { before[$1] = $2; next } { d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
 	echo "-- the voipgens' send errors (packets never sent: their receiver counts them lost):"
 	(cd /tmp && jq -c '{send_errors: .summary.send_errors, kinds: [.calls[] | .send_error_kinds // empty]}' ${2}call4.json ${2}call6.json ${2}answer4.json ${2}answer6.json)
 	echo "-- UDP and IP drops in the end namespaces (nstat, since boot):"
@@ -437,7 +438,7 @@ loss_state() {
 			"\($ns) \(.ifname): rx dropped \(.stats64.rx.dropped), tx dropped \(.stats64.tx.dropped)"'
 	done
 	echo "-- memory:"
-	free -m | head -n 2
+	grep -E '^(MemTotal|MemAvailable|Committed_AS):' /proc/meminfo | tr -s ' \n' ' '; echo
 	echo "-- neighbours:"
 	ip neigh show; ip -6 neigh show
 	echo "-- flows:"
