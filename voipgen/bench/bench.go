@@ -304,7 +304,19 @@ type benchRow struct {
 	// the caller. Every packet received was (or the bench failed).
 	TranscodedToCallee uint64 `json:"transcoded_to_callee,omitempty"`
 	TranscodedToCaller uint64 `json:"transcoded_to_caller,omitempty"`
+	// WorkerDelayP50US is the largest of the relay runs' median delay
+	// added by relayd's userspace workers (0: no worker saw the packets).
+	// WorkerBehind: in a relay run the median packet waited longer than a
+	// packet time (20 ms) or past the histogram's last bound: the workers
+	// were not keeping up, lost packets or not (a queue that grows for 2 s
+	// loses nothing yet).
+	WorkerDelayP50US float64 `json:"worker_delay_p50_us,omitempty"`
+	WorkerBehind     bool    `json:"worker_behind,omitempty"`
 }
+
+// behindDelayUS is the median worker delay past which the workers are
+// behind: one packet time.
+const behindDelayUS = 20000
 
 func (r benchRow) lossless() bool { return r.Sent > 0 && r.Lost <= 0 }
 
@@ -367,7 +379,7 @@ func (s benchSIP) mediaShown() bool {
 type benchSummary struct {
 	Relay string `json:"relay"`
 	// MaxZeroLossCalls is the highest step without loss whose load the
-	// sender offered in full (0: none).
+	// sender offered in full and whose workers kept up (0: none).
 	MaxZeroLossCalls int `json:"max_zero_loss_calls"`
 	// FirstLossCalls is the first step with loss (0: none).
 	FirstLossCalls int `json:"first_loss_calls,omitempty"`
@@ -452,8 +464,9 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 			if r.Relay != name {
 				continue
 			}
-			// A step whose sender fell short did not offer its calls.
-			if r.lossless() && !r.SenderLimited && s.FirstLossCalls == 0 {
+			// A step whose sender fell short did not offer its calls,
+			// and one whose workers were behind was not carried.
+			if r.lossless() && !r.SenderLimited && !r.WorkerBehind && s.FirstLossCalls == 0 {
 				s.MaxZeroLossCalls = max(s.MaxZeroLossCalls, r.Calls)
 			}
 			if !r.lossless() && s.FirstLossCalls == 0 {
@@ -563,6 +576,10 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 		}
 		row.TranscodedToCallee += r.TranscodedToCallee
 		row.TranscodedToCaller += r.TranscodedToCaller
+		if d := r.WorkerDelay; d != nil {
+			row.WorkerDelayP50US = max(row.WorkerDelayP50US, d.P50US)
+			row.WorkerBehind = row.WorkerBehind || d.P50Over || d.P50US > behindDelayUS
+		}
 	}
 	row.Relayed, row.RelayedUserspace = relayed, userspace
 	row.SentPPS = mean(pps)
