@@ -428,6 +428,12 @@ loss_state() {
 	awk 'FILENAME == ARGV[1] { before[$1] = $2; next } { d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
 	echo "-- the voipgens' send errors (packets never sent: their receiver counts them lost):"
 	(cd /tmp && jq -c '{send_errors: .summary.send_errors, kinds: [.calls[] | .send_error_kinds // empty]}' ${2}call4.json ${2}call6.json ${2}answer4.json ${2}answer6.json)
+	echo "-- when the packets went missing (the action began at $(date -u -d @$(( $1 / 1000 )) +%T)):"
+	for r in call4 call6 answer4 answer6; do
+		jq -r --arg r $r '.calls[] | select(.received != null) | .received.loss_periods[] | "\($r): after \(.start) lost \(.lost), gap \(.gap_ms) ms"' /tmp/${2}$r.json
+	done
+	echo "-- relayd's stops and starts since the action:"
+	journalctl -u relayd --no-pager -o short-iso-precise --since=@$(( $1 / 1000 )) | grep -E 'Stopping|Stopped|Starting|Started|relayd ready|calls restored|shutting down|exited' | cut -c1-200
 	echo "-- UDP and IP drops in the end namespaces (nstat, since boot):"
 	for ns in caller callee; do
 		echo "$ns: $(ip netns exec $ns nstat -asz 2>/dev/null | awk '$1 ~ /^(Udp6?(RcvbufErrors|SndbufErrors|InErrors|NoPorts)|Ip6?(OutNoRoutes|OutDiscards|InDiscards)|Ip6InNoRoutes)$/ && $2 != 0 { printf "%s %s ", $1, $2 }')"
