@@ -101,10 +101,14 @@ RACE_PKGS := github.com/relayd/relayd/control/sip github.com/relayd/relayd/voipg
 BESIDE_PKGS := github.com/relayd/relayd/lab/kamailio github.com/relayd/relayd/lab/fwpair \
 	github.com/relayd/relayd/voipgen/fwtest github.com/relayd/relayd/voipgen/gen
 ALONE_EXCLUDE := $(RACE_PKGS) $(BESIDE_PKGS) github.com/relayd/relayd/lab/labrelay
+# Lines printed even when the test passes: how long the appliance guest
+# ran, whether its kernel locked up (a second boot), and each check's time,
+# which say where CI's time went.
+TEST_SHOW := figure (guest_run_s|guest_lockups|check_[a-z0-9_]+_ms)=
 test: need
 	$(GO) vet ./... ./voipgen/...
 	$(GO) run ./internal/testreport -allow .ci/skips -- -race -p 1 -count=1 -timeout 10m $(RACE_PKGS)
-	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m $$($(GO) list ./... ./voipgen/... | grep -vxF $(ALONE_EXCLUDE:%=-e %))
+	$(GO) run ./internal/testreport -allow .ci/skips -show '$(TEST_SHOW)' -- -p 1 -count=1 -timeout 30m $$($(GO) list ./... ./voipgen/... | grep -vxF $(ALONE_EXCLUDE:%=-e %))
 	@out=$$(mktemp); \
 	echo "lab/labrelay, and beside it: $(BESIDE_PKGS:github.com/relayd/relayd/%=%) (their report follows labrelay's)"; \
 	$(GO) run ./internal/testreport -allow .ci/skips -- -p 1 -count=1 -timeout 30m $(BESIDE_PKGS) > $$out 2>&1 & beside=$$!; \

@@ -7,7 +7,11 @@
 // whichever way the test skipped (a skip helper that fails in CI, or a
 // plain t.Skip).
 //
-//	go run ./internal/testreport [-allow FILE] [-slowest N] -- GO-TEST-ARGS...
+//	go run ./internal/testreport [-allow FILE] [-slowest N] [-show REGEXP] -- GO-TEST-ARGS...
+//
+// -show prints, as they come, the output lines of any test, passed ones
+// too, that match REGEXP (a figure a passing test logs, such as how long
+// a guest ran).
 //
 // The allow-list has one entry per line: a package import path (or a
 // path pattern ending in /...), a test name (a path.Match pattern on the
@@ -25,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -46,7 +51,16 @@ type allowEntry struct {
 func main() {
 	allowFile := flag.String("allow", "", "allow-list of tests that may skip in CI")
 	slowest := flag.Int("slowest", 10, "print the N slowest tests")
+	show := flag.String("show", "", "print the output lines of any test that match this regexp")
 	flag.Parse()
+	var showRe *regexp.Regexp
+	if *show != "" {
+		var err error
+		if showRe, err = regexp.Compile(*show); err != nil {
+			fmt.Fprintf(os.Stderr, "testreport: -show: %v\n", err)
+			os.Exit(2)
+		}
+	}
 	allow, err := readAllow(*allowFile)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testreport: %v\n", err)
@@ -64,6 +78,7 @@ func main() {
 		os.Exit(2)
 	}
 	r := newReport(os.Stdout, allow, os.Getenv("CI") != "")
+	r.show = showRe
 	if err := r.read(out); err != nil {
 		fmt.Fprintf(os.Stderr, "testreport: reading go test's output: %v\n", err)
 	}
@@ -138,6 +153,7 @@ type report struct {
 	skips  []result
 	done   []result
 	pkgs   map[string]string // package -> its final action
+	show   *regexp.Regexp    // output lines printed whatever the result (-show)
 }
 
 func newReport(w io.Writer, allow []allowEntry, ci bool) *report {
@@ -164,6 +180,9 @@ func (r *report) event(e event) {
 	switch e.Action {
 	case "output", "build-output":
 		r.output[k] = append(r.output[k], e.Output)
+		if r.show != nil && e.Test != "" && r.show.MatchString(e.Output) {
+			fmt.Fprintf(r.w, "    %s: %s\n", e.Test, strings.TrimSpace(e.Output))
+		}
 	case "pass", "fail", "skip":
 		lines := r.output[k]
 		delete(r.output, k)

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -87,5 +88,26 @@ func TestAllowListErrors(t *testing.T) {
 		if _, err := readAllow(f); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// TestShow: -show prints the matching lines of a passing test as they
+// come, and nothing else of it.
+func TestShow(t *testing.T) {
+	const in = `{"Action":"run","Package":"example.com/v","Test":"TestGuest"}
+{"Action":"output","Package":"example.com/v","Test":"TestGuest","Output":"    v_test.go:5: figure guest_run_s=409 (qemu start to power-off)\n"}
+{"Action":"output","Package":"example.com/v","Test":"TestGuest","Output":"    v_test.go:6: image cached\n"}
+{"Action":"pass","Package":"example.com/v","Test":"TestGuest","Elapsed":410}
+{"Action":"pass","Package":"example.com/v","Elapsed":410}
+`
+	var out strings.Builder
+	r := newReport(&out, nil, true)
+	r.show = regexp.MustCompile(`figure guest_`)
+	if err := r.read(strings.NewReader(in)); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if want := "    TestGuest: v_test.go:5: figure guest_run_s=409 (qemu start to power-off)\nok  \texample.com/v\t410.000s\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
 	}
 }
