@@ -104,7 +104,6 @@ func (g *routeGen) off() error {
 type routeWatch struct {
 	log     *zap.Logger
 	ns      netns.NsHandle
-	here    bool // ns is relayd's own: opened without entering it
 	g       *routeGen
 	refresh time.Duration
 	sock    *nl.NetlinkSocket
@@ -125,24 +124,16 @@ func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log 
 		return nil, err
 	}
 	w := &routeWatch{log: log, ns: ns, g: g, refresh: refresh, stop: make(chan struct{}), done: make(chan struct{})}
-	cur, err := netns.Get()
-	if err != nil {
-		ns.Close()
-		return nil, fmt.Errorf("network namespace: %w", err)
-	}
-	// The sockets are opened in ns by entering it, which takes
-	// CAP_SYS_ADMIN: under the unit relayd has not got it (and
-	// RestrictNamespaces= refuses setns), so ns is entered only when it
-	// is another than relayd's own, as in tests.
-	w.here = cur.Equal(ns)
 	// Subscribed before the neighbours are read: a change in between is
-	// in what is read or in an event after it.
-	if w.here {
+	// in what is read or in an event after it. The sockets are opened on
+	// a thread in ns (inNamespace), which enters it only when it is
+	// another than relayd's own: setns takes CAP_SYS_ADMIN, which relayd
+	// has not got under the unit, and netlink's SubscribeAt and
+	// NewHandleAt call it even for the current namespace.
+	err = inNamespace(ns, func() (err error) {
 		w.sock, err = nl.Subscribe(unix.NETLINK_ROUTE, routeGroups...)
-	} else {
-		w.sock, err = nl.SubscribeAt(ns, cur, unix.NETLINK_ROUTE, routeGroups...)
-	}
-	cur.Close()
+		return err
+	})
 	if err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("subscribe to routing events: %w", err)
@@ -183,12 +174,10 @@ func dupNS(ns netns.NsHandle) (netns.NsHandle, error) {
 // scanNeighbours reads the valid neighbours the program's lookups may use.
 func (w *routeWatch) scanNeighbours() error {
 	var h *netlink.Handle
-	var err error
-	if w.here {
+	err := inNamespace(w.ns, func() (err error) {
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-	} else {
-		h, err = netlink.NewHandleAt(w.ns, unix.NETLINK_ROUTE)
-	}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("read neighbours: %w", err)
 	}
