@@ -505,19 +505,10 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		}
 		// Over the steps both completed: medians over different steps
 		// would compare different loads.
-		rowsB := map[int]benchRow{}
-		for _, r := range rep.Rows {
-			if r.Relay == p[1] && r.lossless() && r.Comparable {
-				rowsB[r.Calls] = r
-			}
-		}
 		var ta, tb, ia, ib []float64
 		var steps []benchStepRatio
-		for _, ra := range rep.Rows {
-			rb, ok := rowsB[ra.Calls]
-			if ra.Relay != p[0] || !ok || !ra.lossless() || !ra.Comparable || ra.TaskNsPerPkt <= 0 || rb.TaskNsPerPkt <= 0 {
-				continue
-			}
+		for _, pr := range commonSteps(rep.Rows, p[0], p[1]) {
+			ra, rb := pr[0], pr[1]
 			ta, tb = append(ta, ra.TaskNsPerPkt), append(tb, rb.TaskNsPerPkt)
 			ia, ib = append(ia, ra.IdleNsPerPkt), append(ib, rb.IdleNsPerPkt)
 			steps = append(steps, benchStepRatio{Calls: ra.Calls, Task: ra.TaskNsPerPkt / rb.TaskNsPerPkt})
@@ -531,6 +522,26 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		}
 		rep.Ratios = append(rep.Ratios, r)
 	}
+}
+
+// commonSteps pairs relay a's rows with relay b's of the same call count,
+// for the counts both carried without loss and measured (comparable, with
+// a CPU figure), in a's order.
+func commonSteps(rows []benchRow, a, b string) [][2]benchRow {
+	carried := func(r benchRow) bool { return r.lossless() && r.Comparable && r.TaskNsPerPkt > 0 }
+	rowsB := map[int]benchRow{}
+	for _, r := range rows {
+		if r.Relay == b && carried(r) {
+			rowsB[r.Calls] = r
+		}
+	}
+	var pairs [][2]benchRow
+	for _, ra := range rows {
+		if rb, ok := rowsB[ra.Calls]; ok && ra.Relay == a && carried(ra) {
+			pairs = append(pairs, [2]benchRow{ra, rb})
+		}
+	}
+	return pairs
 }
 
 // benchRowFromRuns folds a call count's runs (one or more steps of direct,

@@ -287,18 +287,9 @@ func summarizeTranscode(rep *Report, ghz float64) {
 		// cost per packet falls as its load rises, so medians over
 		// different steps would favour the one that carried more.
 		var ta, tb []float64
-		t.OverheadSteps = nil
-		for _, ra := range rep.Rows {
-			if ra.Relay != transcodeRelayd || !ra.lossless() || !ra.Comparable || ra.TaskNsPerPkt <= 0 {
-				continue
-			}
-			for _, rb := range rep.Rows {
-				if rb.Relay == transcodeRtpengine && rb.Calls == ra.Calls && rb.lossless() && rb.Comparable && rb.TaskNsPerPkt > 0 {
-					ta, tb = append(ta, ra.TaskNsPerPkt), append(tb, rb.TaskNsPerPkt)
-					t.OverheadSteps = append(t.OverheadSteps, ra.Calls)
-					break
-				}
-			}
+		for _, pr := range commonSteps(rep.Rows, transcodeRelayd, transcodeRtpengine) {
+			ta, tb = append(ta, pr[0].TaskNsPerPkt), append(tb, pr[1].TaskNsPerPkt)
+			t.OverheadSteps = append(t.OverheadSteps, pr[0].Calls)
 		}
 		oa := median(ta)*benchPPSPerCall - t.Bcg729.NsPerCallSecond
 		ob := median(tb)*benchPPSPerCall - t.Bcg729.NsPerCallSecond
