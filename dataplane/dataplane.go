@@ -559,6 +559,10 @@ type WorkerStats struct {
 	Interrupts uint64
 	Batches    uint64 // reads that returned packets
 	AFXDP      uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
+	// LockWaits are latching flows whose lock waited over 20 ms for
+	// their worker to drain its receive queue (a lock is reported, and
+	// an XDP flow handed back to XDP, only then).
+	LockWaits uint64
 	// Delay counts packets by the time from the kernel's receive
 	// timestamp to the worker's read: per bucket of DelayBounds (not
 	// cumulative), the last one above them; DelaySum is their sum.

@@ -60,6 +60,8 @@ type flowState struct {
 	pending     netip.AddrPort // accepted, learned if the window ends without a better one
 	learnedRank int8           // rank of learned or pending
 	locked      bool           // learning is over: only learned is accepted
+	lockHeld    bool           // locked, not yet reported: the worker is catching up (holdLock)
+	lockedAt    int64          // arrival of the packet that locked it (Unix ns)
 
 	// The rate cap (flow.RateCap) as a generic cell rate algorithm: the
 	// theoretical arrival time of the next packet, and the step and
@@ -257,7 +259,8 @@ func (f *flowState) trusted() bool {
 // resetLatch forgets what latching learned: the next packet opens a new
 // window.
 func (f *flowState) resetLatch() {
-	f.latchUntil, f.learned, f.pending, f.learnedRank, f.locked = 0, netip.AddrPort{}, netip.AddrPort{}, rankNone, false
+	f.latchUntil, f.learned, f.pending, f.learnedRank = 0, netip.AddrPort{}, netip.AddrPort{}, rankNone
+	f.locked, f.lockHeld, f.lockedAt = false, false, 0
 }
 
 // latch applies symmetric RTP learning to a packet from src at now: it

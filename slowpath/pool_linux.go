@@ -546,6 +546,9 @@ type worker struct {
 	// after later batches, never dropped. A lost "locked" event would
 	// leave an XDP flow in userspace for good. Worker goroutine only.
 	latchBacklog []latchEvent
+	// heldLocks are the matches of the flows whose lock waits for the
+	// worker to catch up (holdLock).
+	heldLocks []netip.AddrPort
 
 	// Transcoding: the worker's transcoding flows, its send batches
 	// (pullOut sends from the control path too) and its timers: timer is
@@ -572,6 +575,7 @@ type worker struct {
 	delay      [len(delayBoundsNS) + 1]atomic.Uint64
 	delaySum   atomic.Int64
 	noFlow     atomic.Uint64
+	lockWaits  atomic.Uint64 // latching flows whose lock waited for the worker (lockLag)
 	sendFailed atomic.Uint64
 	// xskPackets counts the packets read from xsks, malformed the frames
 	// dropped there (bad lengths or checksums).
@@ -704,6 +708,51 @@ func (w *worker) notifyLatched(match, source netip.AddrPort, locked bool) {
 		}
 	}
 	w.latchBacklog = append(w.latchBacklog, ev)
+}
+
+// Locks are reported once the worker has caught up. The report moves an
+// XDP flow back into XDP, which forwards the flow's next packets at once:
+// were the worker behind its receive queue then, the packets of the flow
+// still queued would reach the peer after them, late and out of order (a
+// starved worker in the appliance's VM had receivers see sequence jumps
+// of 70-190 packets). So a locked flow refuses other sources at once,
+// but its lock is held (heldLocks) until a read finds the worker's queue
+// drained, and reported after the packets read before it were sent. A
+// worker that does not catch up reports it one window after the window
+// ended: those packets are late in userspace already, and XDP takes
+// their load off the worker.
+//
+// lockLag is the wait past which a held lock counts in
+// relayd_userspace_lock_waits_total.
+const lockLag = int64(20 * time.Millisecond)
+
+// holdLock holds the lock of f, decided by a packet that arrived at ts.
+func (w *worker) holdLock(f *flowState, ts int64) {
+	f.lockHeld, f.lockedAt = true, ts
+	w.heldLocks = append(w.heldLocks, f.flow.Match)
+}
+
+// reportLock reports f's held lock at now.
+func (w *worker) reportLock(f *flowState, now int64) {
+	f.lockHeld = false
+	if now-f.lockedAt > lockLag {
+		w.lockWaits.Add(1)
+	}
+	w.notifyLatched(f.flow.Match, f.learned, true)
+}
+
+// releaseLocks reports the held locks: the worker's queue is drained.
+func (w *worker) releaseLocks() {
+	if len(w.heldLocks) == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	for _, m := range w.heldLocks {
+		if f := w.flows[m]; f != nil && f.lockHeld {
+			w.reportLock(f, now)
+		}
+	}
+	w.heldLocks = w.heldLocks[:0]
 }
 
 // flushLatched hands on what the queue has room for of the backlog, in
@@ -996,9 +1045,12 @@ func (w *worker) run() {
 			w.drainCtrl()
 			return
 		}
-		if len(w.xsks) > 0 && w.relayXSK(tx4, tx6) {
+		if read, drained := w.relayXSK(tx4, tx6); read {
 			got = true
 			w.afterBatch()
+			if drained {
+				w.releaseLocks()
+			}
 			// The UDP socket (what the XDP program passes) is read
 			// every 16th round while the XDP sockets keep the worker
 			// busy, and whenever they are empty.
@@ -1024,6 +1076,9 @@ func (w *worker) run() {
 			}
 			w.relayBatch(rx, n, tx4, tx6)
 			w.afterBatch()
+			if n < batchSize && len(w.xsks) == 0 {
+				w.releaseLocks() // the read drained the socket
+			}
 			continue
 		}
 		switch errno {
@@ -1035,6 +1090,7 @@ func (w *worker) run() {
 		}
 		// The socket is empty: what is due, then a wait for a packet, a
 		// control request or the next deadline.
+		w.releaseLocks()
 		if w.armed != 0 && time.Now().UnixNano() >= w.armed {
 			w.armed = 0
 			w.drainCtrl()
@@ -1059,15 +1115,19 @@ func (w *worker) run() {
 }
 
 // relayXSK relays a batch from each XDP socket that holds frames and
-// gives the frames back; it reports whether it read any.
-func (w *worker) relayXSK(tx4, tx6 *txBatch) bool {
-	read := false
+// gives the frames back; it reports whether it read any, and whether
+// every socket's ring was drained by the read (none filled a batch).
+func (w *worker) relayXSK(tx4, tx6 *txBatch) (read, drained bool) {
+	drained = true
 	for _, s := range w.xsks {
 		n, frames, bad := w.xb.recv(s)
 		if frames == 0 {
 			continue
 		}
 		read = true
+		if frames == batchSize {
+			drained = false // more may be queued
+		}
 		// As for the socket: requests queued before these packets came
 		// are served first.
 		if w.pending.Load() {
@@ -1082,7 +1142,7 @@ func (w *worker) relayXSK(tx4, tx6 *txBatch) bool {
 			w.malformed.Add(uint64(bad))
 		}
 	}
-	return read
+	return read, drained
 }
 
 // afterBatch serves, between batches, what the batch or the control plane
@@ -1305,7 +1365,9 @@ func (w *worker) relayBatch(rx rxSource, n int, tx4, tx6 *txBatch) {
 				}
 			}
 			if res&latchLocked != 0 {
-				w.notifyLatched(f.flow.Match, f.learned, true)
+				w.holdLock(f, ts)
+			} else if f.lockHeld && ts > f.latchUntil+w.latchWindow {
+				w.reportLock(f, now)
 			}
 		}
 		// Policed before the work a packet costs (decryption above all),
@@ -1357,6 +1419,7 @@ func (p *Pool) WorkerStats() dataplane.WorkerStats {
 		st.Naps += w.naps.Load()
 		st.Batches += w.batches.Load()
 		st.AFXDP += w.xskPackets.Load()
+		st.LockWaits += w.lockWaits.Load()
 		for b := range w.delay {
 			st.Delay[b] += w.delay[b].Load()
 		}

@@ -40,6 +40,8 @@ var (
 		"Reads (recvmmsg) of the userspace workers that returned packets.", nil, nil)
 	workerAFXDPDesc = prometheus.NewDesc("relayd_userspace_afxdp_packets_total",
 		"Packets the userspace workers read from their AF_XDP sockets (dataplane.userspace_io afxdp).", nil, nil)
+	workerLockWaitsDesc = prometheus.NewDesc("relayd_userspace_lock_waits_total",
+		"Latching flows whose lock waited over 20 ms for their userspace worker to drain its receive queue: a worker reports a lock only then, since XDP taking a flow back earlier would have its next packets overtake those still queued.", nil, nil)
 	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
 	cdrWriteErrorsDesc = prometheus.NewDesc("relayd_cdr_write_errors_total", "CDRs that could not be written to the file.", nil, nil)
 	cdrPostedDesc      = prometheus.NewDesc("relayd_cdr_posted_total", "CDRs the collector (cdr.post_url) accepted.", nil, nil)
@@ -74,7 +76,7 @@ type collector struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc,
-		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc} {
+		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc, workerLockWaitsDesc} {
 		ch <- d
 	}
 	if c.calls != nil {
@@ -175,4 +177,5 @@ func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Interrupts), "signal")
 	ch <- prometheus.MustNewConstMetric(workerBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 	ch <- prometheus.MustNewConstMetric(workerAFXDPDesc, prometheus.CounterValue, float64(st.AFXDP))
+	ch <- prometheus.MustNewConstMetric(workerLockWaitsDesc, prometheus.CounterValue, float64(st.LockWaits))
 }
