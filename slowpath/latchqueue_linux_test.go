@@ -126,7 +126,7 @@ func TestLockHeldUntilCaughtUp(t *testing.T) {
 	// Not behind: held only until the drained read, no wait counted.
 	waits := w.lockWaits.Load()
 	now := time.Now().UnixNano()
-	f, m = flow(30020)
+	_, m = flow(30020)
 	batch(m, pkt{src, now - 1.2e9}, pkt{src, now - 1e6})
 	w.releaseLocks()
 	if n := locked(); n != 1 || w.lockWaits.Load() != waits {
@@ -134,7 +134,7 @@ func TestLockHeldUntilCaughtUp(t *testing.T) {
 	}
 
 	// A flow removed while its lock was held is not reported.
-	f, m = flow(30030)
+	_, m = flow(30030)
 	batch(m, pkt{src, base}, pkt{src, base + 1.1e9})
 	delete(w.flows, m)
 	w.releaseLocks()
