@@ -16,11 +16,18 @@ type StreamAnalyzer struct {
 	ClockRate uint32 // RTP clock of the payload format, e.g. 8000
 	Stats     ReceiverStats
 
-	Packets     uint64 // RTP packets seen, including ones Stats rejected
-	Bytes       uint64 // UDP payload bytes of those packets
-	Duplicates  uint64 // packets whose sequence number was already seen
-	Reordered   uint64 // packets arriving after a higher sequence number, not duplicates
-	PayloadType uint8  // of the last packet
+	Packets    uint64 // RTP packets seen, including ones Stats rejected
+	Bytes      uint64 // UDP payload bytes of those packets
+	Duplicates uint64 // packets whose sequence number was already seen
+	Reordered  uint64 // packets arriving after a higher sequence number, not duplicates
+	// Resyncs counts the times Stats restarted the sequence numbering
+	// (RFC 3550 A.1: two consecutive packets of a jump over MaxDropout, or
+	// later than MaxMisorder behind the highest): a sender that restarted,
+	// or a stream whose packets came hundreds of sequence numbers out of
+	// order, which a loss count alone would misreport. Expected and Lost
+	// count from the last one.
+	Resyncs     uint64
+	PayloadType uint8 // of the last packet
 
 	FirstArrival int64 // Unix nanoseconds of the first packet
 	LastArrival  int64 // Unix nanoseconds of the last packet
@@ -102,6 +109,9 @@ func (a *StreamAnalyzer) Update(h *Header, size int, now int64) {
 	prevMax, prevCycles := st.MaxSeq, st.Cycles
 	st.Update(h.SSRC, seq, h.Timestamp, a.rtpTime(now))
 	if fresh || (st.Received == 1 && st.BaseSeq == uint32(seq)) {
+		if !fresh {
+			a.Resyncs++
+		}
 		// New source or sequence resync: restart the window.
 		a.seen = [dupWindow / 64]uint64{}
 		a.mark(seq)

@@ -35,14 +35,48 @@ func TestStreamAnalyzer(t *testing.T) {
 		t.Errorf("jitter %.2f ms, want between 5 and 20 after an 80 ms delay", j)
 	}
 
+	if a.Resyncs != 0 {
+		t.Errorf("%d resyncs before the jump, want 0", a.Resyncs)
+	}
 	// Resync restarts the duplicate window: a second 20000 is a duplicate
 	// only once the new sequence is established.
 	for _, s := range []uint16{20000, 20001, 20001, 20002} {
 		h := Header{SSRC: 9, SequenceNumber: s}
 		a.Update(&h, 172, base+300*ms)
 	}
-	if a.Stats.BaseSeq != 20001 || a.Stats.Received != 3 || a.Duplicates != 2 {
-		t.Errorf("after resync: base %d received %d duplicates %d", a.Stats.BaseSeq, a.Stats.Received, a.Duplicates)
+	if a.Stats.BaseSeq != 20001 || a.Stats.Received != 3 || a.Duplicates != 2 || a.Resyncs != 1 {
+		t.Errorf("after resync: base %d received %d duplicates %d resyncs %d", a.Stats.BaseSeq, a.Stats.Received, a.Duplicates, a.Resyncs)
+	}
+}
+
+// TestStreamAnalyzerOvertaken: a stream whose packets take two paths, one
+// 150 packets (3 s) behind the other, as when a relay moved a flow from a
+// backlogged userspace worker into XDP: the receiver resyncs on the late
+// pairs and records the jumps back as loss periods the size of the lag.
+// Resyncs is what tells this from loss.
+func TestStreamAnalyzerOvertaken(t *testing.T) {
+	a := StreamAnalyzer{ClockRate: 8000}
+	base := int64(1_700_000_000) * 1e9
+	at := base
+	up := func(seq uint16) {
+		at += 5e6
+		h := Header{SSRC: 9, SequenceNumber: seq, Timestamp: uint32(seq) * 160}
+		a.Update(&h, 172, at)
+	}
+	for seq := range uint16(100) {
+		up(seq)
+	}
+	// The fast path's packet, then two of the slow path's, in turn.
+	for i := range uint16(10) {
+		up(250 + i)
+		up(100 + 2*i)
+		up(101 + 2*i)
+	}
+	if a.Resyncs < 9 {
+		t.Errorf("%d resyncs, want one per late pair after the first (at least 9)", a.Resyncs)
+	}
+	if len(a.LossPeriods) < 9 || a.LossPeriods[len(a.LossPeriods)-1].Lost < 100 {
+		t.Errorf("%d loss periods (last %+v): want the jumps forward recorded as losses of over 100", len(a.LossPeriods), a.LossPeriods[len(a.LossPeriods)-1])
 	}
 }
 

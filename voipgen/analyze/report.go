@@ -39,18 +39,22 @@ func (o EmodelOpts) codecByPT(pt uint8) (emodel.Codec, string, bool) {
 }
 
 type StreamReport struct {
-	Port         int     `json:"port"`
-	Local        string  `json:"local,omitempty"` // ADDR:PORT received on, when not one address
-	SSRC         uint32  `json:"ssrc"`
-	PayloadType  uint8   `json:"payload_type"`
-	Codec        string  `json:"codec,omitempty"`
-	Packets      uint64  `json:"packets"`
-	Bytes        uint64  `json:"bytes"`
-	Expected     uint32  `json:"expected"`
-	Lost         int64   `json:"lost"`
-	LossPct      float64 `json:"loss_pct"`
-	Duplicates   uint64  `json:"duplicates"`
-	Reordered    uint64  `json:"reordered"`
+	Port        int     `json:"port"`
+	Local       string  `json:"local,omitempty"` // ADDR:PORT received on, when not one address
+	SSRC        uint32  `json:"ssrc"`
+	PayloadType uint8   `json:"payload_type"`
+	Codec       string  `json:"codec,omitempty"`
+	Packets     uint64  `json:"packets"`
+	Bytes       uint64  `json:"bytes"`
+	Expected    uint32  `json:"expected"`
+	Lost        int64   `json:"lost"`
+	LossPct     float64 `json:"loss_pct"`
+	Duplicates  uint64  `json:"duplicates"`
+	Reordered   uint64  `json:"reordered"`
+	// Resyncs: times the sequence numbering restarted (a sender restart,
+	// or packets hundreds of sequence numbers out of order); expected and
+	// lost count from the last one (rtp.StreamAnalyzer.Resyncs).
+	Resyncs      uint64  `json:"resyncs"`
 	JitterMs     float64 `json:"jitter_ms"`
 	MaxGapMs     float64 `json:"max_gap_ms"`
 	PtimeMs      float64 `json:"ptime_ms"` // measured: time from first to last arrival / (expected - 1)
@@ -118,14 +122,18 @@ func (d Distribution) String() string {
 }
 
 type Totals struct {
-	Streams      int     `json:"streams"`
-	Packets      uint64  `json:"packets"`
-	Bytes        uint64  `json:"bytes"`
-	Expected     uint64  `json:"expected"`
-	Lost         int64   `json:"lost"`
-	LossPct      float64 `json:"loss_pct"`
-	Duplicates   uint64  `json:"duplicates"`
-	Reordered    uint64  `json:"reordered"`
+	Streams    int     `json:"streams"`
+	Packets    uint64  `json:"packets"`
+	Bytes      uint64  `json:"bytes"`
+	Expected   uint64  `json:"expected"`
+	Lost       int64   `json:"lost"`
+	LossPct    float64 `json:"loss_pct"`
+	Duplicates uint64  `json:"duplicates"`
+	Reordered  uint64  `json:"reordered"`
+	// Resyncs: times the sequence numbering restarted (a sender restart,
+	// or packets hundreds of sequence numbers out of order); expected and
+	// lost count from the last one (rtp.StreamAnalyzer.Resyncs).
+	Resyncs      uint64  `json:"resyncs"`
 	MaxJitterMs  float64 `json:"max_jitter_ms"`
 	MeanJitterMs float64 `json:"mean_jitter_ms"`
 	MaxGapMs     float64 `json:"max_gap_ms"`
@@ -178,7 +186,7 @@ func streamReportOf(a *rtp.StreamAnalyzer, pr *portReader, start time.Time, o Em
 	s := StreamReport{
 		Port: pr.port, SSRC: a.Stats.SSRC, PayloadType: a.PayloadType,
 		Packets: a.Packets, Bytes: a.Bytes, Expected: a.Stats.Expected(), Lost: lost,
-		Duplicates: a.Duplicates, Reordered: a.Reordered,
+		Duplicates: a.Duplicates, Reordered: a.Reordered, Resyncs: a.Resyncs,
 		JitterMs: a.JitterMillis(), MaxGapMs: a.MaxGapMillis(),
 		FirstArrival: rfc3339(a.FirstArrival), LastArrival: rfc3339(a.LastArrival),
 		LossPeriods: []LossPeriodReport{}, Glitches: a.LossRuns, BurstR: 1,

@@ -432,6 +432,10 @@ loss_state() {
 	for r in call4 call6 answer4 answer6; do
 		jq -r --arg r $r '.calls[] | select(.received != null) | .received.loss_periods[] | "\($r): after \(.start) lost \(.lost), gap \(.gap_ms) ms"' /tmp/${2}$r.json
 	done
+	echo "-- sequence restarts (packets hundreds out of order, or a sender that restarted; lost counts from the last):"
+	for r in call4 call6 answer4 answer6; do
+		jq -r --arg r $r '.calls[] | select(.received != null) | "\($r) call \(.call): resyncs \(.received.resyncs), reordered \(.received.reordered), duplicates \(.received.duplicates)"' /tmp/${2}$r.json
+	done
 	echo "-- relayd's stops and starts since the action:"
 	journalctl -u relayd --no-pager -o short-iso-precise --since=@$(( $1 / 1000 )) | grep -E 'Stopping|Stopped|Starting|Started|relayd ready|calls restored|shutting down|exited' | cut -c1-200
 	echo "-- UDP and IP drops in the end namespaces (nstat, since boot):"
