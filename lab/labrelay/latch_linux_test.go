@@ -34,18 +34,7 @@ func TestRelayLatching(t *testing.T) {
 	signalled := netip.AddrPortFrom(l.CallerAddr4, 9000) // what the SDP said
 	real := netip.AddrPortFrom(l.CallerAddr4, 4000)      // where the caller's NAT sends from
 	calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5000)
-	up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: signalled.String(), Latch: true, Reverse: b.String(),
-		SendFrom: b.String(), SendTo: calleeEP.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	down, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
-		SendFrom: a.String(), SendTo: signalled.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	caller := openLeg(t, l.Caller, real, a)
-	callee := openLeg(t, l.Callee, calleeEP, b)
+	up, down, caller, callee := latchingCall(t, l, r, a, b, signalled, real, calleeEP)
 	attacker := openLeg(t, l.Attacker, netip.AddrPortFrom(l.AttackerAddr4, 4000), a)
 
 	// The attacker is first.
@@ -178,17 +167,7 @@ func TestRelayLatchingBleed(t *testing.T) {
 				// packet.
 				expect = netip.MustParseAddrPort("10.200.0.5:4000")
 			}
-			up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: expect.String(), Latch: true, Reverse: b.String(),
-				SendFrom: b.String(), SendTo: calleeEP.String()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
-				SendFrom: a.String(), SendTo: expect.String()}); err != nil {
-				t.Fatal(err)
-			}
-			caller := openLeg(t, l.Caller, real, a)
-			callee := openLeg(t, l.Callee, calleeEP, b)
+			up, _, caller, callee := latchingCall(t, l, r, a, b, expect, real, calleeEP)
 			var attacker *leg
 			if tc.spoof != nil {
 				attacker = tc.spoof(t, a)
@@ -380,17 +359,7 @@ func TestRelayLatchLockBehind(t *testing.T) {
 
 	a, b := netip.AddrPortFrom(l.RelayMedia4, 33000), netip.AddrPortFrom(l.RelayMedia4, 33002)
 	callerEP, calleeEP := netip.AddrPortFrom(l.CallerAddr4, 4000), netip.AddrPortFrom(l.CalleeAddr4, 5000)
-	up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), Latch: true, Reverse: b.String(),
-		SendFrom: b.String(), SendTo: calleeEP.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
-		SendFrom: a.String(), SendTo: callerEP.String()}); err != nil {
-		t.Fatal(err)
-	}
-	caller := openLeg(t, l.Caller, callerEP, a)
-	callee := openLeg(t, l.Callee, calleeEP, b)
+	up, _, caller, callee := latchingCall(t, l, r, a, b, callerEP, callerEP, calleeEP)
 
 	const pps, total = 4000, 4000 * 3 // 3 s: the window ends at 1 s
 	const late = pps / 20             // 50 ms of packets
@@ -475,4 +444,23 @@ func TestRelayLatchLockBehind(t *testing.T) {
 	if f := flowByID(t, r, up.ID); f.Latch || f.Path != "xdp" || f.ExpectSource != callerEP.String() {
 		t.Errorf("flow at the end: %+v, want locked on xdp expecting %s", f, callerEP)
 	}
+}
+
+// latchingCall installs a call's two flows between relay ports a (the
+// caller's side, latching, its signalled source expect) and b (the
+// callee's, at calleeEP), and opens the caller's leg from from and the
+// callee's.
+func latchingCall(t *testing.T, l *lab.Lab, r *Relay, a, b, expect, from, calleeEP netip.AddrPort) (up, down admin.Flow, caller, callee *leg) {
+	t.Helper()
+	up, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: expect.String(), Latch: true, Reverse: b.String(),
+		SendFrom: b.String(), SendTo: calleeEP.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down, err = r.AddFlow(admin.FlowRequest{Match: b.String(), ExpectSource: calleeEP.String(),
+		SendFrom: a.String(), SendTo: expect.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up, down, openLeg(t, l.Caller, from, a), openLeg(t, l.Callee, calleeEP, b)
 }
