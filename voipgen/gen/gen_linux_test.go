@@ -515,3 +515,30 @@ func TestErrnoTally(t *testing.T) {
 		t.Errorf("tally %v, want %v", got, want)
 	}
 }
+
+// TestGenReceiveBuffer: a bidirectional stream's socket holds seconds of
+// the peer's packets while its reader is late (SO_RCVBUFFORCE past
+// rmem_max: the kernel reports twice the 1 MiB asked).
+func TestGenReceiveBuffer(t *testing.T) {
+	needRoot(t)
+	cfg := genCfg(t, "--src", "127.0.0.1:34200", "--dst", "127.0.0.2:34100", "--streams", "1", "--duration", "1s", "--bidir")
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	conns := g.Conns()
+	if len(conns) == 0 {
+		t.Fatal("no socket")
+	}
+	rc, err := conns[0].SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int
+	var gerr error
+	rc.Control(func(fd uintptr) { size, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF) })
+	if gerr != nil || size < 2<<20 {
+		t.Errorf("SO_RCVBUF %d (%v), want at least 2 MiB", size, gerr)
+	}
+}
