@@ -77,6 +77,11 @@ func (ns *NS) SetLinkDown(name string) error { return errUnsupported }
 // FlushNeighbors returns an error.
 func (ns *NS) FlushNeighbors(ifname string) error { return errUnsupported }
 
+// SetNeighbor returns an error.
+func (ns *NS) SetNeighbor(ifname string, addr netip.Addr, mac net.HardwareAddr) error {
+	return errUnsupported
+}
+
 // DeleteNeighbor returns an error.
 func (ns *NS) DeleteNeighbor(ifname string, addr netip.Addr) error { return errUnsupported }
 

@@ -161,7 +161,7 @@ func TestFailoverNoConntrackd(t *testing.T) {
 // per second without loss, and every trial's sender offered its rate.
 func TestThroughputSearch(t *testing.T) {
 	needLab(t)
-	cfg := Config{Forwarders: []string{"kernel", "xdp"}, Sizes: []string{"g711"}, Trial: 500 * time.Millisecond,
+	cfg := Config{Forwarders: []string{"kernel", "xdp"}, Sizes: []string{"g711"}, Trial: time.Second,
 		Search: SearchConfig{Lo: 1000, Hi: 4000, Resolution: 1000, Trials: 1}, Transport: "raw", Threads: 1,
 		Calls: 1, Reps: 1, Ptime: 20 * time.Millisecond}
 	rep := run(t, cfg)

@@ -91,6 +91,8 @@ type genThreadResult struct {
 	errnos                                          errnoTally // the send errors' kinds
 	cpu                                             time.Duration
 	rtErr                                           error // --rt-priority refused
+	cycles                                          int   // ptimes whose packets were sent
+	end                                             int64 // MonoNow when the last was
 }
 
 // Generator sends the streams of a genConfig.
@@ -568,7 +570,18 @@ func (g *Generator) Run(ctx context.Context) Result {
 		wg.Go(func() { g.runThread(ctx, th, start) })
 	}
 	wg.Wait()
-	res := Result{Elapsed: time.Since(wall).Seconds() - 0.02, Transport: g.cfg.Transport, Threads: len(g.threads)}
+	// The sending took the span of the ptimes sent, or longer if the
+	// last packets left late: not the time until Run's caller woke up.
+	span := time.Since(wall) - 20*time.Millisecond
+	sched, last := 0, int64(0)
+	for _, th := range g.threads {
+		sched = max(sched, th.res.cycles)
+		last = max(last, th.res.end)
+	}
+	if last != 0 {
+		span = max(time.Duration(sched)*g.cfg.Ptime, time.Duration(last-start))
+	}
+	res := Result{Elapsed: span.Seconds(), Transport: g.cfg.Transport, Threads: len(g.threads)}
 	var late LatencyHist
 	var cpu time.Duration
 	for _, th := range g.threads {
@@ -665,7 +678,9 @@ func (g *Generator) runThread(ctx context.Context, th *genThread, start int64) {
 			sent += g.sendSlot(th, start, base, &th.slots[k])
 		}
 		g.sent.Add(sent)
+		th.res.cycles = cycle + 1
 	}
+	th.res.end = MonoNow()
 	th.res.cpu = threadCPU() - cpu0
 }
 

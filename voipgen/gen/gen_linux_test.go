@@ -96,6 +96,13 @@ func TestGenTransports(t *testing.T) {
 			if res.Packets != streams*50 || res.Errors != 0 || res.Bytes != streams*50*172 || res.Calls != streams {
 				t.Fatalf("sent %+v, want %d packets of 172 bytes", res, streams*50)
 			}
+			// The rate is over the second the schedule spans, stretched
+			// only by the lateness of the last packets: not by how long
+			// the caller took to wake up after them.
+			if res.Elapsed < 1 || res.Elapsed > 1+res.LateMaxus/1e6+0.002 || res.PPS > streams*50 {
+				t.Errorf("elapsed %.4f s, %.1f pps, lateness max %.0f us: want 1 s or its lateness more, %d pps or less",
+					res.Elapsed, res.PPS, res.LateMaxus, streams*50)
+			}
 			if len(rep.Streams) != streams {
 				t.Fatalf("received %d streams, want %d", len(rep.Streams), streams)
 			}
