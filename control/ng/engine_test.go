@@ -499,6 +499,13 @@ func (s *memStore) Put(ns, k string, v []byte) error {
 	return nil
 }
 
+func (s *memStore) Get(ns, k string) ([]byte, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.m[ns+"/"+k]
+	return append([]byte(nil), v...), ok, nil
+}
+
 func (s *memStore) Delete(ns, k string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

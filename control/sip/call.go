@@ -87,11 +87,14 @@ type b2bCall struct {
 	aRes       *sip.Response // the 2xx relayd sent A, once answered
 	savedRev   uint64        // the media revision last persisted
 	savedAt    time.Time     // when
-	restored   bool          // taken back from the store after a restart
-	detached   bool          // kept up for the next run: this one lets go of it
-	released   bool          // the INVITE transactions were let go (releaseTxs)
-	held       *heldDialogs  // the dialogs as text (compact): a, b and aRes nil
-	users      int           // callers of dialogs not done: no compaction
+	// savedDialogs is the digest (dialogsDigest) of the dialogs last
+	// persisted; 0 before.
+	savedDialogs uint64
+	restored     bool         // taken back from the store after a restart
+	detached     bool         // kept up for the next run: this one lets go of it
+	released     bool         // the INVITE transactions were let go (releaseTxs)
+	held         *heldDialogs // the dialogs as text (compact): a, b and aRes nil
+	users        int          // callers of dialogs not done: no compaction
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {

@@ -1,8 +1,11 @@
 package sip
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"io"
 	"net/netip"
 	"strings"
 
@@ -20,10 +23,30 @@ import (
 // next in-dialog request, a BYE of relayd's or a re-offer rebuilds the
 // dialogs from the text, as a restart does from the store (restoreCall),
 // and the sweep compacts them again once that is over.
+//
+// With a store (the appliance's [state]), the call's record holds the
+// same text: the sweep then keeps none in memory (stow), and the
+// rebuild reads it back from the store, whose pages are the state
+// file's, not the heap's.
 
-// heldDialogs are a compacted call's dialogs.
+// heldDialogs are a compacted call's dialogs. A heldDialogs is never
+// changed once made (record reads one outside b2bCall.mu).
 type heldDialogs struct {
 	a, b dialogRecord
+	// stored: the four texts are the store's, in the call's record, and
+	// a and b have none; digest (dialogsDigest) is of the dialogs whole.
+	stored bool
+	digest uint64
+}
+
+// digestSeed seeds dialogsDigest.
+var digestSeed = maphash.MakeSeed()
+
+// dialogsDigest identifies a call's two dialog records: the sweep stows a
+// call's text only if the store has it, which persist says by keeping the
+// digest of what it wrote (b2bCall.savedDialogs).
+func dialogsDigest(a, b *dialogRecord) uint64 {
+	return maphash.Comparable(digestSeed, [2]dialogRecord{*a, *b})
 }
 
 // dialogs returns the call's dialogs, rebuilt first if the call was
@@ -36,7 +59,15 @@ func (bc *b2bCall) dialogs() (a *sipgo.DialogServerSession, b *sipgo.DialogClien
 	defer bc.mu.Unlock()
 	bc.users++
 	if h := bc.held; h != nil {
-		a, aRes, b, err := bc.s.rebuildDialogs(&h.a, &h.b)
+		ra, rb := &h.a, &h.b
+		if h.stored {
+			sa, sb, err := bc.storedDialogs(h)
+			if err != nil {
+				return nil, nil, bc.doneDialogs, err
+			}
+			ra, rb = &sa, &sb
+		}
+		a, aRes, b, err := bc.s.rebuildDialogs(ra, rb)
 		if err != nil {
 			return nil, nil, bc.doneDialogs, fmt.Errorf("rebuild the dialogs of a held call: %w", err)
 		}
@@ -64,48 +95,115 @@ func (bc *b2bCall) compact() bool {
 		return false // a re-offer between the legs
 	}
 	defer bc.reoffer.Unlock()
-	a, b := bc.a, bc.b
-	bc.held = &heldDialogs{
-		a: dialogRecord{
-			Invite: requestText(a.InviteRequest), Response: responseText(bc.aRes),
-			Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
-			LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
-		},
-		b: dialogRecord{
-			Invite: requestText(b.InviteRequest), Response: responseText(b.InviteResponse),
-			Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
-			LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
-		},
-	}
+	h := &heldDialogs{}
+	h.a, h.b = dialogRecords(bc.a, bc.aRes, bc.b)
+	bc.held = h
 	bc.a, bc.aRes, bc.b = nil, nil, nil
 	return true
 }
 
-// requestText and responseText are a dialog's message as text without
-// its body: the dialog builds its requests from the headers alone, the
-// SDP relayd last sent each leg is the session's (call.Session.LastSent)
-// and the peers' SDP is of no use once negotiated. The text is copied to
-// a string of its own length (String's builder leaves up to twice it).
-func requestText(r *sip.Request) string {
-	if len(r.Body()) > 0 {
-		r = r.Clone()
-		r.SetBody(nil)
+// dialogRecords are the records of a call's dialogs that are up, as
+// compact keeps them and persist writes them.
+func dialogRecords(a *sipgo.DialogServerSession, aRes *sip.Response, b *sipgo.DialogClientSession) (ra, rb dialogRecord) {
+	ra = dialogRecord{
+		Invite: requestText(a.InviteRequest), Response: responseText(aRes),
+		Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
+		LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
 	}
-	return strings.Clone(r.String())
+	rb = dialogRecord{
+		Invite: requestText(b.InviteRequest), Response: responseText(b.InviteResponse),
+		Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
+		LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
+	}
+	return ra, rb
 }
 
-func responseText(r *sip.Response) string {
-	if len(r.Body()) > 0 {
-		r = r.Clone()
-		r.SetBody(nil)
+// stow drops the text of a compacted call's dialogs when its record in
+// the store holds the same dialogs, and reports whether it did.
+func (bc *b2bCall) stow() bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	h := bc.held
+	if h == nil || h.stored || bc.savedDialogs == 0 {
+		return false
 	}
-	return strings.Clone(r.String())
+	d := dialogsDigest(&h.a, &h.b)
+	if d != bc.savedDialogs {
+		return false
+	}
+	a, b := h.a, h.b
+	a.Invite, a.Response, b.Invite, b.Response = "", "", "", ""
+	bc.held = &heldDialogs{a: a, b: b, stored: true, digest: d}
+	return true
+}
+
+// storedDialogs reads the dialogs of a stowed call back from its record.
+func (bc *b2bCall) storedDialogs(h *heldDialogs) (a, b dialogRecord, err error) {
+	data, ok, err := bc.s.cfg.Store.Get(storeNamespace, bc.c.ID)
+	if err == nil && !ok {
+		err = errors.New("the call's record is gone")
+	}
+	var rec struct {
+		A dialogRecord `json:"a"`
+		B dialogRecord `json:"b"`
+	}
+	if err == nil {
+		err = json.Unmarshal(data, &rec)
+	}
+	if err != nil {
+		return a, b, fmt.Errorf("read the dialogs of a held call from the store: %w", err)
+	}
+	a, b = h.a, h.b
+	a.Invite, a.Response, b.Invite, b.Response = rec.A.Invite, rec.A.Response, rec.B.Invite, rec.B.Response
+	if dialogsDigest(&a, &b) != h.digest {
+		return a, b, errors.New("the call's record in the store holds other dialogs than the call")
+	}
+	return a, b, nil
+}
+
+// requestText and responseText are a dialog's message as text without
+// its body (Content-Length 0): the dialog builds its requests from the
+// headers alone, the SDP relayd last sent each leg is the session's
+// (call.Session.LastSent) and the peers' SDP is of no use once
+// negotiated. The text is written once and copied to a string of its own
+// length (the builder leaves up to twice it): cloning the message to drop
+// its body would copy every header, garbage made while calls are set up,
+// and the heap it spreads over outlives it.
+func requestText(r *sip.Request) string { return messageText(r) }
+
+func responseText(r *sip.Response) string { return messageText(r) }
+
+func messageText(m interface {
+	StartLineWrite(io.StringWriter)
+	Headers() []sip.Header
+}) string {
+	var b strings.Builder
+	b.Grow(1024)
+	m.StartLineWrite(&b)
+	b.WriteString("\r\n")
+	for _, h := range m.Headers() {
+		if n := h.Name(); strings.EqualFold(n, "Content-Length") || n == "l" {
+			continue
+		}
+		h.StringWrite(&b)
+		b.WriteString("\r\n")
+	}
+	b.WriteString("Content-Length: 0\r\n\r\n")
+	return strings.Clone(b.String())
 }
 
 // compact compacts the quiet calls that are up (b2bCall.compact).
+// With a store, it stows the calls it compacted (stow); a call whose
+// record has other dialogs (an in-dialog request since it was written) is
+// written again first: its record was out of date for a restart too.
 func (s *Server) compact() {
 	for _, bc := range s.calls() {
-		bc.compact()
+		if !bc.compact() || s.cfg.Store == nil || bc.stow() {
+			continue
+		}
+		if bc.persist() == nil {
+			bc.stow()
+		}
 	}
 }
 

@@ -97,6 +97,7 @@ func (bc *b2bCall) persist() error {
 	}
 	bc.mu.Lock()
 	bc.savedRev, bc.savedAt = rev, rec.Saved
+	bc.savedDialogs = dialogsDigest(&rec.A, &rec.B)
 	bc.mu.Unlock()
 	return nil
 }
@@ -127,25 +128,25 @@ func (bc *b2bCall) record() (record, bool) {
 		rec.Origin[i] = originRecord(o)
 	}
 	if held != nil {
-		// Compacted: the dialogs are this text already.
+		// Compacted: the dialogs are this text already, or the store's.
 		rec.Call = bc.c.Snapshot()
 		rec.A, rec.B = held.a, held.b
+		if held.stored {
+			var err error
+			if rec.A, rec.B, err = bc.storedDialogs(held); err != nil {
+				bc.log.Error("persist call", zap.Error(err))
+				return record{}, false
+			}
+		}
 		return rec, true
 	}
 	if b == nil || aRes == nil || b.InviteResponse == nil {
 		return record{}, false
 	}
 	rec.Call = bc.c.Snapshot()
-	rec.A = dialogRecord{
-		Invite: a.InviteRequest.String(), Response: aRes.String(),
-		Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
-		LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
-	}
-	rec.B = dialogRecord{
-		Invite: b.InviteRequest.String(), Response: b.InviteResponse.String(),
-		Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
-		LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
-	}
+	// Without the bodies, as compact keeps them (held.go): the stored
+	// and the held text are the same, so that a held call can stow its.
+	rec.A, rec.B = dialogRecords(a, aRes, b)
 	return rec, true
 }
 

@@ -2,6 +2,8 @@ package sip
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -114,14 +116,35 @@ func compacted(bc *b2bCall) bool {
 	return bc.held != nil && bc.a == nil && bc.b == nil && bc.aRes == nil
 }
 
+// stowed reports whether bc is compacted with its dialogs' text in the
+// store only.
+func stowed(bc *b2bCall) bool {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	h := bc.held
+	return h != nil && h.stored && h.a.Invite == "" && h.a.Response == "" && h.b.Invite == "" && h.b.Response == "" &&
+		h.a.Transport != "" && h.b.Dest != ""
+}
+
 // TestCompactedCall: a call that is up and quiet keeps its dialogs as text
-// (the sweep compacts it once its INVITE transactions ended); a re-INVITE
-// rebuilds them and the sweep compacts them again; the call's record is
-// the same text; and the call hangs up as any other, by the caller, the
-// callee or relayd, with the CSeq numbers the dialogs had.
+// (the sweep compacts it once its INVITE transactions ended), or with a
+// store none: the store's record has it (stowed); a re-INVITE rebuilds
+// them and the sweep compacts them again (and, with a store, writes the
+// record again: the CSeq numbers moved); the call's record is the same
+// text; and the call hangs up as any other, by the caller, the callee or
+// relayd, with the CSeq numbers the dialogs had.
 func TestCompactedCall(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testCompactedCall(t, nil) })
+	t.Run("store", func(t *testing.T) { testCompactedCall(t, openStore(t)) })
+}
+
+func testCompactedCall(t *testing.T, st Store) {
 	ce := newCallee(t)
-	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	quiet := compacted
+	if st != nil {
+		quiet = stowed
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	calleeByes := 0 // BYEs relayd sent the callee
@@ -158,7 +181,7 @@ func TestCompactedCall(t *testing.T) {
 		}
 		bc := calls[0]
 		endTxs(t, bc)
-		waitFor(t, "compacted", func() bool { return compacted(bc) })
+		waitFor(t, "compacted", func() bool { return quiet(bc) })
 		rec, ok := bc.record()
 		if !ok || !strings.HasPrefix(rec.A.Invite, "INVITE ") || !strings.HasPrefix(rec.B.Response, "SIP/2.0 200") || rec.B.Dest != ce.addr {
 			t.Fatalf("record of a compacted call: %v %+v", ok, rec)
@@ -188,7 +211,20 @@ func TestCompactedCall(t *testing.T) {
 			t.Errorf("re-INVITE to the callee: Call-ID %s CSeq %d (INVITE's: %s, %d)\n%s", re.CallID().Value(), re.CSeq().SeqNo,
 				first.CallID().Value(), first.CSeq().SeqNo, re.Body())
 		}
-		waitFor(t, "compacted again", func() bool { return compacted(bc) })
+		waitFor(t, "compacted again", func() bool { return quiet(bc) })
+		if st != nil {
+			// The record has the dialogs as they are now: relayd's
+			// re-INVITE moved leg B's CSeq, the caller's leg A's.
+			data, ok, err := st.Get(storeNamespace, bc.c.ID)
+			var stored record
+			if err == nil && ok {
+				err = json.Unmarshal(data, &stored)
+			}
+			if err != nil || !ok || stored.B.LocalCSeq != re.CSeq().SeqNo || stored.A.RemoteCSeq != hold.CSeq().SeqNo {
+				t.Fatalf("record after the re-INVITE (%v %v): leg B local CSeq %d, want %d; leg A remote %d, want %d", ok, err,
+					stored.B.LocalCSeq, re.CSeq().SeqNo, stored.A.RemoteCSeq, hold.CSeq().SeqNo)
+			}
+		}
 
 		switch hangup {
 		case "caller":
@@ -255,5 +291,56 @@ func TestRestartKeepsCompactedCall(t *testing.T) {
 	case <-d.Context().Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("caller got no BYE")
+	}
+}
+
+// TestMessageText: a dialog's text is its message without the body, with
+// Content-Length 0 and every other header as it was (compact names
+// included), and parses back.
+func TestMessageText(t *testing.T) {
+	body := "v=0\r\no=- 1 1 IN IP4 198.18.0.1\r\ns=-\r\nc=IN IP4 198.18.0.1\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\n"
+	in := "INVITE sip:bob@198.18.0.2 SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 198.18.0.1:5060;branch=z9hG4bK-1\r\n" +
+		"f: <sip:alice@198.18.0.1>;tag=a1\r\n" +
+		"To: <sip:bob@198.18.0.2>\r\n" +
+		"Call-ID: c1@198.18.0.1\r\n" +
+		"CSeq: 7 INVITE\r\n" +
+		"Contact: <sip:alice@198.18.0.1:5060>\r\n" +
+		"Record-Route: <sip:198.18.0.9;lr>\r\n" +
+		"X-Custom: kept\r\n" +
+		"Content-Type: application/sdp\r\n" +
+		"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	req, err := parseRequest(in, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := requestText(req)
+	if strings.Contains(text, "v=0") || !strings.HasSuffix(text, "Content-Length: 0\r\n\r\n") {
+		t.Fatalf("text keeps the body or its length:\n%s", text)
+	}
+	back, err := parseRequest(text, "text")
+	if err != nil {
+		t.Fatalf("text does not parse: %v\n%s", err, text)
+	}
+	if len(back.Body()) != 0 || back.ContentLength() == nil || back.ContentLength().Value() != "0" {
+		t.Errorf("parsed back with a body of %d bytes, Content-Length %v", len(back.Body()), back.ContentLength())
+	}
+	var want, got []string
+	for _, h := range req.Headers() {
+		if h.Name() != "Content-Length" {
+			want = append(want, h.String())
+		}
+	}
+	for _, h := range back.Headers() {
+		if h.Name() != "Content-Length" {
+			got = append(got, h.String())
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || back.StartLine() != req.StartLine() {
+		t.Errorf("headers parsed back:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	res := sip.NewResponseFromRequest(req, 200, "OK", []byte(body))
+	if rt := responseText(res); strings.Contains(rt, "v=0") || !strings.HasPrefix(rt, "SIP/2.0 200 OK\r\n") {
+		t.Errorf("response text:\n%s", rt)
 	}
 }

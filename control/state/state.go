@@ -80,6 +80,8 @@ type Config struct {
 // tests.
 type Records interface {
 	Put(namespace, key string, value []byte) error
+	// Get returns a copy of the record, and whether there is one.
+	Get(namespace, key string) ([]byte, bool, error)
 	Delete(namespace, key string) error
 	ForEach(namespace string, f func(key string, value []byte) error) error
 }
