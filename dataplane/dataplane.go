@@ -437,6 +437,15 @@ type DataPlane interface {
 	Path() Path
 }
 
+// SharedInstaller is implemented by data planes that can keep the
+// caller's flow instead of a copy of their own (the XDP data plane hands
+// it to its PuntRelay's dormant shadow). The caller never changes *f
+// after the call: an update passes another flow.
+type SharedInstaller interface {
+	InstallShared(f *Flow) error
+	UpdateShared(f *Flow) error
+}
+
 // StatsReader is implemented by data planes that can read every flow's
 // statistics without building the flows as List does: the periodic
 // sweeps over every flow (media timeouts, rebinding) need no more, and
@@ -495,9 +504,12 @@ type Egress struct {
 // options, over MTU, a change of address family, STUN/DTLS). The XDP data
 // plane installs a shadow of each of its flows there; shadows are not
 // listed as flows of their own.
+//
+// InstallShadow and UpdateShadow may keep f itself, not a copy: the
+// caller never changes *f after the call (an update passes another).
 type PuntRelay interface {
-	InstallShadow(f Flow) error
-	UpdateShadow(f Flow) error
+	InstallShadow(f *Flow) error
+	UpdateShadow(f *Flow) error
 	RemoveShadow(match netip.AddrPort) (Stats, error)
 	// ShadowStat returns the statistics of one shadow.
 	ShadowStat(match netip.AddrPort) (Stats, error)

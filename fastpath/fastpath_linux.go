@@ -296,13 +296,14 @@ func (f *Fastpath) adopt() error {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
 	}
 	for _, e := range flows {
-		f.shadow(flowOf(e.k, e.v))
+		fl := flowOf(e.k, e.v)
+		f.shadow(&fl)
 	}
 	return nil
 }
 
 // shadow installs fl in the punt relay, if there is one.
-func (f *Fastpath) shadow(fl dataplane.Flow) {
+func (f *Fastpath) shadow(fl *dataplane.Flow) {
 	if f.cfg.Punt == nil || (fl.Action != dataplane.Forward && fl.Action != dataplane.Reflect) {
 		return
 	}
@@ -719,7 +720,11 @@ func flowOf(k flowKey, v relayFlowValue) dataplane.Flow {
 }
 
 // Install implements dataplane.DataPlane.
-func (f *Fastpath) Install(fl dataplane.Flow) error {
+func (f *Fastpath) Install(fl dataplane.Flow) error { return f.InstallShared(&fl) }
+
+// InstallShared implements dataplane.SharedInstaller: the flow's shadow
+// keeps fl.
+func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -727,7 +732,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		return fmt.Errorf("SRTP, transcoding and terminated RTCP run in userspace: %w", dataplane.ErrNotSupported)
 	}
 	k := keyOf(fl.Match)
-	f.resolve(&fl)
+	f.resolve(fl)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -742,7 +747,7 @@ func (f *Fastpath) Install(fl dataplane.Flow) error {
 		heap.Push(&f.free, slot)
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
-	v := valueOf(&fl, slot)
+	v := valueOf(fl, slot)
 	f.markLoop(k, &v)
 	_, exists := f.installed[k]
 	if !exists {
@@ -850,7 +855,11 @@ func (f *Fastpath) resolve(fl *dataplane.Flow) {
 }
 
 // Update implements dataplane.DataPlane: the flow keeps its statistics.
-func (f *Fastpath) Update(fl dataplane.Flow) error {
+func (f *Fastpath) Update(fl dataplane.Flow) error { return f.UpdateShared(&fl) }
+
+// UpdateShared implements dataplane.SharedInstaller: the flow's shadow
+// keeps fl.
+func (f *Fastpath) UpdateShared(fl *dataplane.Flow) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -858,7 +867,7 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 		return fmt.Errorf("SRTP, transcoding and terminated RTCP run in userspace: %w", dataplane.ErrNotSupported)
 	}
 	k := keyOf(fl.Match)
-	f.resolve(&fl)
+	f.resolve(fl)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var old relayFlowValue
@@ -868,7 +877,7 @@ func (f *Fastpath) Update(fl dataplane.Flow) error {
 		}
 		return fmt.Errorf("look up flow %s: %w", fl.Match, err)
 	}
-	v := valueOf(&fl, old.StatsIdx)
+	v := valueOf(fl, old.StatsIdx)
 	f.markLoop(k, &v)
 	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)

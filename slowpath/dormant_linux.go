@@ -10,9 +10,10 @@ import (
 // packet to yet: its worker keeps the flow alone (worker.dormant), not
 // a flowState, and learns of its install, updates and removal without
 // being woken. Most XDP flows never see a punted packet (next hop not
-// resolved, fragments, STUN, latching), so a call's shadows cost a copy
-// of each flow and no round trip to a worker's locked thread; the first
-// packet XDP hands over makes the flowState (awaken).
+// resolved, fragments, STUN, latching), so a call's shadows cost a map
+// entry each, the flow being the one the control plane keeps (shared,
+// never changed in place), and no round trip to a worker's locked thread;
+// the first packet XDP hands over makes the flowState (awaken).
 
 // canSleep reports whether the flow of c may wait dormant: no SRTP
 // contexts and no transcoding (never for a shadow of what XDP carries).
@@ -20,8 +21,8 @@ func canSleep(c *ctrl) bool {
 	return c.dec == nil && c.enc == nil && c.flow.Transcode == nil
 }
 
-// sleep adds a dormant shadow of fl.
-func (w *worker) sleep(fl dataplane.Flow) {
+// sleep adds a dormant shadow of fl, which it keeps.
+func (w *worker) sleep(fl *dataplane.Flow) {
 	w.dormantMu.Lock()
 	defer w.dormantMu.Unlock()
 	if w.dormant == nil {
@@ -30,18 +31,18 @@ func (w *worker) sleep(fl dataplane.Flow) {
 	if _, ok := w.dormant[fl.Match]; !ok {
 		w.dormantN.Add(1)
 	}
-	w.dormant[fl.Match] = &fl
+	w.dormant[fl.Match] = fl
 }
 
 // resleep replaces the flow of a dormant shadow and reports whether
 // there was one (a shadow awoken already is the worker's to update).
-func (w *worker) resleep(fl dataplane.Flow) bool {
+func (w *worker) resleep(fl *dataplane.Flow) bool {
 	w.dormantMu.Lock()
 	defer w.dormantMu.Unlock()
 	if _, ok := w.dormant[fl.Match]; !ok {
 		return false
 	}
-	w.dormant[fl.Match] = &fl
+	w.dormant[fl.Match] = fl
 	return true
 }
 
@@ -91,14 +92,17 @@ func (w *worker) awaken(match netip.AddrPort) *flowState {
 }
 
 // dormantSendTo points a dormant shadow at to (its reverse flow latched
-// to to, in this worker), as an awake one's flow is changed in place.
+// to to, in this worker), as an awake one's flow is changed in place: a
+// copy of the shared flow, changed, replaces it.
 func (w *worker) dormantSendTo(match, to netip.AddrPort) {
 	if w.dormantN.Load() == 0 {
 		return
 	}
 	w.dormantMu.Lock()
 	defer w.dormantMu.Unlock()
-	if fl, ok := w.dormant[match]; ok {
-		fl.SendTo = to // the map's own copy (sleep, resleep)
+	if fl, ok := w.dormant[match]; ok && fl.SendTo != to {
+		c := *fl
+		c.SendTo = to
+		w.dormant[match] = &c
 	}
 }

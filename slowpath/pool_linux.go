@@ -179,18 +179,19 @@ func (p *Pool) Path() dataplane.Path { return dataplane.PathUserspace }
 
 // Install implements dataplane.DataPlane. The flow goes to the worker with
 // the fewest flows.
-func (p *Pool) Install(fl dataplane.Flow) error { return p.install(fl, false) }
+func (p *Pool) Install(fl dataplane.Flow) error { return p.install(&fl, false) }
 
 // InstallShadow implements dataplane.PuntRelay. The shadow starts
 // dormant (worker.dormant): its worker is neither woken nor waited for,
 // and holds only the flow until XDP first punts to it. Most XDP flows
 // never are; each install would otherwise wake a worker on its locked
 // thread, and each shadow would be a flowState for the call's lifetime.
-func (p *Pool) InstallShadow(fl dataplane.Flow) error { return p.install(fl, true) }
+// A dormant shadow keeps fl itself (the caller's, never changed after).
+func (p *Pool) InstallShadow(fl *dataplane.Flow) error { return p.install(fl, true) }
 
 // UpdateShadow implements dataplane.PuntRelay; like InstallShadow, it
 // does not wait for the worker (a dormant shadow's flow is replaced).
-func (p *Pool) UpdateShadow(fl dataplane.Flow) error { return p.update(fl, true) }
+func (p *Pool) UpdateShadow(fl *dataplane.Flow) error { return p.update(fl, true) }
 
 // RemoveShadow implements dataplane.PuntRelay.
 func (p *Pool) RemoveShadow(match netip.AddrPort) (dataplane.Stats, error) {
@@ -232,7 +233,7 @@ func (p *Pool) eachStats(shadow bool, fn func(netip.AddrPort, dataplane.Stats)) 
 	return nil
 }
 
-func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
+func (p *Pool) install(fl *dataplane.Flow, shadow bool) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -255,11 +256,11 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 			}
 		}
 	}
-	dec, enc, err := newTransforms(&fl)
+	dec, enc, err := newTransforms(fl)
 	if err != nil {
 		return err
 	}
-	add := ctrl{op: opAdd, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	add := ctrl{op: opAdd, flow: *fl, shadow: shadow, dec: dec, enc: enc}
 	w := p.workers[wi]
 	dormant := shadow && canSleep(&add)
 	if dormant {
@@ -270,7 +271,7 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 	}
 	if err := p.steer.Steer(fl.Match, wi); err != nil {
 		if !dormant || !w.unsleep(fl.Match) {
-			w.call(ctrl{op: opRemove, flow: fl, shadow: shadow})
+			w.call(ctrl{op: opRemove, flow: *fl, shadow: shadow})
 		}
 		return err
 	}
@@ -281,9 +282,9 @@ func (p *Pool) install(fl dataplane.Flow, shadow bool) error {
 }
 
 // Update implements dataplane.DataPlane; the flow keeps its statistics.
-func (p *Pool) Update(fl dataplane.Flow) error { return p.update(fl, false) }
+func (p *Pool) Update(fl dataplane.Flow) error { return p.update(&fl, false) }
 
-func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
+func (p *Pool) update(fl *dataplane.Flow, shadow bool) error {
 	if err := fl.Validate(); err != nil {
 		return err
 	}
@@ -293,11 +294,11 @@ func (p *Pool) update(fl dataplane.Flow, shadow bool) error {
 	if !ok {
 		return dataplane.ErrNotFound
 	}
-	dec, enc, err := newTransforms(&fl)
+	dec, enc, err := newTransforms(fl)
 	if err != nil {
 		return err
 	}
-	c := ctrl{op: opUpdate, flow: fl, shadow: shadow, dec: dec, enc: enc}
+	c := ctrl{op: opUpdate, flow: *fl, shadow: shadow, dec: dec, enc: enc}
 	w := p.workers[wi]
 	if shadow {
 		switch {

@@ -112,7 +112,7 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 	defer c.Close()
 	for i := range 20 {
 		match := netip.AddrPortFrom(netip.MustParseAddr("198.18.1.1"), uint16(30000+2*i))
-		if err := p.InstallShadow(dataplane.Flow{Match: match, Action: dataplane.Drop}); err != nil {
+		if err := p.InstallShadow(&dataplane.Flow{Match: match, Action: dataplane.Drop}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.WriteToUDPAddrPort(rtpPayload(1, uint16(i), 160), match); err != nil {
@@ -150,7 +150,7 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 		t.Errorf("RemoveShadow of a shadow punted to: %+v, %v; want its packet", st, err)
 	}
 	silent := netip.MustParseAddrPort("198.18.1.1:31000")
-	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+	if err := p.InstallShadow(&dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
 		t.Fatal(err)
 	}
 	// Only the shadows punted to are the worker's flows; silent waits
@@ -166,7 +166,7 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 			t.Errorf("ShadowStat of removed %s: %v, want ErrNotFound", m, err)
 		}
 	}
-	if err := p.InstallShadow(dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
+	if err := p.InstallShadow(&dataplane.Flow{Match: silent, Action: dataplane.Drop}); err != nil {
 		t.Errorf("install again after the removal: %v", err)
 	}
 }
@@ -180,14 +180,15 @@ func TestShadowPostedBeforePackets(t *testing.T) {
 func TestDormantShadows(t *testing.T) {
 	w := &worker{log: zaptest.NewLogger(t), flows: map[netip.AddrPort]*flowState{}, relays: &relaySet{}}
 	relay := netip.MustParseAddr("198.18.1.1")
-	flow := func(port uint16, to string) dataplane.Flow {
-		return dataplane.Flow{Match: netip.AddrPortFrom(relay, port), SendFrom: netip.AddrPortFrom(relay, port+100),
+	flow := func(port uint16, to string) *dataplane.Flow {
+		return &dataplane.Flow{Match: netip.AddrPortFrom(relay, port), SendFrom: netip.AddrPortFrom(relay, port+100),
 			SendTo: netip.MustParseAddrPort(to), ClockRate: 8000}
 	}
 	a, b := flow(30000, "198.18.2.2:5000"), flow(30002, "198.18.2.2:5002")
 	w.sleep(a)
 	w.sleep(b)
-	if !w.resleep(flow(30000, "198.18.2.2:6000")) {
+	a2 := flow(30000, "198.18.2.2:6000")
+	if !w.resleep(a2) {
 		t.Fatal("resleep of a dormant shadow: false")
 	}
 	if w.resleep(flow(30004, "198.18.2.2:6004")) {
@@ -196,6 +197,15 @@ func TestDormantShadows(t *testing.T) {
 	w.dormantSendTo(b.Match, netip.MustParseAddrPort("198.18.2.2:7002"))
 	if len(w.flows) != 0 || w.dormantN.Load() != 2 || !w.dormantHas(a.Match) || !w.dormantHas(b.Match) {
 		t.Fatalf("%d flows, %d dormant; want 0 and 2", len(w.flows), w.dormantN.Load())
+	}
+	// A dormant shadow keeps the caller's flow, no copy of its own; the
+	// latching change is made on a copy: the caller's is never changed.
+	w.dormantMu.Lock()
+	sharedA, bNow := w.dormant[a.Match], w.dormant[b.Match]
+	w.dormantMu.Unlock()
+	if sharedA != a2 || b.SendTo != netip.MustParseAddrPort("198.18.2.2:5002") || bNow == b ||
+		bNow.SendTo != netip.MustParseAddrPort("198.18.2.2:7002") {
+		t.Errorf("dormant flows: a %p (the update's %p), b's send_to %s (the caller's %s)", sharedA, a2, bNow.SendTo, b.SendTo)
 	}
 
 	rx := newRxBatch()

@@ -607,13 +607,31 @@ func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dat
 	} else if f.ID >= r.nextID.Load() {
 		r.nextID.Store(f.ID + 1)
 	}
-	if err := p.Install(f); err != nil {
+	fl := f
+	if err := installShared(p, &fl); err != nil {
 		return f, "", err
 	}
-	fl := f
 	r.flows[f.Match] = &rec{flow: &fl, plane: p, mode: mode, holder: h, created: r.now()}
 	r.byID[f.ID] = f.Match
 	return f, p.Path(), nil
+}
+
+// installShared installs *f on p, handing p the flow the registry keeps
+// when p can share it (dataplane.SharedInstaller): the registry never
+// changes a flow in place (rec.flow).
+func installShared(p dataplane.DataPlane, f *dataplane.Flow) error {
+	if sp, ok := p.(dataplane.SharedInstaller); ok {
+		return sp.InstallShared(f)
+	}
+	return p.Install(*f)
+}
+
+// updateShared is installShared's Update.
+func updateShared(p dataplane.DataPlane, f *dataplane.Flow) error {
+	if sp, ok := p.(dataplane.SharedInstaller); ok {
+		return sp.UpdateShared(f)
+	}
+	return p.Update(*f)
 }
 
 // Moved is what Update returns when a flow changed data plane: the old
@@ -644,7 +662,7 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 		return nil, err
 	}
 	if p == e.plane {
-		if err := p.Update(f); err != nil {
+		if err := updateShared(p, &f); err != nil {
 			return nil, err
 		}
 		e.flow = &f
@@ -655,7 +673,7 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 		return nil, fmt.Errorf("move flow %s: %w", f.Match, err)
 	}
 	moved := &Moved{From: e.plane.Path(), Stats: st}
-	if err := p.Install(f); err != nil {
+	if err := installShared(p, &f); err != nil {
 		delete(r.flows, f.Match)
 		delete(r.byID, f.ID)
 		return moved, fmt.Errorf("move flow %s to %s: %w", f.Match, p.Path(), err)

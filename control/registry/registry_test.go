@@ -353,3 +353,58 @@ func TestStatsReads(t *testing.T) {
 		t.Errorf("List(call) = %v, %v with %d data plane Lists: want none, without reading any statistics", calls, err, us.Calls("List")-usLists)
 	}
 }
+
+// sharingPlane is a data plane that keeps the flows it is handed
+// (dataplane.SharedInstaller).
+type sharingPlane struct {
+	*dataplanetest.DataPlane
+	kept map[netip.AddrPort]*dataplane.Flow
+}
+
+func (p *sharingPlane) InstallShared(f *dataplane.Flow) error {
+	if err := p.Install(*f); err != nil {
+		return err
+	}
+	p.kept[f.Match] = f
+	return nil
+}
+
+func (p *sharingPlane) UpdateShared(f *dataplane.Flow) error {
+	if err := p.Update(*f); err != nil {
+		return err
+	}
+	p.kept[f.Match] = f
+	return nil
+}
+
+// TestSharedFlows: a data plane that can keep the caller's flow is handed
+// the registry's own, on install and on update; the registry never
+// changes it in place (an update hands over another).
+func TestSharedFlows(t *testing.T) {
+	xdp := &sharingPlane{DataPlane: dataplanetest.New(dataplane.PathXDP), kept: map[netip.AddrPort]*dataplane.Flow{}}
+	r, err := New(Config{Interfaces: []Interface{internal}}, zaptest.NewLogger(t), xdp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h holder
+	m := ap("198.18.1.1:30002")
+	if _, _, err := r.Install(dataplane.Flow{Match: m, Action: dataplane.Forward, SendFrom: ap("198.18.1.1:30004"),
+		SendTo: ap("198.18.0.2:4000")}, "", &h); err != nil {
+		t.Fatal(err)
+	}
+	first := xdp.kept[m]
+	if p, _, ok := r.Shared(m); !ok || p != first {
+		t.Fatalf("the plane keeps %p, the registry %p", first, p)
+	}
+	up := *first
+	up.SendTo = ap("198.18.0.2:4002")
+	if _, err := r.Update(up); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, ok := r.Shared(m); !ok || p != xdp.kept[m] || p == first || p.SendTo != up.SendTo {
+		t.Errorf("after the update the plane keeps %p, the registry %p (before: %p)", xdp.kept[m], p, first)
+	}
+	if first.SendTo != ap("198.18.0.2:4000") {
+		t.Errorf("the first flow was changed in place: send_to %s", first.SendTo)
+	}
+}

@@ -139,11 +139,11 @@ path = %[3]q
 	if int(active) < hold {
 		t.Logf("sipp (hold):\n%s", holdOut)
 	}
-	if settled < active {
+	if settled < float64(hold) {
 		// Nothing ends a held call before SIPp's BYEs: say what relayd
 		// logged (warnings and errors).
 		log := r.Log()
-		t.Logf("%.0f held calls ended early; relayd's log (%d bytes, the last 4 KiB):\n%s", active-settled, len(log), log[max(0, len(log)-4096):])
+		t.Logf("%.0f held calls ended early; relayd's log (%d bytes, the last 4 KiB):\n%s", float64(hold)-settled, len(log), log[max(0, len(log)-4096):])
 	}
 	// The held calls end with SIPp's BYEs before the CPS run.
 	<-done
