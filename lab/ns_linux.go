@@ -340,10 +340,9 @@ func (ns *NS) FlushNeighbors(ifname string) error {
 	return errors.Join(errs...)
 }
 
-// SetNeighbor installs a reachable neighbour entry for addr with the
-// hardware address mac on the interface called ifname, like `ip neigh
-// replace ... nud reachable`, without the fork and exec of ip(8).
-func (ns *NS) SetNeighbor(ifname string, addr netip.Addr, mac net.HardwareAddr) error {
+// onLink calls fn with a netlink handle in ns and the interface called
+// ifname.
+func (ns *NS) onLink(ifname string, fn func(h *netlink.Handle, l netlink.Link) error) error {
 	h, err := ns.handle()
 	if err != nil {
 		return err
@@ -353,36 +352,41 @@ func (ns *NS) SetNeighbor(ifname string, addr netip.Addr, mac net.HardwareAddr) 
 	if err != nil {
 		return err
 	}
+	return fn(h, l)
+}
+
+// neighbor is the neighbour entry for addr on l, with no state or
+// hardware address.
+func neighbor(l netlink.Link, addr netip.Addr) netlink.Neigh {
 	family := netlink.FAMILY_V4
 	if addr.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	n := netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family, IP: addr.AsSlice(), HardwareAddr: mac, State: netlink.NUD_REACHABLE}
-	if err := h.NeighSet(&n); err != nil {
-		return fmt.Errorf("set neighbour %s on %s in %s: %w", addr, ifname, ns.name, err)
-	}
-	return nil
+	return netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family, IP: addr.AsSlice()}
+}
+
+// SetNeighbor installs a reachable neighbour entry for addr with the
+// hardware address mac on the interface called ifname, like `ip neigh
+// replace ... nud reachable`, without the fork and exec of ip(8).
+func (ns *NS) SetNeighbor(ifname string, addr netip.Addr, mac net.HardwareAddr) error {
+	return ns.onLink(ifname, func(h *netlink.Handle, l netlink.Link) error {
+		n := neighbor(l, addr)
+		n.HardwareAddr, n.State = mac, netlink.NUD_REACHABLE
+		if err := h.NeighSet(&n); err != nil {
+			return fmt.Errorf("set neighbour %s on %s in %s: %w", addr, ifname, ns.name, err)
+		}
+		return nil
+	})
 }
 
 // DeleteNeighbor deletes the neighbour entry for addr on the interface
 // called ifname. It is not an error if there is none.
 func (ns *NS) DeleteNeighbor(ifname string, addr netip.Addr) error {
-	h, err := ns.handle()
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	l, err := ns.link(h, ifname)
-	if err != nil {
-		return err
-	}
-	family := netlink.FAMILY_V4
-	if addr.Is6() {
-		family = netlink.FAMILY_V6
-	}
-	n := netlink.Neigh{LinkIndex: l.Attrs().Index, Family: family, IP: addr.AsSlice()}
-	if err := h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("delete neighbour %s on %s in %s: %w", addr, ifname, ns.name, err)
-	}
-	return nil
+	return ns.onLink(ifname, func(h *netlink.Handle, l netlink.Link) error {
+		n := neighbor(l, addr)
+		if err := h.NeighDel(&n); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("delete neighbour %s on %s in %s: %w", addr, ifname, ns.name, err)
+		}
+		return nil
+	})
 }
