@@ -144,6 +144,9 @@ path = %[3]q
 		// logged (warnings and errors).
 		log := r.Log()
 		t.Logf("%.0f held calls ended early; relayd's log (%d bytes, the last 4 KiB):\n%s", float64(hold)-settled, len(log), log[max(0, len(log)-4096):])
+		// Their CDRs say why (the log's level is warn).
+		cdrs, _ := os.ReadFile(filepath.Join(dir, "cdr.jsonl"))
+		t.Logf("CDRs so far (the first 4 KiB):\n%s", cdrs[:min(len(cdrs), 4096)])
 	}
 	// The held calls end with SIPp's BYEs before the CPS run.
 	<-done
