@@ -275,6 +275,12 @@ func TestRouteWatch(t *testing.T) {
 		tentative = false
 		if err := inNS(e.ns, func() error {
 			as, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+			if errors.Is(err, netlink.ErrDumpInterrupted) {
+				// The addresses changed during the dump (duplicate
+				// detection ending): ask again.
+				tentative = true
+				return nil
+			}
 			for _, a := range as {
 				tentative = tentative || a.Flags&unix.IFA_F_TENTATIVE != 0
 			}
