@@ -19,7 +19,7 @@ import (
 // setup among its transactions' garbage, whose spans they keep in use for
 // as long as the call lasts. The sweep compacts the calls whose INVITE
 // transactions have ended (releaseTxs) and that nothing is using: the
-// four messages' text without the bodies (requestText), about 2 KiB. The
+// four messages' text without the bodies (messageText), about 2 KiB. The
 // next in-dialog request, a BYE of relayd's or a re-offer rebuilds the
 // dialogs from the text, as a restart does from the store (restoreCall),
 // and the sweep compacts them again once that is over.
@@ -106,12 +106,12 @@ func (bc *b2bCall) compact() bool {
 // compact keeps them and persist writes them.
 func dialogRecords(a *sipgo.DialogServerSession, aRes *sip.Response, b *sipgo.DialogClientSession) (ra, rb dialogRecord) {
 	ra = dialogRecord{
-		Invite: requestText(a.InviteRequest), Response: responseText(aRes),
+		Invite: messageText(a.InviteRequest), Response: messageText(aRes),
 		Transport: a.InviteRequest.Transport(), Source: a.InviteRequest.Source(),
 		LocalCSeq: a.CSEQ(), RemoteCSeq: remoteCSeq(&a.Dialog),
 	}
 	rb = dialogRecord{
-		Invite: requestText(b.InviteRequest), Response: responseText(b.InviteResponse),
+		Invite: messageText(b.InviteRequest), Response: messageText(b.InviteResponse),
 		Transport: b.InviteRequest.Transport(), Source: b.InviteResponse.Source(), Dest: b.InviteRequest.Destination(),
 		LocalCSeq: b.CSEQ(), RemoteCSeq: remoteCSeq(&b.Dialog),
 	}
@@ -161,7 +161,7 @@ func (bc *b2bCall) storedDialogs(h *heldDialogs) (a, b dialogRecord, err error) 
 	return a, b, nil
 }
 
-// requestText and responseText are a dialog's message as text without
+// messageText is a dialog's message (request or response) as text without
 // its body (Content-Length 0): the dialog builds its requests from the
 // headers alone, the SDP relayd last sent each leg is the session's
 // (call.Session.LastSent) and the peers' SDP is of no use once
@@ -169,10 +169,6 @@ func (bc *b2bCall) storedDialogs(h *heldDialogs) (a, b dialogRecord, err error) 
 // length (the builder leaves up to twice it): cloning the message to drop
 // its body would copy every header, garbage made while calls are set up,
 // and the heap it spreads over outlives it.
-func requestText(r *sip.Request) string { return messageText(r) }
-
-func responseText(r *sip.Response) string { return messageText(r) }
-
 func messageText(m interface {
 	StartLineWrite(io.StringWriter)
 	Headers() []sip.Header

@@ -314,7 +314,7 @@ func TestMessageText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := requestText(req)
+	text := messageText(req)
 	if strings.Contains(text, "v=0") || !strings.HasSuffix(text, "Content-Length: 0\r\n\r\n") {
 		t.Fatalf("text keeps the body or its length:\n%s", text)
 	}
@@ -340,7 +340,7 @@ func TestMessageText(t *testing.T) {
 		t.Errorf("headers parsed back:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	res := sip.NewResponseFromRequest(req, 200, "OK", []byte(body))
-	if rt := responseText(res); strings.Contains(rt, "v=0") || !strings.HasPrefix(rt, "SIP/2.0 200 OK\r\n") {
+	if rt := messageText(res); strings.Contains(rt, "v=0") || !strings.HasPrefix(rt, "SIP/2.0 200 OK\r\n") {
 		t.Errorf("response text:\n%s", rt)
 	}
 }
