@@ -117,7 +117,7 @@ func newTestEnvFlows(tb testing.TB, maxFlows int) *testEnv {
 	e.fp = &Fastpath{
 		log:       zaptest.NewLogger(tb),
 		cfg:       Config{MaxFlows: maxFlows, NeighbourWait: -1},
-		installed: map[flowKey]time.Time{},
+		installed: map[flowKey]installedFlow{},
 	}
 	e.fp.cfg.setDefaults()
 	if err := e.fp.load(false); err != nil {

@@ -38,10 +38,10 @@ type Fastpath struct {
 	mu        sync.Mutex // guards the following
 	ifaces    []dataplane.Interface
 	links     []link.Link
-	free      slotHeap              // released stats slots, reused first, lowest first
-	nextSlot  uint32                // lowest never-used stats slot
-	installed map[flowKey]time.Time // when each flow was installed or adopted
-	loops     loopIndex             // which flows send to which flows' matches
+	free      slotHeap                  // released stats slots, reused first, lowest first
+	nextSlot  uint32                    // lowest never-used stats slot
+	installed map[flowKey]installedFlow // every flow installed or adopted
+	loops     loopIndex                 // which flows send to which flows' matches
 	closed    bool
 
 	nhMu sync.Mutex               // guards nh
@@ -82,7 +82,7 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		log:       log,
 		cfg:       cfg,
 		dir:       filepath.Join(cfg.PinPath, "v"+strconv.Itoa(LayoutVersion)),
-		installed: make(map[flowKey]time.Time),
+		installed: make(map[flowKey]installedFlow),
 	}
 	if err := ensureBPFFS(cfg.PinPath, log); err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func (f *Fastpath) adopt() error {
 		if e.v.StatsIdx+1 > max {
 			max = e.v.StatsIdx + 1
 		}
-		f.installed[e.k] = now
+		f.installed[e.k] = installedFlow{at: now.UnixNano(), slot: e.v.StatsIdx}
 	}
 	f.nextSlot = max
 	for i := range max {
@@ -771,7 +771,7 @@ func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 		}
 		return fmt.Errorf("install flow %s: %w", fl.Match, err)
 	}
-	f.installed[k] = f.cfg.now()
+	f.installed[k] = installedFlow{at: f.cfg.now().UnixNano(), slot: slot}
 	f.loops.set(k, &v)
 	f.hintSlot(fl.Match.Port(), slot)
 	f.shadow(fl)
@@ -788,6 +788,15 @@ func (f *Fastpath) hintSlot(port uint16, slot uint32) {
 }
 
 var errClosed = errors.New("fastpath closed")
+
+// installedFlow is what the Fastpath keeps of an installed flow besides
+// the map entry: when it was installed or adopted (Unix ns), and its
+// statistics slot, so that an update writes the entry without reading it
+// first.
+type installedFlow struct {
+	at   int64
+	slot uint32
+}
 
 // zeroStats is a fresh slot's statistics. The maps' keys and values are
 // passed by pointer: cilium/ebpf then hands their memory to the kernel as
@@ -870,16 +879,16 @@ func (f *Fastpath) UpdateShared(fl *dataplane.Flow) error {
 	f.resolve(fl)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var old relayFlowValue
-	if err := f.objs.Flows.Lookup(&k, &old); err != nil {
+	in, ok := f.installed[k]
+	if !ok {
+		return dataplane.ErrNotFound
+	}
+	v := valueOf(fl, in.slot)
+	f.markLoop(k, &v)
+	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.ErrNotFound
 		}
-		return fmt.Errorf("look up flow %s: %w", fl.Match, err)
-	}
-	v := valueOf(fl, old.StatsIdx)
-	f.markLoop(k, &v)
-	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
 	f.loops.set(k, &v)
@@ -1155,8 +1164,8 @@ func (f *Fastpath) Sweep(idle time.Duration) ([]dataplane.FlowStats, error) {
 	var out []dataplane.FlowStats
 	for _, fs := range all {
 		since := fs.Stats.LastSeen
-		if since.IsZero() {
-			since = f.installed[keyOf(fs.Flow.Match)]
+		if in, ok := f.installed[keyOf(fs.Flow.Match)]; ok && since.IsZero() {
+			since = time.Unix(0, in.at)
 		}
 		if !since.IsZero() && now.Sub(since) >= idle {
 			out = append(out, fs)

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/relayd/relayd/dataplane"
 )
@@ -53,7 +52,7 @@ func TestEachStatsBatches(t *testing.T) {
 	// Batches of the smallest size: as if few flows were known.
 	e.fp.mu.Lock()
 	installed := e.fp.installed
-	e.fp.installed = map[flowKey]time.Time{}
+	e.fp.installed = map[flowKey]installedFlow{}
 	e.fp.mu.Unlock()
 	seen := map[netip.AddrPort]bool{}
 	err := e.fp.EachStats(func(m netip.AddrPort, _ dataplane.Stats) { seen[m] = true })

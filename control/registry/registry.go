@@ -184,7 +184,7 @@ type Registry struct {
 
 	mu      sync.Mutex // guards the following
 	flows   map[netip.AddrPort]*rec
-	byID    map[uint64]netip.AddrPort
+	byID    map[uint64]*rec
 	found   map[netip.AddrPort]*rec // call flows found at start, not claimed yet
 	statics map[pairKey]int         // port pairs held by static flows: how many flows
 }
@@ -206,7 +206,7 @@ type rec struct {
 	plane   dataplane.DataPlane
 	mode    dataplane.Path // what the holder asked for; "" = the default
 	holder  Holder         // nil for found flows nobody holds yet
-	created time.Time      // install or adoption
+	created int64          // install or adoption, Unix ns (a time.Time is 24 bytes)
 }
 
 // New returns a registry over the given data planes (at most one per
@@ -226,7 +226,7 @@ func New(cfg Config, log *zap.Logger, planes ...dataplane.DataPlane) (*Registry,
 		byName:  make(map[string]*iface),
 		now:     time.Now,
 		flows:   make(map[netip.AddrPort]*rec),
-		byID:    make(map[uint64]netip.AddrPort),
+		byID:    make(map[uint64]*rec),
 		found:   make(map[netip.AddrPort]*rec),
 		statics: make(map[pairKey]int),
 	}
@@ -298,7 +298,7 @@ func (r *Registry) adopt() error {
 			if fl.Owner == dataplane.OwnerStatic && fl.ID >= r.cfg.LegacyCallIDBase {
 				fl.Owner = dataplane.OwnerCall
 			}
-			e := &rec{flow: &fl, plane: p, mode: path, created: now}
+			e := &rec{flow: &fl, plane: p, mode: path, created: now.UnixNano()}
 			if fl.Owner == dataplane.OwnerCall {
 				e.mode = ""
 				r.found[fl.Match] = e
@@ -309,7 +309,7 @@ func (r *Registry) adopt() error {
 					continue
 				}
 				r.flows[fl.Match] = e
-				r.byID[fl.ID] = fl.Match
+				r.byID[fl.ID] = e
 				r.holdStaticLocked(fl.Match)
 			}
 			if fl.ID >= r.nextID.Load() {
@@ -326,7 +326,7 @@ func (r *Registry) adopt() error {
 			return fmt.Errorf("adopt flow %s: give it id %d: %w", e.flow.Match, e.flow.ID, err)
 		}
 		r.flows[e.flow.Match] = e
-		r.byID[e.flow.ID] = e.flow.Match
+		r.byID[e.flow.ID] = e
 		r.holdStaticLocked(e.flow.Match)
 		r.log.Warn("adopted flow renumbered", zap.Stringer("match", e.flow.Match), zap.Uint64("old_id", old), zap.Uint64("id", e.flow.ID))
 	}
@@ -611,8 +611,9 @@ func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dat
 	if err := installShared(p, &fl); err != nil {
 		return f, "", err
 	}
-	r.flows[f.Match] = &rec{flow: &fl, plane: p, mode: mode, holder: h, created: r.now()}
-	r.byID[f.ID] = f.Match
+	e := &rec{flow: &fl, plane: p, mode: mode, holder: h, created: r.now().UnixNano()}
+	r.flows[f.Match] = e
+	r.byID[f.ID] = e
 	return f, p.Path(), nil
 }
 
@@ -739,8 +740,10 @@ func (r *Registry) Shared(match netip.AddrPort) (*dataplane.Flow, dataplane.Path
 func (r *Registry) ByID(id uint64) (netip.AddrPort, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	m, ok := r.byID[id]
-	return m, ok
+	if e, ok := r.byID[id]; ok {
+		return e.flow.Match, true
+	}
+	return netip.AddrPort{}, false
 }
 
 // Stats returns the statistics of the flow with this match.
@@ -838,9 +841,9 @@ func (r *Registry) Claim(match netip.AddrPort, h Holder) (dataplane.Flow, datapl
 	}
 	delete(r.found, match)
 	e.holder = h
-	e.created = r.now()
+	e.created = r.now().UnixNano()
 	r.flows[match] = e
-	r.byID[e.flow.ID] = match
+	r.byID[e.flow.ID] = e
 	return *e.flow, e.plane.Path(), true
 }
 
@@ -869,8 +872,8 @@ func (r *Registry) SweepUnclaimed(idle time.Duration) {
 			continue
 		}
 		last := st.LastSeen
-		if last.IsZero() || last.Before(e.created) {
-			last = e.created
+		if created := time.Unix(0, e.created); last.IsZero() || last.Before(created) {
+			last = created
 		}
 		if last.After(cutoff) {
 			continue
@@ -973,7 +976,7 @@ func (r *Registry) Created(match netip.AddrPort) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return e.created, true
+	return time.Unix(0, e.created), true
 }
 
 // Plane returns the data plane for path, for what only it can tell (the
