@@ -87,6 +87,7 @@ type b2bCall struct {
 	aRes       *sip.Response // the 2xx relayd sent A, once answered
 	savedRev   uint64        // the media revision last persisted
 	savedAt    time.Time     // when
+	savedSum   uint64        // recordDigest of the record last persisted; 0 before
 	// savedDialogs is the digest (dialogsDigest) of the dialogs last
 	// persisted; 0 before.
 	savedDialogs uint64

@@ -1,9 +1,11 @@
 package sip
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/netip"
 	"reflect"
 	"sync/atomic"
@@ -43,7 +45,8 @@ type record struct {
 	Origin   [2]originRecord `json:"origin"`
 	LastSent [2][]byte       `json:"last_sent"`
 	Route    routeRecord     `json:"route"`
-	Saved    time.Time       `json:"saved"`
+	// Saved is the last field: recordDigest leaves it out.
+	Saved time.Time `json:"saved"`
 }
 
 type dialogRecord struct {
@@ -88,7 +91,14 @@ func (bc *b2bCall) persist() error {
 		return nil
 	}
 	data, err := json.Marshal(rec)
-	if err == nil {
+	sum := recordDigest(data)
+	bc.mu.Lock()
+	same := bc.savedSum == sum
+	bc.mu.Unlock()
+	// A record that says what the stored one says is not written again:
+	// an early offer's ACK, or a quiet call's periodic check, changes
+	// nothing but the time of writing.
+	if err == nil && !same {
 		err = st.Put(storeNamespace, bc.c.ID, data)
 	}
 	if err != nil {
@@ -96,10 +106,22 @@ func (bc *b2bCall) persist() error {
 		return err
 	}
 	bc.mu.Lock()
-	bc.savedRev, bc.savedAt = rev, rec.Saved
+	bc.savedRev, bc.savedAt, bc.savedSum = rev, rec.Saved, sum
 	bc.savedDialogs = dialogsDigest(&rec.A, &rec.B)
 	bc.mu.Unlock()
 	return nil
+}
+
+// savedField is how a record's JSON names its last field, the time it was
+// written (record.Saved).
+var savedField = []byte(`,"saved":`)
+
+// recordDigest digests a record's JSON without the time it was written.
+func recordDigest(data []byte) uint64 {
+	if i := bytes.LastIndex(data, savedField); i >= 0 {
+		data = data[:i]
+	}
+	return maphash.Bytes(digestSeed, data)
 }
 
 // forget removes the call's record.

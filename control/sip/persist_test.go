@@ -1,11 +1,14 @@
 package sip
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -538,5 +541,120 @@ func TestRestoreSkipsUnusableRecords(t *testing.T) {
 	d.Bye(ctx)
 	if cdr := h.cdr(); cdr.Disposition != call.Answered {
 		t.Errorf("CDR %+v", cdr)
+	}
+}
+
+// countingStore counts the writes that reach a Store.
+type countingStore struct {
+	Store
+	mu   sync.Mutex
+	puts int
+}
+
+func (c *countingStore) Put(namespace, key string, value []byte) error {
+	c.mu.Lock()
+	c.puts++
+	c.mu.Unlock()
+	return c.Store.Put(namespace, key, value)
+}
+
+func (c *countingStore) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.puts
+}
+
+// TestPersistSkipsUnchangedRecord: the record is written before the 200,
+// not again at an early offer's ACK, which changes nothing in it, nor by
+// the periodic checks of a quiet call; a re-INVITE writes it again.
+func TestPersistSkipsUnchangedRecord(t *testing.T) {
+	ce := newCallee(t)
+	st := &countingStore{Store: openStore(t)}
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.count(); n != 1 {
+		t.Fatalf("%d writes when the caller got its 200, want 1", n)
+	}
+	d.Ack(ctx)
+	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
+	c := h.calls.List()[0]
+	bc := h.srv.lookupCall(c.ID)
+	if bc == nil {
+		t.Fatal("no B2BUA call")
+	}
+	waitFor(t, "negotiated", func() bool {
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		return bc.negotiated
+	})
+	if err := bc.persist(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.count(); n != 1 {
+		t.Errorf("%d writes after the ACK and a check of the unchanged call, want 1", n)
+	}
+
+	before := st.count()
+	ce.mu.Lock()
+	ce.reinvite = func(req *sip.Request, tx sip.ServerTransaction) {
+		res := sip.NewResponseFromRequest(req, 200, "OK", []byte(calleeSDP(strings.Replace(string(offerSDP(6000)), "a=sendrecv", "a=recvonly", 1))))
+		res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		tx.Respond(res)
+	}
+	ce.mu.Unlock()
+	hold := strings.Replace(string(offerSDP(4000)), "a=sendrecv", "a=sendonly", 1)
+	re := sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address)
+	re.SetBody([]byte(hold))
+	re.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	res, err := d.Do(ctx, re)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("re-INVITE: %v %v", res, err)
+	}
+	d.WriteRequest(sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address))
+	waitFor(t, "the re-INVITE's record", func() bool { return st.count() > before })
+	// What is stored is the call as it is now: its CSeq numbers.
+	data, ok, err := st.Get(storeNamespace, c.ID)
+	if err != nil || !ok {
+		t.Fatalf("record: %v %v", ok, err)
+	}
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.A.RemoteCSeq != re.CSeq().SeqNo {
+		t.Errorf("stored leg A remote CSeq %d, want the re-INVITE's %d", rec.A.RemoteCSeq, re.CSeq().SeqNo)
+	}
+	if err := d.Bye(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.cdr()
+}
+
+func TestRecordDigestLeavesOutSaved(t *testing.T) {
+	a := record{V: recordVersion, Route: routeRecord{Name: "r"}, Saved: time.Unix(1, 0)}
+	b := a
+	b.Saved = time.Unix(2, 0)
+	c := a
+	c.Route.Name = "s"
+	digest := func(r record) uint64 {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, savedField) {
+			t.Fatalf("no %s in %s", savedField, data)
+		}
+		return recordDigest(data)
+	}
+	if digest(a) != digest(b) {
+		t.Error("records that differ only in Saved digest apart")
+	}
+	if digest(a) == digest(c) {
+		t.Error("records that differ in their route digest alike")
 	}
 }
