@@ -30,10 +30,10 @@ type Pool struct {
 	xsk     *xskPlane // Config.IO "afxdp"
 	workers []*worker
 	wg      sync.WaitGroup
-	// prevProcs is GOMAXPROCS before New raised it by one per worker;
-	// Close puts it back.
-	prevProcs int
-	events    sync.WaitGroup
+	// procs keeps GOMAXPROCS at the program's own count plus one per
+	// worker holding its P (procs_linux.go).
+	procs  *procGauge
+	events sync.WaitGroup
 
 	latched chan latchEvent
 
@@ -132,11 +132,11 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			return nil, err
 		}
 	}
-	// Each worker keeps its P while it waits (see ppoll): the rest of the
-	// program needs as many as it had besides.
-	p.prevProcs = runtime.GOMAXPROCS(0)
-	runtime.GOMAXPROCS(p.prevProcs + len(p.workers))
+	// A worker with packets keeps its P while it waits (see ppoll): the
+	// rest of the program needs as many as it had besides.
+	p.procs = newProcGauge()
 	for _, w := range p.workers {
+		w.procs = p.procs
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -163,8 +163,8 @@ func (p *Pool) Close() error {
 		errs = append(errs, w.close())
 	}
 	p.wg.Wait()
-	if p.prevProcs != 0 {
-		runtime.GOMAXPROCS(p.prevProcs)
+	if p.procs != nil {
+		p.procs.close()
 	}
 	if p.latched != nil {
 		close(p.latched)
@@ -518,6 +518,11 @@ type worker struct {
 	// then xsks. Worker goroutine only.
 	pollFDs []unix.PollFd
 	pollTS  unix.Timespec
+	// holding is whether the worker keeps its P while it waits (it had
+	// packets within idleWait), counted in procs (nil: a test's worker,
+	// the test sets GOMAXPROCS). Worker goroutine only.
+	holding bool
+	procs   *procGauge
 	wakeBuf [8]byte
 	// Coalescing (Config.Coalesce): coalesce is the nap in ns (0: off);
 	// polling is set while packets come faster than one per nap, and the
@@ -1165,18 +1170,35 @@ func (w *worker) afterBatch() {
 // written (a control request, or close) or the deadline w.armed passes.
 // The thread sleeps in the kernel; the Go scheduler hands its P on.
 func (w *worker) wait() {
-	var ts *unix.Timespec
-	if w.armed != 0 {
-		d := w.armed - time.Now().UnixNano()
-		if d <= 0 {
-			return
-		}
-		w.pollTS = unix.NsecToTimespec(d)
-		ts = &w.pollTS
+	now := time.Now().UnixNano()
+	deadline := w.armed
+	if deadline != 0 && deadline <= now {
+		return
 	}
-	wait := ppoll
-	if time.Now().UnixNano()-w.lastData > idleWait {
-		wait = ppollIdle
+	// Packets within idleWait: the worker keeps its P while it waits, and
+	// the wait ends when idleWait has passed, to give the P back then.
+	busy := now-w.lastData <= idleWait
+	if busy != w.holding {
+		w.holding = busy
+		if w.procs != nil {
+			d := int32(-1)
+			if busy {
+				d = 1
+			}
+			w.procs.add(d)
+		}
+	}
+	wait := ppollIdle
+	if busy {
+		wait = ppoll
+		if idle := w.lastData + idleWait + 1; deadline == 0 || idle < deadline {
+			deadline = idle
+		}
+	}
+	var ts *unix.Timespec
+	if deadline != 0 {
+		w.pollTS = unix.NsecToTimespec(deadline - now)
+		ts = &w.pollTS
 	}
 	if wait(w.pollFDs, ts) != 0 {
 		w.interrupts.Add(1)
@@ -1193,7 +1215,7 @@ func (w *worker) wait() {
 		return
 	}
 	w.wakes.Add(1)
-	now := time.Now().UnixNano()
+	now = time.Now().UnixNano()
 	w.lastData = now
 	if w.coalesce > 0 {
 		// Two socket wake-ups within a nap: packets come fast enough
@@ -1223,7 +1245,7 @@ func ppollIdle(fds []unix.PollFd, ts *unix.Timespec) unix.Errno {
 }
 
 // ppoll waits in the kernel without leaving the Go scheduler: the worker
-// keeps its P (the pool raised GOMAXPROCS for that, see New), so neither
+// keeps its P (the pool raised GOMAXPROCS for that, see procGauge), so neither
 // sysmon's retaking of a P in a long system call nor the slow return from
 // one runs per wake-up (with unix.Ppoll they cost the process about a
 // tenth of its time at 50k packets per second). A signal (the runtime's

@@ -438,6 +438,92 @@ func TestIdleWorkerSleeps(t *testing.T) {
 	}
 }
 
+// TestProcsFollowBusyWorkers: GOMAXPROCS is the program's own count plus
+// one per worker that had packets within idleWait (it keeps its P while it
+// waits), and comes back down when they go idle and when the pool closes.
+func TestProcsFollowBusyWorkers(t *testing.T) {
+	testenv.NeedRoot(t)
+	base := runtime.GOMAXPROCS(0)
+	g := newProcGauge()
+	var ws []*worker
+	var tos []*unix.SockaddrInet4
+	for i := range 2 {
+		w, err := newWorker(i, 0, zaptest.NewLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.procs = g
+		sa, err := unix.Getsockname(w.rxFD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+		tos = append(tos, &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}})
+	}
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Go(w.run)
+	}
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		for _, w := range ws {
+			w.close()
+		}
+		wg.Wait()
+		g.close()
+	}
+	defer stop()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// expect waits for GOMAXPROCS to be want while packets go to the
+	// workers in to, one each every 2 ms.
+	expect := func(what string, want int, to ...*unix.SockaddrInet4) {
+		t.Helper()
+		deadline := time.Now().Add(time.Duration(idleWait) + 5*time.Second)
+		for {
+			for _, a := range to {
+				if err := unix.Sendto(fd, []byte("not a flow's"), 0, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := runtime.GOMAXPROCS(0)
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: GOMAXPROCS %d, want %d (base %d)", what, got, want, base)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	expect("idle workers", base)
+	time.Sleep(50 * time.Millisecond)
+	expect("idle workers, later", base)
+	expect("one busy worker", base+1, tos[0])
+	// Still one while only that worker has packets.
+	for range 50 {
+		expect("one busy worker, later", base+1, tos[0])
+		time.Sleep(2 * time.Millisecond)
+	}
+	expect("two busy workers", base+2, tos...)
+	expect("idle again", base)
+	expect("busy again", base+1, tos[1])
+	stop()
+	if got := runtime.GOMAXPROCS(0); got != base {
+		t.Errorf("GOMAXPROCS %d after the workers stopped, want %d", got, base)
+	}
+	if ws[0].noFlow.Load() == 0 || ws[1].noFlow.Load() == 0 {
+		t.Errorf("workers read %d and %d packets", ws[0].noFlow.Load(), ws[1].noFlow.Load())
+	}
+}
+
 // TestDelayBuckets: the worker's buckets are dataplane.DelayBounds, and a
 // delay goes to the first bucket whose bound holds it.
 func TestDelayBuckets(t *testing.T) {

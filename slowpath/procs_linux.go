@@ -1,0 +1,97 @@
+package slowpath
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// A worker with packets keeps its P while it waits (see ppoll), so the
+// rest of the program needs a P more for each such worker. procGauge
+// raises GOMAXPROCS by one per worker holding its P, and lowers it when
+// the worker goes idle (idleWait) and waits with ppollIdle, which gives
+// the P back.
+//
+// An XDP data plane's workers are idle nearly always. With a P each kept
+// in GOMAXPROCS regardless, the control plane paid a tenth more CPU per
+// SIP call on 2 CPUs: an idle P sends the scheduler spinning threads
+// after work, and one spare P was enough for that. The price: an idle
+// worker woken by a control request or a packet waits for a P like any
+// goroutine (flow installs to idle workers run about a tenth slower).
+//
+// Changing GOMAXPROCS stops the world for some microseconds; a worker
+// changes state at most twice per idleWait, and a goroutine of the pool
+// makes the change so that the worker does not wait for it.
+type procGauge struct {
+	held    atomic.Int32  // workers holding their P
+	kick    chan struct{} // held changed; cap 1
+	done    chan struct{} // run returned
+	applied int           // what run last added to GOMAXPROCS; run only
+}
+
+func newProcGauge() *procGauge {
+	procsOpen()
+	g := &procGauge{kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go g.run()
+	return g
+}
+
+// add counts a worker that starts (+1) or stops (-1) holding its P. It
+// never blocks.
+func (g *procGauge) add(d int32) {
+	g.held.Add(d)
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (g *procGauge) run() {
+	defer close(g.done)
+	for range g.kick {
+		if n := int(g.held.Load()); n != g.applied {
+			procsAdjust(n - g.applied)
+			g.applied = n
+		}
+	}
+	procsAdjust(-g.applied)
+	procsClose()
+}
+
+// close puts GOMAXPROCS back; the workers must have stopped.
+func (g *procGauge) close() {
+	close(g.kick)
+	<-g.done
+}
+
+// procs is GOMAXPROCS's accounting across the open pools (tests open
+// several): base is what it was before the first, held the workers
+// holding a P in all of them.
+var procs struct {
+	sync.Mutex
+	pools, base, held int
+}
+
+func procsOpen() {
+	procs.Lock()
+	defer procs.Unlock()
+	if procs.pools == 0 {
+		procs.base, procs.held = runtime.GOMAXPROCS(0), 0
+	}
+	procs.pools++
+}
+
+func procsClose() {
+	procs.Lock()
+	defer procs.Unlock()
+	if procs.pools--; procs.pools == 0 {
+		runtime.GOMAXPROCS(procs.base)
+	}
+}
+
+func procsAdjust(d int) {
+	procs.Lock()
+	defer procs.Unlock()
+	procs.held += d
+	runtime.GOMAXPROCS(procs.base + procs.held) // no stop when unchanged
+}
