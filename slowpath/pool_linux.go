@@ -574,8 +574,8 @@ type worker struct {
 	// the packets' receive-queue delays (dataplane.WorkerStats).
 	wakes, naps, batches atomic.Uint64
 	// interrupts counts the waits a signal ended (EINTR); lastData is
-	// when a wait last ended with something to read (UnixNano), for
-	// idleWait.
+	// when the worker last had packets (a wait ended with some, or it
+	// read some since its last wait), UnixNano, for idleWait.
 	interrupts atomic.Uint64
 	lastData   int64
 	delay      [len(delayBoundsNS) + 1]atomic.Uint64
@@ -1045,14 +1045,15 @@ func (w *worker) run() {
 	if len(w.xsks) > 0 {
 		w.xb = newXSKBatch()
 	}
-	got := false // a packet was read since the last wait or nap
+	got := false   // a packet was read since the last wait or nap
+	fresh := false // a packet was read since the last wait (naps between)
 	for {
 		if w.closed.Load() {
 			w.drainCtrl()
 			return
 		}
 		if read, drained := w.relayXSK(tx4, tx6); read {
-			got = true
+			got, fresh = true, true
 			w.afterBatch()
 			if drained {
 				w.releaseLocks()
@@ -1074,7 +1075,7 @@ func (w *worker) run() {
 		}
 		n, errno := rx.recv(w.rxFD)
 		if n > 0 {
-			got = true
+			got, fresh = true, true
 			// Requests queued before these packets came (a posted shadow
 			// install) are served first.
 			if w.pending.Load() {
@@ -1112,7 +1113,8 @@ func (w *worker) run() {
 		if w.polling {
 			w.nap()
 		} else {
-			w.wait()
+			w.wait(fresh)
+			fresh = false
 		}
 		if w.pending.Load() {
 			w.drainCtrl()
@@ -1169,8 +1171,13 @@ func (w *worker) afterBatch() {
 // wait blocks in ppoll until the socket has a packet, the eventfd was
 // written (a control request, or close) or the deadline w.armed passes.
 // The thread sleeps in the kernel; the Go scheduler hands its P on.
-func (w *worker) wait() {
+// fresh says packets were read since the last wait: a worker busy for
+// longer than idleWait without waiting (reading, napping) is not idle.
+func (w *worker) wait(fresh bool) {
 	now := time.Now().UnixNano()
+	if fresh {
+		w.lastData = now
+	}
 	deadline := w.armed
 	if deadline != 0 && deadline <= now {
 		return

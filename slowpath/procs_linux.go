@@ -24,6 +24,7 @@ import (
 // makes the change so that the worker does not wait for it.
 type procGauge struct {
 	held    atomic.Int32  // workers holding their P
+	changes atomic.Uint64 // times a worker started or stopped holding one
 	kick    chan struct{} // held changed; cap 1
 	done    chan struct{} // run returned
 	applied int           // what run last added to GOMAXPROCS; run only
@@ -40,6 +41,7 @@ func newProcGauge() *procGauge {
 // never blocks.
 func (g *procGauge) add(d int32) {
 	g.held.Add(d)
+	g.changes.Add(1)
 	select {
 	case g.kick <- struct{}{}:
 	default:

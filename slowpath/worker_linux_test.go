@@ -524,6 +524,79 @@ func TestProcsFollowBusyWorkers(t *testing.T) {
 	}
 }
 
+// TestBusyWorkerKeepsItsP: a worker that naps between reads for longer
+// than idleWait (coalescing under load) is busy, not idle, when a pause of
+// a few milliseconds makes it wait: it keeps its P, and GOMAXPROCS does not
+// go down and up again at every pause.
+func TestBusyWorkerKeepsItsP(t *testing.T) {
+	testenv.NeedRoot(t)
+	// A run in which the sender itself stalled for half an idleWait
+	// (a loaded or emulated machine) says nothing: it is run again.
+	for attempt := 1; ; attempt++ {
+		changes, naps, stall := busyWorkerChanges(t)
+		if stall > time.Duration(idleWait)/2 && attempt < 5 {
+			t.Logf("attempt %d: the sender stalled for %v; again", attempt, stall)
+			continue
+		}
+		if naps == 0 {
+			t.Fatal("the worker never napped: the test did not load it")
+		}
+		// One change: busy at the first packets.
+		if changes != 1 {
+			t.Errorf("the worker started or stopped holding its P %d times, want once (%d naps; sender's longest stall %v)", changes, naps, stall)
+		}
+		return
+	}
+}
+
+// busyWorkerChanges sends a worker three spells of 1.5 idleWaits with a
+// packet every 250 us (it naps), 10 ms apart (it waits), and returns how
+// often it started or stopped holding its P, its naps, and the longest the
+// sender was late.
+func busyWorkerChanges(t *testing.T) (changes, naps uint64, stall time.Duration) {
+	g := newProcGauge()
+	w, err := newWorker(0, 0, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.procs = g
+	w.coalesce = int64(2 * time.Millisecond)
+	done := make(chan struct{})
+	go func() { defer close(done); w.run() }()
+	defer func() { w.close(); <-done; g.close() }()
+	sa, err := unix.Getsockname(w.rxFD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	to := &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}}
+	sent := 0
+	for range 3 {
+		next := time.Now()
+		for end := next.Add(time.Duration(idleWait) * 3 / 2); next.Before(end); sent++ {
+			if err := unix.Sendto(fd, []byte("not a flow's"), 0, to); err != nil {
+				t.Fatal(err)
+			}
+			stall = max(stall, time.Since(next))
+			next = next.Add(250 * time.Microsecond)
+			time.Sleep(time.Until(next))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.noFlow.Load() < uint64(sent) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := w.noFlow.Load(); got != uint64(sent) {
+		t.Fatalf("worker read %d packets, want %d", got, sent)
+	}
+	return g.changes.Load(), w.naps.Load(), stall
+}
+
 // TestDelayBuckets: the worker's buckets are dataplane.DelayBounds, and a
 // delay goes to the first bucket whose bound holds it.
 func TestDelayBuckets(t *testing.T) {
