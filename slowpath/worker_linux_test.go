@@ -315,17 +315,7 @@ func TestWorkerCoalesces(t *testing.T) {
 			done := make(chan struct{})
 			go func() { defer close(done); w.run() }()
 			defer func() { w.close(); <-done }()
-			sa, err := unix.Getsockname(w.rxFD)
-			if err != nil {
-				t.Fatal(err)
-			}
-			port := sa.(*unix.SockaddrInet6).Port
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fd)
-			to := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
+			fd, to := udpSocket(t), workerAddr(t, w)
 			// 400 packets, one every 250 us: 8 per 2 ms nap.
 			const sent = 400
 			next := time.Now()
@@ -400,16 +390,7 @@ func TestIdleWorkerSleeps(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); w.run() }()
 	defer func() { w.close(); <-done }()
-	sa, err := unix.Getsockname(w.rxFD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	to := &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}}
+	fd, to := udpSocket(t), workerAddr(t, w)
 	for round := range 2 {
 		// Busy, then idle: a packet every 2 ms for 200 ms.
 		for range 100 {
@@ -453,12 +434,8 @@ func TestProcsFollowBusyWorkers(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.procs = g
-		sa, err := unix.Getsockname(w.rxFD)
-		if err != nil {
-			t.Fatal(err)
-		}
 		ws = append(ws, w)
-		tos = append(tos, &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}})
+		tos = append(tos, workerAddr(t, w))
 	}
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -477,11 +454,7 @@ func TestProcsFollowBusyWorkers(t *testing.T) {
 		g.close()
 	}
 	defer stop()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
+	fd := udpSocket(t)
 	// expect waits for GOMAXPROCS to be want while packets go to the
 	// workers in to, one each every 2 ms.
 	expect := func(what string, want int, to ...*unix.SockaddrInet4) {
@@ -564,16 +537,7 @@ func busyWorkerChanges(t *testing.T) (changes, naps uint64, stall time.Duration)
 	done := make(chan struct{})
 	go func() { defer close(done); w.run() }()
 	defer func() { w.close(); <-done; g.close() }()
-	sa, err := unix.Getsockname(w.rxFD)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	to := &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}}
+	fd, to := udpSocket(t), workerAddr(t, w)
 	sent := 0
 	for range 3 {
 		next := time.Now()
@@ -616,6 +580,27 @@ func TestDelayBuckets(t *testing.T) {
 			t.Errorf("delayBucket(%d) = %d, want %d", c.d, got, c.want)
 		}
 	}
+}
+
+// workerAddr is the loopback address of w's socket.
+func workerAddr(t *testing.T, w *worker) *unix.SockaddrInet4 {
+	t.Helper()
+	sa, err := unix.Getsockname(w.rxFD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unix.SockaddrInet4{Port: sa.(*unix.SockaddrInet6).Port, Addr: [4]byte{127, 0, 0, 1}}
+}
+
+// udpSocket opens a UDP socket, closed when the test ends.
+func udpSocket(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }
 
 // raiseProcs raises GOMAXPROCS by n until the test ends, as a pool does

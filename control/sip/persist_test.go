@@ -76,15 +76,8 @@ func (ce *callee) byeCount() int {
 }
 
 func TestRestartKeepsCallByeFromCaller(t *testing.T) {
-	ce := newCallee(t)
 	st := openStore(t)
-	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ce, h, ctx, d := storedCall(t, st)
 	// Persisted before the 200 left relayd.
 	if n, _ := st.Len("sip"); n != 1 {
 		t.Fatalf("%d records when the caller got its 200, want 1", n)
@@ -260,15 +253,7 @@ func TestRestartReinstallsSRTPFlows(t *testing.T) {
 	waitFor(t, "userspace flows", func() bool { return h.us.Len() == 4 })
 	// Until the ACK is handled the call is not answered, and a restart
 	// may write it without the counters set below.
-	waitFor(t, "the ACK handled", func() bool {
-		calls := h.srv.calls()
-		if len(calls) != 1 {
-			return false
-		}
-		calls[0].mu.Lock()
-		defer calls[0].mu.Unlock()
-		return calls[0].negotiated
-	})
+	negotiatedCall(t, h)
 	m := flowsOf(t, h.us)[0].Match
 	if err := h.us.SetStats(m, dataplane.Stats{Packets: 1000, Bytes: 200000}); err != nil {
 		t.Fatal(err)
@@ -468,26 +453,11 @@ func TestRestartTCPLeg(t *testing.T) {
 // kill -9: no Shutdown, nothing written at exit; what was stored when the
 // call was answered is enough.
 func TestCrashKeepsAnsweredCall(t *testing.T) {
-	ce := newCallee(t)
 	st := openStore(t)
-	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ce, h, ctx, d := storedCall(t, st)
 	d.Ack(ctx)
 	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
-	waitFor(t, "the ACK handled", func() bool {
-		calls := h.srv.calls()
-		if len(calls) != 1 {
-			return false
-		}
-		calls[0].mu.Lock()
-		defer calls[0].mu.Unlock()
-		return calls[0].negotiated
-	})
+	negotiatedCall(t, h)
 	// The crash: the stack goes away at once, and (as a dead process would)
 	// the old server runs no more code after its goroutines return.
 	old := h.srv
@@ -544,6 +514,40 @@ func TestRestoreSkipsUnusableRecords(t *testing.T) {
 	}
 }
 
+// storedCall places a call through a harness that keeps its calls in st,
+// and returns the callee, the harness, a context that ends with the test
+// (20 s at most) and the caller's dialog (answered, not yet ACKed).
+func storedCall(t *testing.T, st Store) (*callee, *harness, context.Context, *sipgo.DialogClientSession) {
+	t.Helper()
+	ce := newCallee(t)
+	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ce, h, ctx, d
+}
+
+// negotiatedCall waits until the harness holds one call whose ACK relayd
+// has handled, and returns it.
+func negotiatedCall(t *testing.T, h *harness) *b2bCall {
+	t.Helper()
+	var bc *b2bCall
+	waitFor(t, "the ACK handled", func() bool {
+		calls := h.srv.calls()
+		if len(calls) != 1 {
+			return false
+		}
+		bc = calls[0]
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		return bc.negotiated
+	})
+	return bc
+}
+
 // countingStore counts the writes that reach a Store.
 type countingStore struct {
 	Store
@@ -568,30 +572,14 @@ func (c *countingStore) count() int {
 // not again at an early offer's ACK, which changes nothing in it, nor by
 // the periodic checks of a quiet call; a re-INVITE writes it again.
 func TestPersistSkipsUnchangedRecord(t *testing.T) {
-	ce := newCallee(t)
 	st := &countingStore{Store: openStore(t)}
-	h := newHarness(t, opts{destinations: []string{ce.addr}, store: st})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ce, h, ctx, d := storedCall(t, st)
 	if n := st.count(); n != 1 {
 		t.Fatalf("%d writes when the caller got its 200, want 1", n)
 	}
 	d.Ack(ctx)
 	waitFor(t, "4 flows", func() bool { return h.xdp.Len() == 4 })
-	c := h.calls.List()[0]
-	bc := h.srv.lookupCall(c.ID)
-	if bc == nil {
-		t.Fatal("no B2BUA call")
-	}
-	waitFor(t, "negotiated", func() bool {
-		bc.mu.Lock()
-		defer bc.mu.Unlock()
-		return bc.negotiated
-	})
+	bc := negotiatedCall(t, h)
 	if err := bc.persist(); err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +606,7 @@ func TestPersistSkipsUnchangedRecord(t *testing.T) {
 	d.WriteRequest(sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address))
 	waitFor(t, "the re-INVITE's record", func() bool { return st.count() > before })
 	// What is stored is the call as it is now: its CSeq numbers.
-	data, ok, err := st.Get(storeNamespace, c.ID)
+	data, ok, err := st.Get(storeNamespace, h.calls.List()[0].ID)
 	if err != nil || !ok {
 		t.Fatalf("record: %v %v", ok, err)
 	}
