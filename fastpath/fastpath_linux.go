@@ -50,6 +50,7 @@ type Fastpath struct {
 	mon     *redirMon     // nil when redirect failures cannot be watched
 	monDone chan struct{} // closed once the monitor started, or failed to
 
+	ports      *portTable  // the program's flows by port; nil where not used
 	routeSlots uint32      // the program's route cache entries per CPU; 0: none
 	rgen       *routeGen   // the route cache's generation and lease
 	routes     *routeWatch // nil when the route cache is off
@@ -182,13 +183,19 @@ func (f *Fastpath) load(pin bool) error {
 	if err := old.moveTo(f.objs.Counters); err != nil {
 		f.log.Warn("global counters of the previous run not carried over", zap.Error(err))
 	}
+	if f.ports, err = mapPortTable(f.objs.PortFlows.FD()); err != nil {
+		f.objs.Close()
+		return err
+	}
 	if pin {
 		path := filepath.Join(f.dir, "prog")
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.ports.close()
 			f.objs.Close()
 			return fmt.Errorf("replace pinned program: %w", err)
 		}
 		if err := f.objs.RelayXdp.Pin(path); err != nil {
+			f.ports.close()
 			f.objs.Close()
 			return fmt.Errorf("pin program: %w", err)
 		}
@@ -289,8 +296,10 @@ func (f *Fastpath) adopt() error {
 		}
 	}
 	f.adoptLoops(flows)
-	for _, e := range flows {
+	for i := range flows {
+		e := &flows[i]
 		f.hintSlot(ntohs(e.k.Port), e.v.StatsIdx)
+		f.ports.install(&e.k, &e.v)
 	}
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
@@ -503,7 +512,7 @@ func (f *Fastpath) Close() error {
 	for _, l := range f.links {
 		errs = append(errs, l.Close())
 	}
-	errs = append(errs, f.objs.Close())
+	errs = append(errs, f.ports.close(), f.objs.Close())
 	return errors.Join(errs...)
 }
 
@@ -774,6 +783,7 @@ func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 	f.installed[k] = installedFlow{at: f.cfg.now().UnixNano(), slot: slot}
 	f.loops.set(k, &v)
 	f.hintSlot(fl.Match.Port(), slot)
+	f.ports.install(&k, &v)
 	f.shadow(fl)
 	return nil
 }
@@ -891,6 +901,7 @@ func (f *Fastpath) UpdateShared(fl *dataplane.Flow) error {
 		}
 		return fmt.Errorf("update flow %s: %w", fl.Match, err)
 	}
+	f.ports.update(&k, &v)
 	f.loops.set(k, &v)
 	if f.cfg.Punt != nil {
 		if err := f.cfg.Punt.UpdateShadow(fl); err != nil {
@@ -907,6 +918,8 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var v relayFlowValue
+	// The program finds the flow in the flow map until it goes from there.
+	f.ports.remove(&k)
 	if err := f.objs.Flows.LookupAndDelete(&k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.Stats{}, dataplane.ErrNotFound

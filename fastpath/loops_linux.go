@@ -134,6 +134,7 @@ func (f *Fastpath) setLoop(k flowKey, on bool) error {
 	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("flag flow %s: %w", addrPortOf(k.Family, k.Addr, k.Port), err)
 	}
+	f.ports.update(&k, &v)
 	return nil
 }
 
@@ -163,6 +164,8 @@ func (f *Fastpath) adoptLoops(flows []flowEntry) {
 		}
 		if err := f.objs.Flows.Update(&e.k, &want, ebpf.UpdateExist); err != nil {
 			f.log.Warn("adopted flow: loop flag not updated", zap.Stringer("match", addrPortOf(e.k.Family, e.k.Addr, e.k.Port)), zap.Error(err))
+			continue
 		}
+		e.v = want
 	}
 }

@@ -100,6 +100,14 @@ type relayFlowValue struct {
 	TicksMult  uint64
 }
 
+type relayPortFlow struct {
+	_     structs.HostLayout
+	Seq   uint32
+	Key   relayFlowKey
+	Value relayFlowValue
+	Pad   [16]uint8
+}
+
 type relayRelayCounter uint32
 
 const (
@@ -153,6 +161,7 @@ type relayRouteEntry struct {
 const (
 	relayMapCounters           = "counters"
 	relayMapFlows              = "flows"
+	relayMapPortFlows          = "port_flows"
 	relayMapPortSlots          = "port_slots"
 	relayMapRoutes             = "routes"
 	relayMapStats              = "stats"
@@ -217,6 +226,7 @@ type relayProgramSpecs struct {
 type relayMapSpecs struct {
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Flows     *ebpf.MapSpec `ebpf:"flows"`
+	PortFlows *ebpf.MapSpec `ebpf:"port_flows"`
 	PortSlots *ebpf.MapSpec `ebpf:"port_slots"`
 	Routes    *ebpf.MapSpec `ebpf:"routes"`
 	Stats     *ebpf.MapSpec `ebpf:"stats"`
@@ -257,6 +267,7 @@ func (o *relayObjects) Close() error {
 type relayMaps struct {
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Flows     *ebpf.Map `ebpf:"flows"`
+	PortFlows *ebpf.Map `ebpf:"port_flows"`
 	PortSlots *ebpf.Map `ebpf:"port_slots"`
 	Routes    *ebpf.Map `ebpf:"routes"`
 	Stats     *ebpf.Map `ebpf:"stats"`
@@ -267,6 +278,7 @@ func (m *relayMaps) Close() error {
 	return _RelayClose(
 		m.Counters,
 		m.Flows,
+		m.PortFlows,
 		m.PortSlots,
 		m.Routes,
 		m.Stats,

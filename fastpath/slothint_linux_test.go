@@ -78,9 +78,9 @@ func TestSlotHintWrongIsHarmless(t *testing.T) {
 	}
 }
 
-// TestSlotHintAdopted: the hints are the program's own (not pinned); a
-// relayd taking over pinned flows writes them again for the flows it
-// adopts.
+// TestSlotHintAdopted: the hints and the port table are the program's
+// own (not pinned); a relayd taking over pinned flows writes them again
+// for the flows it adopts.
 func TestSlotHintAdopted(t *testing.T) {
 	requireBPF(t)
 	log := zaptest.NewLogger(t)
@@ -117,6 +117,10 @@ func TestSlotHintAdopted(t *testing.T) {
 		}
 		if got := portSlot(t, f, fl.Match.Port()); got != slot {
 			t.Errorf("hint for port %d: slot %d, want %d", fl.Match.Port(), got, slot)
+		}
+		// The port table is the program's own too.
+		if v, ok := f.ports.holds(new(keyOf(fl.Match))); portTableSupported && (!ok || v.StatsIdx != slot) {
+			t.Errorf("port %d's entry: holds the flow %v, slot %d; want slot %d", fl.Match.Port(), ok, v.StatsIdx, slot)
 		}
 	}
 }

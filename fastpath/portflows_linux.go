@@ -1,0 +1,123 @@
+package fastpath
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// portEntry is an entry of the program's port_flows table (struct
+// port_flow in bpf/relay.c): a copy of one flow's key and value, indexed
+// by its relay port, under a sequence lock.
+type portEntry struct {
+	seq   uint32 // odd while the entry changes
+	key   flowKey
+	value relayFlowValue
+	_     [16]byte
+}
+
+// The C layout: 128 bytes, the value at 24.
+const portEntries = 1 << 16
+
+var (
+	_ [unsafe.Sizeof(portEntry{}) - 128]byte
+	_ [128 - unsafe.Sizeof(portEntry{})]byte
+	_ [unsafe.Offsetof(portEntry{}.value) - 24]byte
+	_ [24 - unsafe.Offsetof(portEntry{}.value)]byte
+)
+
+// portTable is relayd's side of port_flows: the map's memory, mapped
+// into relayd, where it writes entries in place; the program only reads
+// them. An entry holds the last flow installed on its port (a flow on
+// the same port and another address is found in the flow map), and is
+// rewritten when that flow changes and emptied when it goes: the flow map
+// is written first at an install or an update, the entry first at a
+// removal, so an entry never holds what the flow map no longer does.
+// All methods are called with the Fastpath's mu held: one writer.
+//
+// The program checks an entry's seq before and after copying it, and a
+// writer makes seq odd, writes, and makes it even again. That needs the
+// writer's stores seen in order and the program's loads done in order,
+// with no barrier instruction between them: true on x86 (TSO), not on
+// arm64. Elsewhere the table is never mapped and stays empty, and the
+// program finds every flow in the flow map, as before the table.
+type portTable struct {
+	mem     []byte
+	entries *[portEntries]portEntry
+}
+
+// portTableSupported says whether this machine's memory model lets the
+// table be written (see portTable).
+const portTableSupported = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
+
+// mapPortTable maps the table of the map whose file descriptor is fd. It
+// returns nil, nil where the table is not used.
+func mapPortTable(fd int) (*portTable, error) {
+	if !portTableSupported {
+		return nil, nil
+	}
+	size := portEntries * int(unsafe.Sizeof(portEntry{}))
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the port table: %w", err)
+	}
+	return &portTable{mem: mem, entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0]))}, nil
+}
+
+func (t *portTable) close() error {
+	if t == nil {
+		return nil
+	}
+	t.entries = nil
+	return unix.Munmap(t.mem)
+}
+
+// install makes k's port entry hold k and v, whatever it held.
+func (t *portTable) install(k *flowKey, v *relayFlowValue) {
+	if t == nil {
+		return
+	}
+	t.write(&t.entries[ntohs(k.Port)], k, v)
+}
+
+// update rewrites k's port entry with v when it holds k.
+func (t *portTable) update(k *flowKey, v *relayFlowValue) {
+	if t == nil {
+		return
+	}
+	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
+		t.write(e, k, v)
+	}
+}
+
+// remove empties k's port entry when it holds k.
+func (t *portTable) remove(k *flowKey) {
+	if t == nil {
+		return
+	}
+	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
+		t.write(e, &flowKey{}, &relayFlowValue{})
+	}
+}
+
+// holds reports whether k's port entry holds k, with the value it holds.
+func (t *portTable) holds(k *flowKey) (relayFlowValue, bool) {
+	if t == nil {
+		return relayFlowValue{}, false
+	}
+	e := &t.entries[ntohs(k.Port)]
+	return e.value, e.key == *k
+}
+
+// write is the sequence lock's writer: the atomic increments order the
+// plain stores between them for the compiler, and x86 keeps stores in
+// order for the program's CPUs.
+func (t *portTable) write(e *portEntry, k *flowKey, v *relayFlowValue) {
+	atomic.AddUint32(&e.seq, 1)
+	e.key = *k
+	e.value = *v
+	atomic.AddUint32(&e.seq, 1)
+}
