@@ -67,17 +67,21 @@ func mapPortTable(fd int) (*portTable, error) {
 	return &portTable{mem: mem, entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0]))}, nil
 }
 
+// close unmaps the table; the methods do nothing after it.
 func (t *portTable) close() error {
-	if t == nil {
+	if !t.mapped() {
 		return nil
 	}
 	t.entries = nil
 	return unix.Munmap(t.mem)
 }
 
+// mapped reports whether the table is there to be written.
+func (t *portTable) mapped() bool { return t != nil && t.entries != nil }
+
 // install makes k's port entry hold k and v, whatever it held.
 func (t *portTable) install(k *flowKey, v *relayFlowValue) {
-	if t == nil {
+	if !t.mapped() {
 		return
 	}
 	t.write(&t.entries[ntohs(k.Port)], k, v)
@@ -85,7 +89,7 @@ func (t *portTable) install(k *flowKey, v *relayFlowValue) {
 
 // update rewrites k's port entry with v when it holds k.
 func (t *portTable) update(k *flowKey, v *relayFlowValue) {
-	if t == nil {
+	if !t.mapped() {
 		return
 	}
 	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
@@ -95,7 +99,7 @@ func (t *portTable) update(k *flowKey, v *relayFlowValue) {
 
 // remove empties k's port entry when it holds k.
 func (t *portTable) remove(k *flowKey) {
-	if t == nil {
+	if !t.mapped() {
 		return
 	}
 	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
@@ -105,7 +109,7 @@ func (t *portTable) remove(k *flowKey) {
 
 // holds reports whether k's port entry holds k, with the value it holds.
 func (t *portTable) holds(k *flowKey) (relayFlowValue, bool) {
-	if t == nil {
+	if !t.mapped() {
 		return relayFlowValue{}, false
 	}
 	e := &t.entries[ntohs(k.Port)]

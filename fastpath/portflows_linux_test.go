@@ -201,3 +201,27 @@ func TestPortTableNeverTorn(t *testing.T) {
 		t.Errorf("the program read neither or only one of the entry's values: %v", pairs)
 	}
 }
+
+// TestCallsAfterClose: a Fastpath closed under a caller (relayd's
+// shutdown) answers each flow call with an error and does not touch the
+// port table it unmapped.
+func TestCallsAfterClose(t *testing.T) {
+	e := newTestEnv(t)
+	fl := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000)}
+	if err := e.fp.Install(fl); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fp.Install(dataplane.Flow{Match: ap(relay4, 30004), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000)}); err == nil {
+		t.Error("install after Close: no error")
+	}
+	fl.SendTo = ap(callee4, 5002)
+	if err := e.fp.Update(fl); err == nil {
+		t.Error("update after Close: no error")
+	}
+	if _, err := e.fp.Remove(fl.Match); err == nil {
+		t.Error("remove after Close: no error")
+	}
+}
