@@ -47,6 +47,7 @@ var (
 type portTable struct {
 	mem     []byte
 	entries *[portEntries]portEntry
+	held    int // entries that hold a flow
 }
 
 // portTableSupported says whether this machine's memory model lets the
@@ -84,7 +85,11 @@ func (t *portTable) install(k *flowKey, v *relayFlowValue) {
 	if !t.mapped() {
 		return
 	}
-	t.write(&t.entries[ntohs(k.Port)], k, v)
+	e := &t.entries[ntohs(k.Port)]
+	if e.key.Family == 0 {
+		t.held++
+	}
+	t.write(e, k, v)
 }
 
 // update rewrites k's port entry with v when it holds k.
@@ -104,6 +109,7 @@ func (t *portTable) remove(k *flowKey) {
 	}
 	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
 		t.write(e, &flowKey{}, &relayFlowValue{})
+		t.held--
 	}
 }
 

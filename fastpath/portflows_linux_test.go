@@ -66,6 +66,13 @@ func TestPortTable(t *testing.T) {
 		t.Fatalf("port 30000's entry: holds %v, destination port %d", ok, ntohs(held.DstPort))
 	}
 	wantDst(frame4, fl4.SendTo)
+	wantByPort := func(want int) {
+		t.Helper()
+		if got := e.fp.PortTableFlows(); got != want {
+			t.Fatalf("%d flows in the port table, want %d", got, want)
+		}
+	}
+	wantByPort(1)
 
 	// The program reads the entry, not the flow map: an entry that
 	// disagrees with the map decides.
@@ -98,6 +105,7 @@ func TestPortTable(t *testing.T) {
 	if _, ok := e.fp.ports.holds(&k6); !ok {
 		t.Fatal("port 30000's entry does not hold the last installed flow")
 	}
+	wantByPort(1)
 	wantDst(frame6, fl6.SendTo)
 	wantDst(frame4, fl4.SendTo)
 	fl4.SendTo = ap(callee4, 5006)
@@ -116,6 +124,7 @@ func TestPortTable(t *testing.T) {
 	if *entry != (portEntry{seq: entry.seq}) {
 		t.Fatalf("entry of a removed flow: %+v", *entry)
 	}
+	wantByPort(0)
 	if v, _ := e.run(t, frame6); v != xdpPass {
 		t.Fatalf("removed flow's packet: verdict %s, want pass", verdictName[v])
 	}
@@ -126,6 +135,11 @@ func TestPortTable(t *testing.T) {
 	if v, _ := e.run(t, frame4); v != xdpPass {
 		t.Fatalf("removed flow's packet: verdict %s, want pass", verdictName[v])
 	}
+	wantByPort(0)
+	if err := e.fp.Install(fl4); err != nil {
+		t.Fatal(err)
+	}
+	wantByPort(1)
 }
 
 // TestPortTableNeverTorn: packets run through the program while another

@@ -31,6 +31,9 @@ type capPlane struct {
 
 func (c capPlane) Capacity() (int, int) { return c.Len(), c.max }
 
+// PortTableFlows reports every flow but one as found by port.
+func (c capPlane) PortTableFlows() int { return c.Len() - 1 }
+
 // Egress reports one device in fallback after 7 refused frames, one healthy.
 func (c capPlane) Egress() []dataplane.Egress {
 	return []dataplane.Egress{{Device: "r1", RedirectErrors: 7, Fallback: true}, {Device: "r0"}}
@@ -195,6 +198,7 @@ func TestMetricsLifecycle(t *testing.T) {
 		`relayd_media_ports{interface="default",state="free"} 94`,
 		`relayd_flow_slots_used{path="xdp"} 3`,
 		`relayd_flow_slots_max{path="xdp"} 1000`,
+		`relayd_xdp_port_table_flows 2`,
 		`relayd_cdr_written_total 7`,
 		`relayd_cdr_posted_total 5`,
 		`relayd_cdr_post_errors_total 2`,

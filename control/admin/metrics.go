@@ -30,6 +30,8 @@ var (
 		"Relay media ports (RTP and RTCP) of each media interface's port range, by state.", []string{"interface", "state"}, nil)
 	slotsUsedDesc = prometheus.NewDesc("relayd_flow_slots_used",
 		"Entries used in a data plane's flow table (the userspace one also holds the shadows of XDP flows).", []string{"path"}, nil)
+	portTableDesc = prometheus.NewDesc("relayd_xdp_port_table_flows",
+		"XDP flows the program finds by their relay port in one array read (the flow last installed on each port); the other XDP flows (another relay address on the same port, or every flow on a machine other than x86) take the flow map's slower hash lookup.", nil, nil)
 	slotsMaxDesc = prometheus.NewDesc("relayd_flow_slots_max",
 		"Size of a data plane's flow table (dataplane.max_flows).", []string{"path"}, nil)
 	workerDelayDesc = prometheus.NewDesc("relayd_userspace_delay_seconds",
@@ -64,6 +66,12 @@ type capacity interface {
 	Capacity() (used, max int)
 }
 
+// portTabler is implemented by the XDP data plane: how many of its flows
+// the program finds by port.
+type portTabler interface {
+	PortTableFlows() int
+}
+
 // collector reads the data planes, the call table and the CDR writer at
 // scrape time.
 type collector struct {
@@ -75,7 +83,7 @@ type collector struct {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, redirectErrorsDesc, fallbackDesc,
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, portTableDesc, redirectErrorsDesc, fallbackDesc,
 		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc, workerLockWaitsDesc} {
 		ch <- d
 	}
@@ -116,11 +124,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	bytes := make(map[key]uint64)
 	var order []key
 	attached := make(map[[2]string]bool)
+	var byPort, portTables int
 	for _, o := range c.observers {
 		if cp, ok := o.(capacity); ok {
 			used, max := cp.Capacity()
 			ch <- prometheus.MustNewConstMetric(slotsUsedDesc, prometheus.GaugeValue, float64(used), string(cp.Path()))
 			ch <- prometheus.MustNewConstMetric(slotsMaxDesc, prometheus.GaugeValue, float64(max), string(cp.Path()))
+		}
+		if pt, ok := o.(portTabler); ok {
+			byPort += pt.PortTableFlows()
+			portTables++
 		}
 		counters, err := o.Counters()
 		if err != nil {
@@ -158,6 +171,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k := range attached {
 		ch <- prometheus.MustNewConstMetric(attachedDesc, prometheus.GaugeValue, 1, k[0], k[1])
+	}
+	if portTables > 0 {
+		ch <- prometheus.MustNewConstMetric(portTableDesc, prometheus.GaugeValue, float64(byPort))
 	}
 }
 
