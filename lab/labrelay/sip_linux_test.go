@@ -200,6 +200,16 @@ func TestSIPCallsThroughXDP(t *testing.T) {
 	if flows, _ := r.Flows(); len(flows) != 0 {
 		t.Errorf("%d static flows; call flows must not show there", len(flows))
 	}
+	// The calls' flows gone, none is left in the program's port table.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		xdp, err := r.Metric(`relayd_flows{path="xdp"}`)
+		if err == nil && xdp == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if v, err := r.Metric(`relayd_xdp_port_table_flows`); err != nil || v != 0 {
+		t.Errorf("relayd_xdp_port_table_flows after the calls = %v, %v; want 0", v, err)
+	}
 }
 
 // TestSIPFailover: the first destination answers 503, the second is
