@@ -124,7 +124,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	bytes := make(map[key]uint64)
 	var order []key
 	attached := make(map[[2]string]bool)
-	var byPort, portTables int
+	byPort, havePortTable := 0, false
 	for _, o := range c.observers {
 		if cp, ok := o.(capacity); ok {
 			used, max := cp.Capacity()
@@ -133,7 +133,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if pt, ok := o.(portTabler); ok {
 			byPort += pt.PortTableFlows()
-			portTables++
+			havePortTable = true
 		}
 		counters, err := o.Counters()
 		if err != nil {
@@ -172,7 +172,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for k := range attached {
 		ch <- prometheus.MustNewConstMetric(attachedDesc, prometheus.GaugeValue, 1, k[0], k[1])
 	}
-	if portTables > 0 {
+	if havePortTable {
 		ch <- prometheus.MustNewConstMetric(portTableDesc, prometheus.GaugeValue, float64(byPort))
 	}
 }
