@@ -797,6 +797,12 @@ func (f *Fastpath) hintSlot(port uint16, slot uint32) {
 	}
 }
 
+// lookupFlow reads k's entry of the flow map into v and reports whether
+// it is there.
+func (f *Fastpath) lookupFlow(k *flowKey, v *relayFlowValue) bool {
+	return f.objs.Flows.Lookup(k, v) == nil
+}
+
 var errClosed = errors.New("fastpath closed")
 
 // installedFlow is what the Fastpath keeps of an installed flow besides
@@ -919,7 +925,12 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 	defer f.mu.Unlock()
 	var v relayFlowValue
 	// The program finds the flow in the flow map until it goes from there.
-	f.ports.remove(&k)
+	// Another flow on its port takes its entry, and the port's slot hint.
+	if next, ok := f.ports.remove(&k, f.lookupFlow); ok {
+		if in, ok := f.installed[next]; ok {
+			f.hintSlot(ntohs(next.Port), in.slot)
+		}
+	}
 	if err := f.objs.Flows.LookupAndDelete(&k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.Stats{}, dataplane.ErrNotFound

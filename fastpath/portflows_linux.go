@@ -3,6 +3,7 @@ package fastpath
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -31,12 +32,16 @@ var (
 
 // portTable is relayd's side of port_flows: the map's memory, mapped
 // into relayd, where it writes entries in place; the program only reads
-// them. An entry holds the last flow installed on its port (a flow on
-// the same port and another address is found in the flow map), and is
-// rewritten when that flow changes and emptied when it goes: the flow map
-// is written first at an install or an update, the entry first at a
-// removal, so an entry never holds what the flow map no longer does.
-// All methods are called with the Fastpath's mu held: one writer.
+// them. An entry holds the last flow installed on its port and is
+// rewritten when that flow changes. The other flows on the port (the
+// same port on another address: IPv4 and IPv6, or media interfaces
+// whose port ranges overlap) are found in the flow map, and wait in
+// others: when the entry's flow goes, the one installed last of them
+// takes the entry, so that a port keeps an entry while it has a flow.
+// The flow map is written first at an install or an update, the entry
+// first at a removal, so an entry never holds what the flow map no
+// longer does. All methods are called with the Fastpath's mu held: one
+// writer.
 //
 // The program checks an entry's seq before and after copying it, and a
 // writer makes seq odd, writes, and makes it even again. That needs the
@@ -48,6 +53,9 @@ type portTable struct {
 	mem     []byte
 	entries *[portEntries]portEntry
 	held    int // entries that hold a flow
+	// others are the flows of ports whose entry holds another flow, in
+	// the order they were installed or lost the entry.
+	others map[uint16][]flowKey
 }
 
 // portTableSupported says whether this machine's memory model lets the
@@ -73,21 +81,29 @@ func (t *portTable) close() error {
 	if !t.mapped() {
 		return nil
 	}
-	t.entries = nil
+	t.entries, t.others = nil, nil
 	return unix.Munmap(t.mem)
 }
 
 // mapped reports whether the table is there to be written.
 func (t *portTable) mapped() bool { return t != nil && t.entries != nil }
 
-// install makes k's port entry hold k and v, whatever it held.
+// install makes k's port entry hold k and v; the flow it held, if
+// another, waits for the entry in others.
 func (t *portTable) install(k *flowKey, v *relayFlowValue) {
 	if !t.mapped() {
 		return
 	}
-	e := &t.entries[ntohs(k.Port)]
-	if e.key.Family == 0 {
+	port := ntohs(k.Port)
+	e := &t.entries[port]
+	switch {
+	case e.key.Family == 0:
 		t.held++
+	case e.key != *k:
+		if t.others == nil {
+			t.others = make(map[uint16][]flowKey)
+		}
+		t.others[port] = append(t.dropOther(port, k), e.key)
 	}
 	t.write(e, k, v)
 }
@@ -102,15 +118,50 @@ func (t *portTable) update(k *flowKey, v *relayFlowValue) {
 	}
 }
 
-// remove empties k's port entry when it holds k.
-func (t *portTable) remove(k *flowKey) {
+// remove takes k out of the table. When k's port entry holds k, the
+// flow of others installed last on the port takes the entry, with the
+// value lookup gives for it (the flow map's), and remove returns it;
+// with none (or none lookup finds), the entry is emptied.
+func (t *portTable) remove(k *flowKey, lookup func(*flowKey, *relayFlowValue) bool) (next flowKey, ok bool) {
 	if !t.mapped() {
+		return flowKey{}, false
+	}
+	port := ntohs(k.Port)
+	e := &t.entries[port]
+	if e.key != *k {
+		t.dropOther(port, k)
+		return flowKey{}, false
+	}
+	for q := t.others[port]; len(q) > 0; q = t.others[port] {
+		next = q[len(q)-1]
+		t.setOthers(port, q[:len(q)-1])
+		var v relayFlowValue
+		if lookup(&next, &v) {
+			t.write(e, &next, &v)
+			return next, true
+		}
+	}
+	t.write(e, &flowKey{}, &relayFlowValue{})
+	t.held--
+	return flowKey{}, false
+}
+
+// dropOther takes k out of port's others and returns what is left.
+func (t *portTable) dropOther(port uint16, k *flowKey) []flowKey {
+	q := t.others[port]
+	if i := slices.Index(q, *k); i >= 0 {
+		q = slices.Delete(q, i, i+1)
+		t.setOthers(port, q)
+	}
+	return q
+}
+
+func (t *portTable) setOthers(port uint16, q []flowKey) {
+	if len(q) == 0 {
+		delete(t.others, port)
 		return
 	}
-	if e := &t.entries[ntohs(k.Port)]; e.key == *k {
-		t.write(e, &flowKey{}, &relayFlowValue{})
-		t.held--
-	}
+	t.others[port] = q
 }
 
 // holds reports whether k's port entry holds k, with the value it holds.

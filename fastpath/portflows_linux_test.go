@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -117,20 +118,28 @@ func TestPortTable(t *testing.T) {
 	}
 	wantDst(frame4, fl4.SendTo)
 
-	// Removing the entry's flow empties it; the other flow forwards on.
+	// Removing the entry's flow gives the entry to the other flow on the
+	// port, with its value and its statistics slot as the port's hint.
 	if _, err := e.fp.Remove(fl6.Match); err != nil {
 		t.Fatal(err)
 	}
-	if *entry != (portEntry{seq: entry.seq}) {
-		t.Fatalf("entry of a removed flow: %+v", *entry)
+	if held, ok := e.fp.ports.holds(&k4); !ok || held.DstPort != htons(5006) {
+		t.Fatalf("port 30000's entry after its flow went: holds the other flow %v, destination port %d, want 5006", ok, ntohs(held.DstPort))
 	}
-	wantByPort(0)
+	var hint uint32
+	if err := e.fp.objs.PortSlots.Lookup(uint32(30000), &hint); err != nil || hint != e.fp.installed[k4].slot {
+		t.Fatalf("port 30000's slot hint %d (%v), want the other flow's slot %d", hint, err, e.fp.installed[k4].slot)
+	}
+	wantByPort(1)
 	if v, _ := e.run(t, frame6); v != xdpPass {
 		t.Fatalf("removed flow's packet: verdict %s, want pass", verdictName[v])
 	}
 	wantDst(frame4, fl4.SendTo)
 	if _, err := e.fp.Remove(fl4.Match); err != nil {
 		t.Fatal(err)
+	}
+	if *entry != (portEntry{seq: entry.seq}) {
+		t.Fatalf("entry of a removed flow: %+v", *entry)
 	}
 	if v, _ := e.run(t, frame4); v != xdpPass {
 		t.Fatalf("removed flow's packet: verdict %s, want pass", verdictName[v])
@@ -140,6 +149,28 @@ func TestPortTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantByPort(1)
+
+	// A flow waiting for the entry that goes first leaves the entry as it
+	// is, and is not given it later.
+	if err := e.fp.Install(fl6); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fp.Remove(fl4.Match); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := e.fp.ports.holds(&k6); !ok {
+		t.Fatal("removing a flow found in the flow map changed the port's entry")
+	}
+	if _, err := e.fp.Remove(fl6.Match); err != nil {
+		t.Fatal(err)
+	}
+	if *entry != (portEntry{seq: entry.seq}) {
+		t.Fatalf("entry after its port's last flow went: %+v", *entry)
+	}
+	wantByPort(0)
+	if len(e.fp.ports.others) != 0 {
+		t.Fatalf("flows still waiting for entries: %v", e.fp.ports.others)
+	}
 }
 
 // TestPortTableNeverTorn: packets run through the program while another
@@ -237,5 +268,73 @@ func TestCallsAfterClose(t *testing.T) {
 	}
 	if _, err := e.fp.Remove(fl.Match); err == nil {
 		t.Error("remove after Close: no error")
+	}
+}
+
+// TestPortTableChurn: flows on a few ports of three relay addresses come
+// and go in random order. After every step each port with flows has an
+// entry holding one of them with the flow map's value, the others are
+// found in the flow map, and the gauge counts the ports with flows.
+func TestPortTableChurn(t *testing.T) {
+	e := newTestEnv(t)
+	requirePortTable(t, e.fp)
+	addrs := []netip.Addr{relay4, relay6, netip.MustParseAddr("198.18.1.9")}
+	ports := []uint16{30000, 30002, 30004}
+	var all []dataplane.Flow
+	for _, a := range addrs {
+		for i, p := range ports {
+			to := ap(callee4, 5000+uint16(i))
+			if a.Is6() {
+				to = ap(callee6, 5000+uint16(i))
+			}
+			all = append(all, dataplane.Flow{Match: ap(a, p), SendFrom: ap(a, p+1000), SendTo: to})
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	up := make(map[netip.AddrPort]bool)
+	for step := range 600 {
+		fl := all[rng.IntN(len(all))]
+		if up[fl.Match] {
+			if _, err := e.fp.Remove(fl.Match); err != nil {
+				t.Fatalf("step %d: remove %s: %v", step, fl.Match, err)
+			}
+			delete(up, fl.Match)
+		} else {
+			if err := e.fp.Install(fl); err != nil {
+				t.Fatalf("step %d: install %s: %v", step, fl.Match, err)
+			}
+			up[fl.Match] = true
+		}
+		withFlows := 0
+		for _, p := range ports {
+			var on []netip.AddrPort
+			for m := range up {
+				if m.Port() == p {
+					on = append(on, m)
+				}
+			}
+			entry := &e.fp.ports.entries[p]
+			if len(on) == 0 {
+				if *entry != (portEntry{seq: entry.seq}) {
+					t.Fatalf("step %d: port %d has no flow, its entry holds %+v", step, p, entry.key)
+				}
+				continue
+			}
+			withFlows++
+			k := entry.key
+			var v relayFlowValue
+			if err := e.fp.objs.Flows.Lookup(&k, &v); err != nil || !up[flowOf(k, v).Match] {
+				t.Fatalf("step %d: port %d's entry holds %+v, not one of its flows %v (%v)", step, p, k, on, err)
+			}
+			if v != entry.value {
+				t.Fatalf("step %d: port %d's entry holds a value the flow map does not", step, p)
+			}
+			if got := len(e.fp.ports.others[p]); got != len(on)-1 {
+				t.Fatalf("step %d: port %d: %d flows wait for the entry, want %d", step, p, got, len(on)-1)
+			}
+		}
+		if got := e.fp.PortTableFlows(); got != withFlows {
+			t.Fatalf("step %d: gauge %d, want %d ports with flows", step, got, withFlows)
+		}
 	}
 }
