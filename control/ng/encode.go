@@ -9,12 +9,17 @@ import (
 	"github.com/relayd/relayd/control/ng/bencode"
 )
 
-type dict []bencode.Entry
+// dict is a reply dictionary built entry by entry: keys and values
+// alternating, made a Value without a copy.
+type dict []bencode.Value
 
-func (d *dict) add(k string, v bencode.Value) { *d = append(*d, bencode.Entry{Key: k, Value: v}) }
+// newDict returns a dict with room for n entries.
+func newDict(n int) dict { return make(dict, 0, 2*n) }
+
+func (d *dict) add(k string, v bencode.Value) { *d = append(*d, bencode.String(k), v) }
 func (d *dict) str(k, v string)               { d.add(k, bencode.String(v)) }
 func (d *dict) int(k string, v int64)         { d.add(k, bencode.Int(v)) }
-func (d dict) value() bencode.Value           { return bencode.Dict(d...) }
+func (d dict) value() bencode.Value           { return bencode.DictOf(d) }
 
 func unixSec(t time.Time) int64 {
 	if t.IsZero() {
@@ -32,7 +37,7 @@ func familyName(a netip.Addr) string {
 }
 
 func endpointValue(ap netip.AddrPort) bencode.Value {
-	var d dict
+	d := newDict(3)
 	if ap.IsValid() {
 		d.str("family", familyName(ap.Addr()))
 		d.str("address", ap.Addr().Unmap().String())
@@ -68,7 +73,7 @@ func subscriptionsValue(subs []Subscription) bencode.Value {
 }
 
 func mosValue(m MOS, samples int) bencode.Value {
-	var d dict
+	d := newDict(6)
 	d.int("MOS", m.MOS)
 	d.int("round-trip time", m.RoundTrip)
 	d.int("round-trip time leg", m.RoundTripLeg)
@@ -85,7 +90,7 @@ func mosValue(m MOS, samples int) bencode.Value {
 // callStatsEntries returns the entries of a query (or delete) reply in
 // ng_call_stats's layout.
 func callStatsEntries(c *CallStats) dict {
-	var d dict
+	d := newDict(8) // and the reply's result (encodeReply)
 	d.int("created", unixSec(c.Created))
 	if c.Created.IsZero() {
 		d.int("created_us", 0)
@@ -94,7 +99,7 @@ func callStatsEntries(c *CallStats) dict {
 	}
 	d.int("last signal", unixSec(c.LastSignal))
 
-	var ssrc dict
+	ssrc := newDict(len(c.SSRC))
 	seen := map[string]bool{}
 	for _, s := range c.SSRC {
 		key := strconv.FormatUint(uint64(s.SSRC), 10)
@@ -102,7 +107,7 @@ func callStatsEntries(c *CallStats) dict {
 			continue
 		}
 		seen[key] = true
-		var e dict
+		e := newDict(5)
 		e.int("cumulative loss", s.CumulativeLoss)
 		e.add("average MOS", mosValue(s.Average, max(s.Samples, 1)))
 		e.add("lowest MOS", mosValue(s.Lowest, 0))
@@ -120,7 +125,7 @@ func callStatsEntries(c *CallStats) dict {
 	d.add("SSRC", ssrc.value())
 
 	var rtp, rtcp Counters
-	var tags dict
+	tags := newDict(len(c.Tags))
 	tagSeen := map[string]bool{}
 	for i, t := range c.Tags {
 		key := t.Tag
@@ -131,7 +136,7 @@ func callStatsEntries(c *CallStats) dict {
 			continue
 		}
 		tagSeen[key] = true
-		var td dict
+		td := newDict(8)
 		td.str("tag", t.Tag)
 		if t.ViaBranch != "" {
 			td.str("via-branch", t.ViaBranch)
@@ -144,7 +149,7 @@ func callStatsEntries(c *CallStats) dict {
 		td.add("subscribers", subscriptionsValue(t.Subscribers))
 		medias := make([]bencode.Value, len(t.Medias))
 		for j, m := range t.Medias {
-			var md dict
+			md := newDict(6)
 			md.int("index", int64(m.Index))
 			md.str("type", m.Type)
 			if m.Protocol != "" {
@@ -155,7 +160,7 @@ func callStatsEntries(c *CallStats) dict {
 			}
 			streams := make([]bencode.Value, len(m.Streams))
 			for k, s := range m.Streams {
-				var sd dict
+				sd := newDict(10)
 				if s.Local.IsValid() {
 					sd.int("local port", int64(s.Local.Port()))
 					sd.str("local address", s.Local.Addr().Unmap().String())

@@ -71,6 +71,14 @@ func appendValue(dst []byte, v Value) ([]byte, error) {
 
 // appendDict writes the dictionary whose keys and values alternate in kv.
 func appendDict(dst []byte, kv []Value) ([]byte, error) {
+	if len(kv)%2 != 0 {
+		return dst, errors.New("bencode: dictionary key without a value")
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i].kind != KindString {
+			return dst, errors.New("bencode: dictionary key not a byte string")
+		}
+	}
 	dst = append(dst, 'd')
 	sorted := true
 	for i := 2; i < len(kv); i += 2 {

@@ -97,6 +97,13 @@ func Dict(entries ...Entry) Value {
 	return Value{kind: KindDict, l: l}
 }
 
+// DictOf returns a dictionary Value of kv, keys (byte strings) and values
+// alternating, in any order (they are sorted when encoded). It keeps kv:
+// the caller must not change it afterwards. An odd length, a key that is
+// not a byte string or a duplicate key makes the Value fail to encode.
+// It is Dict without the copy, for replies built entry by entry.
+func DictOf(kv []Value) Value { return Value{kind: KindDict, l: kv} }
+
 // Kind returns v's kind.
 func (v Value) Kind() Kind { return v.kind }
 
