@@ -73,7 +73,11 @@ func mapPortTable(fd int) (*portTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map the port table: %w", err)
 	}
-	return &portTable{mem: mem, entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0]))}, nil
+	return &portTable{
+		mem:     mem,
+		entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0])),
+		others:  make(map[uint16][]flowKey),
+	}, nil
 }
 
 // close unmaps the table; the methods do nothing after it.
@@ -100,10 +104,7 @@ func (t *portTable) install(k *flowKey, v *relayFlowValue) {
 	case e.key.Family == 0:
 		t.held++
 	case e.key != *k:
-		if t.others == nil {
-			t.others = make(map[uint16][]flowKey)
-		}
-		t.others[port] = append(t.dropOther(port, k), e.key)
+		t.others[port] = append(t.others[port], e.key)
 	}
 	t.write(e, k, v)
 }
@@ -146,14 +147,12 @@ func (t *portTable) remove(k *flowKey, lookup func(*flowKey, *relayFlowValue) bo
 	return flowKey{}, false
 }
 
-// dropOther takes k out of port's others and returns what is left.
-func (t *portTable) dropOther(port uint16, k *flowKey) []flowKey {
+// dropOther takes k out of port's others.
+func (t *portTable) dropOther(port uint16, k *flowKey) {
 	q := t.others[port]
 	if i := slices.Index(q, *k); i >= 0 {
-		q = slices.Delete(q, i, i+1)
-		t.setOthers(port, q)
+		t.setOthers(port, slices.Delete(q, i, i+1))
 	}
-	return q
 }
 
 func (t *portTable) setOthers(port uint16, q []flowKey) {

@@ -31,7 +31,7 @@ var (
 	slotsUsedDesc = prometheus.NewDesc("relayd_flow_slots_used",
 		"Entries used in a data plane's flow table (the userspace one also holds the shadows of XDP flows).", []string{"path"}, nil)
 	portTableDesc = prometheus.NewDesc("relayd_xdp_port_table_flows",
-		"XDP flows the program finds by their relay port in one array read (the flow last installed on each port); the other XDP flows (another relay address on the same port, or every flow on a machine other than x86) take the flow map's slower hash lookup.", nil, nil)
+		"XDP flows the program finds by their relay port in one array read (one flow per port with flows, the last installed there); the other XDP flows (the other flows of a port two relay addresses use at once, or every flow on a machine other than x86) take the flow map's slower hash lookup.", nil, nil)
 	slotsMaxDesc = prometheus.NewDesc("relayd_flow_slots_max",
 		"Size of a data plane's flow table (dataplane.max_flows).", []string{"path"}, nil)
 	workerDelayDesc = prometheus.NewDesc("relayd_userspace_delay_seconds",

@@ -37,12 +37,13 @@ func familyName(a netip.Addr) string {
 }
 
 func endpointValue(ap netip.AddrPort) bencode.Value {
-	d := newDict(3)
-	if ap.IsValid() {
-		d.str("family", familyName(ap.Addr()))
-		d.str("address", ap.Addr().Unmap().String())
-		d.int("port", int64(ap.Port()))
+	if !ap.IsValid() {
+		return bencode.DictOf(nil)
 	}
+	d := newDict(3)
+	d.str("family", familyName(ap.Addr()))
+	d.str("address", ap.Addr().Unmap().String())
+	d.int("port", int64(ap.Port()))
 	return d.value()
 }
 
