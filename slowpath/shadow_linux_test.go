@@ -212,18 +212,21 @@ func TestDormantShadows(t *testing.T) {
 	src := netip.MustParseAddrPort("198.18.0.2:4000")
 	fillRx(rx, 0, rtpPayload(1, 1, 160), src, a.Match, int64(1e18))
 	fillRx(rx, 1, rtpPayload(2, 1, 160), src, netip.AddrPortFrom(relay, 30006), int64(1e18)) // no flow
+	// The shadow's second packet in the same batch finds the flow the
+	// first one woke.
+	fillRx(rx, 2, rtpPayload(1, 2, 160), src, a.Match, int64(1e18)+20e6)
 	tx := newTxBatch(-1, false)
-	w.relayBatch(rx, 2, tx, nil)
+	w.relayBatch(rx, 3, tx, nil)
 	f := w.flows[a.Match]
 	switch {
 	case f == nil:
 		t.Fatal("the punted packet's shadow was not woken")
-	case !f.shadow || f.packets != 1 || f.flow.SendTo != netip.MustParseAddrPort("198.18.2.2:6000"):
-		t.Errorf("woken shadow: shadow %v, %d packets, send_to %s; want a shadow, 1 packet, the updated 198.18.2.2:6000",
+	case !f.shadow || f.packets != 2 || f.flow.SendTo != netip.MustParseAddrPort("198.18.2.2:6000"):
+		t.Errorf("woken shadow: shadow %v, %d packets, send_to %s; want a shadow, 2 packets, the updated 198.18.2.2:6000",
 			f.shadow, f.packets, f.flow.SendTo)
 	}
-	if got := w.counters[vSend].Load(); got != 1 {
-		t.Errorf("%d packets relayed, want 1", got)
+	if got := w.counters[vSend].Load(); got != 2 {
+		t.Errorf("%d packets relayed, want 2", got)
 	}
 	if got := w.noFlow.Load(); got != 1 {
 		t.Errorf("%d packets found no flow, want 1", got)

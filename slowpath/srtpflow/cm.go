@@ -8,6 +8,8 @@ import (
 	"crypto/subtle"
 	"encoding/binary"
 	"hash"
+	"reflect"
+	"unsafe"
 )
 
 // cmRTP is the SRTP (not SRTCP) transform of the AES-CM/HMAC-SHA1 suites,
@@ -42,6 +44,8 @@ type cmRTP struct {
 	roc    [4]byte
 
 	ks [keystreamChunk]byte
+
+	warm warmSet // the standard library's lines a packet reads
 }
 
 // keystreamChunk is how much keystream is generated per pass: four blocks,
@@ -137,7 +141,25 @@ func (c *cmRTP) init(cfg Config) error {
 		mki:    append([]byte(nil), cfg.MKI...),
 		states: make(map[uint32]*cmState),
 	}
+	// The first Reset replaces the HMAC's pads by its marshalled keyed
+	// states: the objects every packet reads from then on.
+	c.mac.Reset()
+	c.warm.collect(reflect.ValueOf(c.block), 0)
+	c.warm.collect(reflect.ValueOf(c.mac), 0)
 	return nil
+}
+
+// prefetch starts the loads of the context's lines a packet reads: its
+// own first ones, the last SSRC's state and the standard library's objects
+// (see warmSet).
+func (c *cmRTP) prefetch() {
+	own := [3]unsafe.Pointer{unsafe.Pointer(c), unsafe.Pointer(&c.ks), unsafe.Pointer(c.last)}
+	n := 2
+	if c.last != nil {
+		n = 3
+	}
+	prefetchLines(&own[0], n)
+	c.warm.prefetch()
 }
 
 // sessionKey is the AES-CM PRF of RFC 3711 section 4.3.3: the keystream under the

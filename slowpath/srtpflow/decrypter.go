@@ -61,3 +61,13 @@ func (d *Decrypter) DecryptRTCP(dst, src []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// Prefetch starts the loads of the lines the next RTP packet's protection
+// will read, so that a worker can have the contexts of a whole batch of
+// packets on their way to the CPU's caches before it works on the first.
+// It changes nothing.
+func (d *Decrypter) Prefetch() {
+	if d.t.ownRTP {
+		d.t.cm.prefetch()
+	}
+}

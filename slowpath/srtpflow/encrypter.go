@@ -63,3 +63,13 @@ func (e *Encrypter) EncryptRTCP(dst, src []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// Prefetch starts the loads of the lines the next RTP packet's protection
+// will read, so that a worker can have the contexts of a whole batch of
+// packets on their way to the CPU's caches before it works on the first.
+// It changes nothing.
+func (e *Encrypter) Prefetch() {
+	if e.t.ownRTP {
+		e.t.cm.prefetch()
+	}
+}
