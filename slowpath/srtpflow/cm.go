@@ -144,22 +144,29 @@ func (c *cmRTP) init(cfg Config) error {
 	// The first Reset replaces the HMAC's pads by its marshalled keyed
 	// states: the objects every packet reads from then on.
 	c.mac.Reset()
-	c.warm.collect(reflect.ValueOf(c.block), 0)
-	c.warm.collect(reflect.ValueOf(c.mac), 0)
+	c.warm = c.warmLines()
 	return nil
 }
 
-// prefetch starts the loads of the context's lines a packet reads: its
-// own first ones, the last SSRC's state and the standard library's objects
-// (see warmSet).
+// warmLines finds the lines a packet reads in c's fixed objects: c's own
+// up to its warm set (c does not move once made: it is held in its
+// Encrypter or Decrypter), the AES block's and the HMAC's (see warmSet).
+func (c *cmRTP) warmLines() warmSet {
+	var w warmSet
+	w.add(unsafe.Pointer(c), unsafe.Offsetof(c.warm))
+	w.collect(reflect.ValueOf(c.block), 0)
+	w.collect(reflect.ValueOf(c.mac), 0)
+	return w
+}
+
+// prefetch starts the loads of the lines a packet reads: the warm set's
+// and the last SSRC's state.
 func (c *cmRTP) prefetch() {
-	own := [3]unsafe.Pointer{unsafe.Pointer(c), unsafe.Pointer(&c.ks), unsafe.Pointer(c.last)}
-	n := 2
-	if c.last != nil {
-		n = 3
-	}
-	prefetchLines(&own[0], n)
 	c.warm.prefetch()
+	if c.last != nil {
+		last := unsafe.Pointer(c.last)
+		prefetchLines(&last, 1)
+	}
 }
 
 // sessionKey is the AES-CM PRF of RFC 3711 section 4.3.3: the keystream under the

@@ -66,8 +66,4 @@ func (d *Decrypter) DecryptRTCP(dst, src []byte) ([]byte, error) {
 // will read, so that a worker can have the contexts of a whole batch of
 // packets on their way to the CPU's caches before it works on the first.
 // It changes nothing.
-func (d *Decrypter) Prefetch() {
-	if d.t.ownRTP {
-		d.t.cm.prefetch()
-	}
-}
+func (d *Decrypter) Prefetch() { d.t.prefetch() }

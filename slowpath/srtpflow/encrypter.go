@@ -68,8 +68,4 @@ func (e *Encrypter) EncryptRTCP(dst, src []byte) ([]byte, error) {
 // will read, so that a worker can have the contexts of a whole batch of
 // packets on their way to the CPU's caches before it works on the first.
 // It changes nothing.
-func (e *Encrypter) Prefetch() {
-	if e.t.ownRTP {
-		e.t.cm.prefetch()
-	}
-}
+func (e *Encrypter) Prefetch() { e.t.prefetch() }

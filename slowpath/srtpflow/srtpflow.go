@@ -189,6 +189,14 @@ func (t *transform) init(cfg Config) error {
 	return nil
 }
 
+// prefetch starts the loads of what the next RTP packet reads; the GCM
+// suites (pion's) have none listed.
+func (t *transform) prefetch() {
+	if t.ownRTP {
+		t.cm.prefetch()
+	}
+}
+
 // setROC sets the rollover counter SRTP stream ssrc continues with.
 func (t *transform) setROC(ssrc, roc uint32) {
 	if t.ownRTP {

@@ -15,8 +15,8 @@ import (
 // reach each object, while prefetches issued together for a batch
 // overlap. The lines are found once, when the context is made, by walking
 // the objects with reflect (their fields are the standard library's, not
-// relayd's); nothing is ever written through them, and the context's own
-// lines are added by cmRTP.prefetch. TestPrefetch checks that the objects
+// relayd's); nothing is ever written through them. The context's own
+// first lines are listed too (cmRTP.warmLines). TestPrefetch checks that the objects
 // found are the ones packets go on reading.
 type warmSet struct {
 	lines [maxWarmLines]unsafe.Pointer

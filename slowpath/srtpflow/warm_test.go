@@ -29,8 +29,8 @@ func TestPrefetch(t *testing.T) {
 			}
 			for name, c := range map[string]*cmRTP{"encrypter": &e.t.cm, "decrypter": &d.t.cm} {
 				w := &c.warm
-				if w.n < 10 {
-					t.Errorf("%s: %d lines to warm, want the key schedule's and the HMAC's (10 or more)", name, w.n)
+				if w.n < 14 {
+					t.Errorf("%s: %d lines to warm, want the context's, the key schedule's and the HMAC's (14 or more)", name, w.n)
 				}
 				has := func(p unsafe.Pointer) bool {
 					for _, l := range w.lines[:w.n] {
@@ -40,8 +40,8 @@ func TestPrefetch(t *testing.T) {
 					}
 					return false
 				}
-				if !has(reflect.ValueOf(c.block).UnsafePointer()) || !has(reflect.ValueOf(c.mac).UnsafePointer()) {
-					t.Errorf("%s: the AES block or the HMAC is not among the lines to warm", name)
+				if !has(unsafe.Pointer(c)) || !has(reflect.ValueOf(c.block).UnsafePointer()) || !has(reflect.ValueOf(c.mac).UnsafePointer()) {
+					t.Errorf("%s: the context, the AES block or the HMAC is not among the lines to warm", name)
 				}
 			}
 			plain := rtpPacket(0, 42)
@@ -66,10 +66,7 @@ func TestPrefetch(t *testing.T) {
 					t.Fatalf("packet %d: decrypted differs from the plain packet", seq)
 				}
 			}
-			var again warmSet
-			again.collect(reflect.ValueOf(e.t.cm.block), 0)
-			again.collect(reflect.ValueOf(e.t.cm.mac), 0)
-			if again != e.t.cm.warm {
+			if again := e.t.cm.warmLines(); again != e.t.cm.warm {
 				t.Errorf("after 20 packets the encrypter's objects are not the ones warmed: %v, warmed %v",
 					again.lines[:again.n], e.t.cm.warm.lines[:e.t.cm.warm.n])
 			}
