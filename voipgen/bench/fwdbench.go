@@ -81,7 +81,14 @@ The relay's cost per packet is a mode's ns/packet minus the mean of its two
 direct runs ("tasks"). Cross-check: whole-machine busy time from per-CPU
 idle in /proc/stat ("idle"; 10 ms resolution, includes other processes).
 The XDP program's own run time comes from the kernel's BPF run-time
-statistics (xdp and xdpmin). The summary's CPU figures use the lossless
+statistics (xdp and xdpmin). With --relay-napi the relay's veths receive
+in NAPI threads, and the end hosts' in threads of their own, so that the
+relay's receive, its XDP program or the kernel's forwarding, and its
+redirect or transmit run in threads that do nothing else: the relay hop
+(HOP_NS) is those threads' CPU plus the relay process's per sent packet,
+a measurement of the relay alone rather than a difference of runs, and
+each ratio gets a "relay hop" figure beside the tasks one. The threads'
+wake-ups are part of the hop. The summary's CPU figures use the lossless
 runs where the sender kept up (in the run and its direct runs: the same
 load); ratios between modes are taken over the offered rates where both
 modes qualify, in this run, with the range their runs allow (a relay
@@ -200,6 +207,9 @@ type FwdConfig struct {
 	// sender and sink: benchEndMmsg (default when empty) or benchEndXDP;
 	// see Config.
 	sender, sink string
+	// relayNAPI: the relay's veths receive in NAPI threads, and the end
+	// hosts' in their own (see --relay-napi).
+	relayNAPI bool
 }
 
 const (
@@ -263,6 +273,7 @@ func ParseFwd(args []string, out io.Writer) (FwdConfig, error) {
 	relayd := fs.String("relayd", "", "relayd binary (default: relayd next to voipgen, else go build)")
 	js := fs.Bool("json", false, "print machine-readable JSON")
 	save := fs.String("save", "", "also write the JSON report to this file")
+	relayNAPI := fs.Bool("relay-napi", false, "the relay's veths receive in NAPI threads (the end hosts' in threads of their own): measures the relay hop's own CPU per packet (HOP_NS, \"relay hop\" ratios), not a difference of runs")
 	quietWait := fs.Duration("quiet-wait", defaultQuiet, "the most time to wait in all, before steps, for other processes to leave the CPUs (10s with --quick; 0: never wait)")
 	if err := fs.Parse(args); err != nil {
 		return FwdConfig{}, err
@@ -271,7 +282,7 @@ func ParseFwd(args []string, out io.Writer) (FwdConfig, error) {
 		return FwdConfig{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg := FwdConfig{rates: defaultRates, step: defaultStep, overload: defaultOver, relayd: *relayd, JSON: *js, Save: *save,
-		quietWait: defaultQuiet}
+		quietWait: defaultQuiet, relayNAPI: *relayNAPI}
 	if *quick {
 		cfg.rates, cfg.step, cfg.overload, cfg.quietWait = quickRates, quickStep, quickOver, quickQuiet
 	}
@@ -412,6 +423,11 @@ type fwdStep struct {
 	// The XDP program's own run time per run (BPF stats), xdp only.
 	ProgRuns     uint64   `json:"prog_runs,omitempty"`
 	ProgNsPerRun *float64 `json:"prog_ns_per_run,omitempty"`
+	// HopNsPerPkt is, with --relay-napi, the relay hop's own CPU per sent
+	// packet in a mode run: the relay's NAPI threads (its veths' receive,
+	// where XDP and kernel forwarding run) plus the relay process (relayd
+	// or the C relay). Not a difference of runs: nil in direct runs.
+	HopNsPerPkt *float64 `json:"hop_ns_per_pkt,omitempty"`
 }
 
 func (s *fwdStep) lossless() bool {
@@ -531,6 +547,16 @@ type fwdRatio struct {
 	ProgNumNs float64 `json:"prog_num_ns_per_run,omitempty"`
 	ProgDenNs float64 `json:"prog_den_ns_per_run,omitempty"`
 	Prog      float64 `json:"prog,omitempty"`
+	// Hop is, with --relay-napi, the ratio of the two modes' relay hops
+	// (HopNsPerPkt, mean over Rates: HopNumNs, HopDenNs), each the CPU of
+	// the relay's own threads in the mode's runs, not a difference of
+	// runs; HopLo and HopHi bound it by the runs as TasksLo and TasksHi
+	// do Tasks.
+	HopNumNs float64 `json:"hop_num_ns_per_pkt,omitempty"`
+	HopDenNs float64 `json:"hop_den_ns_per_pkt,omitempty"`
+	Hop      float64 `json:"hop,omitempty"`
+	HopLo    float64 `json:"hop_lo,omitempty"`
+	HopHi    float64 `json:"hop_hi,omitempty"`
 }
 
 type fwdSummary struct {
@@ -577,7 +603,11 @@ type fwdAgg struct {
 	task, busy, prog float64 // means; task and busy NaN without relay cost
 	taskLo, taskHi   float64 // the lowest and highest run of task
 	hasProg          bool
-	labels           map[string]float64 // relay cost by label
+	// hop: the mean relay hop (HopNsPerPkt) of the runs, with the lowest
+	// and highest; hops counts the runs that had one.
+	hop, hopLo, hopHi float64
+	hops              int
+	labels            map[string]float64 // relay cost by label
 }
 
 // aggregate groups the mode runs of steps by step, in order.
@@ -619,6 +649,15 @@ func aggregate(steps []fwdStep) []fwdAgg {
 			a.prog += *s.ProgNsPerRun
 			a.hasProg = true
 		}
+		if s.HopNsPerPkt != nil {
+			v := *s.HopNsPerPkt
+			if a.hops == 0 {
+				a.hopLo, a.hopHi = v, v
+			}
+			a.hops++
+			a.hop += v
+			a.hopLo, a.hopHi = min(a.hopLo, v), max(a.hopHi, v)
+		}
 		for l, v := range s.RelayLabelNsPkt {
 			a.labels[l] += v
 		}
@@ -627,6 +666,9 @@ func aggregate(steps []fwdStep) []fwdAgg {
 		a := &out[i]
 		n := float64(a.runs)
 		a.sent, a.ach, a.loss, a.task, a.busy, a.prog = a.sent/n, a.ach/n, a.loss/n, a.task/n, a.busy/n, a.prog/n
+		if a.hops > 0 {
+			a.hop /= float64(a.hops)
+		}
 		for l := range a.labels {
 			a.labels[l] /= n
 		}
@@ -724,6 +766,9 @@ func summarize(steps []fwdStep, installs []fwdInstall, modes []fwdMode, flows []
 		prog := ""
 		if q.Prog > 0 {
 			prog = fmt.Sprintf("; the programs' own run times, which the kernel times per run, compare %.2f", q.Prog)
+		}
+		if q.Hop > 0 {
+			prog += fmt.Sprintf("; the relay hops, each the relay's own CPU and no difference of runs, compare %.2f (runs %.2f..%.2f)", q.Hop, q.HopLo, q.HopHi)
 		}
 		sum.Notes = append(sum.Notes, fmt.Sprintf("%s at %d flows: the runs put the ratio anywhere in %s, the relay costs being "+
 			"differences of totals that vary more from run to run than the modes differ: the ratio tells little; steps repeated "+
@@ -826,7 +871,8 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 		for _, p := range pairs {
 			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, SRTP: p.srtp}
 			var nb, db, nlo, nhi, dlo, dhi float64
-			progs := 0
+			var hnlo, hnhi, hdlo, hdhi float64
+			progs, hops := 0, 0
 			for _, a := range aggs {
 				if a.key.mode != p.num || a.key.flows != f {
 					continue
@@ -847,6 +893,12 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 					r.ProgDenNs += da.prog
 					progs++
 				}
+				if na.hops > 0 && da.hops > 0 {
+					r.HopNumNs += na.hop
+					r.HopDenNs += da.hop
+					hnlo, hnhi, hdlo, hdhi = hnlo+na.hopLo, hnhi+na.hopHi, hdlo+da.hopLo, hdhi+da.hopHi
+					hops++
+				}
 			}
 			if len(r.Rates) == 0 {
 				continue
@@ -865,6 +917,12 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 				r.Prog = r.ProgNumNs / r.ProgDenNs
 			} else {
 				r.ProgNumNs, r.ProgDenNs = 0, 0
+			}
+			if hops == len(r.Rates) && hdlo > 0 {
+				r.HopNumNs, r.HopDenNs = r.HopNumNs/n, r.HopDenNs/n
+				r.Hop, r.HopLo, r.HopHi = r.HopNumNs/r.HopDenNs, hnlo/hdhi, hnhi/hdlo
+			} else {
+				r.HopNumNs, r.HopDenNs = 0, 0
 			}
 			out = append(out, r)
 		}
@@ -901,7 +959,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "where the relay cost lands: sender, sink, other voipgen threads, ksoftirqd, the relay process (relayd or cmmsg);")
 	fmt.Fprintln(w, "* = sender fell short):")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "MODE\tFLOWS\tOFFERED\tSENT\tACHIEVED\tLOSS%\tRELAY_NS/PKT\tIDLE_NS/PKT\t(sender\tsink\tother\tksoftirqd\trelay)\tPROG_NS\t")
+	fmt.Fprintln(tw, "MODE\tFLOWS\tOFFERED\tSENT\tACHIEVED\tLOSS%\tRELAY_NS/PKT\tIDLE_NS/PKT\t(sender\tsink\tother\tksoftirqd\trelay)\tPROG_NS\tHOP_NS\t")
 	for _, a := range aggregate(r.Steps) {
 		lim := ""
 		if a.limited {
@@ -919,9 +977,13 @@ func (r *FwdReport) WriteText(w io.Writer) {
 			}
 			return fmtNs(a.labels[l])
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		hop := "-"
+		if a.hops > 0 {
+			hop = fmtNs(a.hop)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			a.key.mode, a.key.flows, kpps(float64(a.key.rate)), lim, kpps(a.sent), kpps(a.ach), a.loss,
-			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relay"), prog)
+			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relay"), prog, hop)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -1016,6 +1078,9 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		prog := ""
 		if q.Prog > 0 {
 			prog = fmt.Sprintf("; programs %.2f (%.0f / %.0f ns a run)", q.Prog, q.ProgNumNs, q.ProgDenNs)
+		}
+		if q.Hop > 0 {
+			prog += fmt.Sprintf("; relay hop %.2f (%.0f / %.0f ns; runs %.2f..%.2f)", q.Hop, q.HopNumNs, q.HopDenNs, q.HopLo, q.HopHi)
 		}
 		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns; runs %s), idle %.2f, at %s%s%s\n",
 			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), q.Busy, strings.Join(rates, ","), prog, goal)

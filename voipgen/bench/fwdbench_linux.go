@@ -90,9 +90,12 @@ type fwdBench struct {
 	softirqd []int
 	// napi: with the XDP sink, the end veths' NAPI threads (the sink's
 	// receive work, label napi).
-	napi     []int
-	run      uint8    // id of the last run; its tag goes in the SSRC's bits 16-23
-	srtpRuns [2]uint8 // SRTP modes: direct and relay runs so far (see tag)
+	napi []int
+	// relayNAPI: with --relay-napi, the relay's veths' NAPI threads (label
+	// relay-napi), where the relay's XDP or the kernel's forwarding runs.
+	relayNAPI []int
+	run       uint8    // id of the last run; its tag goes in the SSRC's bits 16-23
+	srtpRuns  [2]uint8 // SRTP modes: direct and relay runs so far (see tag)
 	// senderMax is the most pps the sender managed in a direct run.
 	senderMax float64
 	// quietLeft is what is left of the time to wait for a quiet machine.
@@ -601,6 +604,9 @@ func (b *fwdBench) targets() []measure.Target {
 	for _, p := range b.napi {
 		t = append(t, measure.Target{Label: "napi", PID: p})
 	}
+	for _, p := range b.relayNAPI {
+		t = append(t, measure.Target{Label: "relay-napi", PID: p})
+	}
 	if b.relay != nil && b.relay.Pid() != 0 {
 		t = append(t, measure.Target{Label: "relayd", PID: b.relay.Pid()})
 	}
@@ -721,6 +727,12 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 			st.WorkerDelay = c.workerDelay(countersBefore)
 		}
 	}
+	if b.relayNAPI != nil && name != "direct" {
+		// The relay hop: its NAPI threads, and relayd or the C relay (the
+		// one that ran; neither in kernel and xdpmin modes).
+		v := st.LabelNsPkt["relay-napi"] + st.LabelNsPkt["relayd"] + st.LabelNsPkt["cmmsg"]
+		st.HopNsPerPkt = &v
+	}
 	if progBefore != nil {
 		ps, err := b.prog.Stats()
 		if err != nil {
@@ -804,7 +816,11 @@ func (b *fwdBench) setup(flows int) error {
 		return err
 	}
 	xdpSink := b.cfg.sink == benchEndXDP
-	if xdpSink {
+	// With --relay-napi the end veths receive in threads of their own too:
+	// otherwise the end host's receive, raised as a softirq by the relay's
+	// redirect or transmit, would run in the relay's thread and be billed
+	// to the relay hop.
+	if xdpSink || b.cfg.relayNAPI {
 		// What a host's NIC has (see lab.EndHostQueues), on the four end
 		// veths, before any XDP program is attached: the sink's receive
 		// work runs in NAPI threads of its own, measured as its CPU.
@@ -818,6 +834,12 @@ func (b *fwdBench) setup(flows int) error {
 			}
 			// HostQueues pinned ring i's thread to CPU i.
 			b.napi = append(b.napi, pids...)
+		}
+	}
+	if b.cfg.relayNAPI {
+		// Before XDP is attached to the relay's veths (see HostQueues).
+		if b.relayNAPI, err = l.RelayNAPIThreads(); err != nil {
+			return err
 		}
 	}
 	if b.sink, err = newFwdSink(l.Callee, flows); err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 
 // fwdbenchT runs fwdbench at a tiny scale (100 flows, 5,000 pps, one step
 // of 1 s runs) for modes, skipping without root or with -short.
-func fwdbenchT(t *testing.T, modes string) *FwdReport {
+func fwdbenchT(t *testing.T, modes string, opts ...func(*FwdConfig)) *FwdReport {
 	t.Helper()
 	testenv.NeedRoot(t)
 	if testing.Short() {
@@ -27,6 +28,9 @@ func fwdbenchT(t *testing.T, modes string) *FwdReport {
 		t.Fatal(err)
 	}
 	cfg := FwdConfig{rates: []int{5000}, flows: []int{100}, step: time.Second, modes: ms, relayd: bin, allSteps: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	rep, err := Fwd(context.Background(), cfg, testWriter{t})
 	if err != nil {
 		t.Fatal(err)
@@ -132,3 +136,49 @@ func TestFwdbenchUserspace(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Logf("%s", b); return len(b), nil }
+
+// TestFwdbenchRelayNAPI: with the relay's receive in NAPI threads, each
+// relay run reports its hop, the relay's own CPU, and the threads carry
+// the relay's traffic: in the direct runs they do next to nothing (the
+// lab's own neighbour traffic), and an XDP run's hop holds at least its
+// program's run time.
+func TestFwdbenchRelayNAPI(t *testing.T) {
+	rep := fwdbenchT(t, "kernel,xdp,cmmsg", func(c *FwdConfig) { c.relayNAPI = true })
+	checkSteps(t, rep, "kernel", "xdp", "cmmsg")
+	least := math.Inf(1) // the smallest hop of a relay run
+	for _, s := range rep.Steps {
+		if s.HopNsPerPkt != nil {
+			least = min(least, *s.HopNsPerPkt)
+		}
+	}
+	for _, s := range rep.Steps {
+		napi := s.LabelNsPkt["relay-napi"]
+		if s.Mode == "direct" {
+			if s.HopNsPerPkt != nil || napi > least/10 {
+				t.Errorf("direct run (%s): hop %v, relay NAPI threads %.0f ns/pkt; want no hop, and the threads under a tenth of the least relay hop (%.0f)",
+					s.Phase, s.HopNsPerPkt, napi, least)
+			}
+			continue
+		}
+		if s.HopNsPerPkt == nil || napi <= 0 || *s.HopNsPerPkt < napi || *s.HopNsPerPkt > s.TaskNsPerPkt {
+			t.Errorf("%s: hop %v ns/pkt, relay NAPI threads %.0f, all threads %.0f; want the threads' CPU in the hop, within the total",
+				s.Mode, s.HopNsPerPkt, napi, s.TaskNsPerPkt)
+			continue
+		}
+		if s.Mode == "xdp" && s.ProgNsPerRun != nil && *s.HopNsPerPkt < *s.ProgNsPerRun {
+			t.Errorf("xdp: hop %.0f ns/pkt below the program's %.0f ns a run", *s.HopNsPerPkt, *s.ProgNsPerRun)
+		}
+		if s.Mode == "cmmsg" && *s.HopNsPerPkt < napi+s.LabelNsPkt["cmmsg"] {
+			t.Errorf("cmmsg: hop %.0f ns/pkt leaves out the C relay's %.0f", *s.HopNsPerPkt, s.LabelNsPkt["cmmsg"])
+		}
+	}
+	var hops int
+	for _, q := range rep.Summary.Ratios {
+		if q.Name == "xdp/kernel" && q.Hop > 0 {
+			hops++
+		}
+	}
+	if hops != 1 {
+		t.Errorf("ratios %+v: want xdp/kernel with a relay hop", rep.Summary.Ratios)
+	}
+}

@@ -33,6 +33,12 @@ func TestParseFwdbench(t *testing.T) {
 	if !cmp.Equal(cfg.flows, []int{1000, 10000}) || cfg.step != defaultStep || cfg.overload != defaultOver || !cmp.Equal(cfg.rates, defaultRates) {
 		t.Errorf("defaults: %+v", cfg)
 	}
+	if cfg.relayNAPI {
+		t.Error("relay NAPI threads by default")
+	}
+	if cfg, err = ParseFwd([]string{"--relay-napi"}, &out); err != nil || !cfg.relayNAPI {
+		t.Errorf("--relay-napi: %+v %v", cfg, err)
+	}
 	cfg, err = ParseFwd([]string{"--quick"}, &out)
 	if err != nil || cfg.step != quickStep || !cmp.Equal(cfg.rates, quickRates) || cfg.overload != quickOver || cfg.quietWait != quickQuiet {
 		t.Errorf("--quick: %+v %v", cfg, err)
@@ -115,11 +121,18 @@ func TestSummarize(t *testing.T) {
 		ok("cmmsg", 1000, 100000, 1500, 1800), ok("cmmsg", 1000, 100000, 1500, 1800),
 		lossy("cmmsg", 1000, 150000, 140000, false), lossy("cmmsg", 1000, 150000, 140000, false),
 	}
-	// The minimal forwarder, its two runs far apart.
-	for _, task := range []float64{300, 700} {
+	// The minimal forwarder, its two runs far apart; its relay hops
+	// (--relay-napi) 500 and 600 ns against xdp's 700 and 800.
+	for i, task := range []float64{300, 700} {
 		m := ok("xdpmin", 1000, 100000, task, task)
 		m.ProgNsPerRun = f(100)
+		m.HopNsPerPkt = f(500 + 100*float64(i))
 		steps = append(steps, m)
+	}
+	for i := range steps {
+		if steps[i].Mode == "xdp" && steps[i].OfferedPPS == 100000 {
+			steps[i].HopNsPerPkt = f(700 + 100*float64(i%2))
+		}
 	}
 	// A first attempt of a step whose runs disagreed: left out.
 	sup := lossy("user-w1", 1000, 50000, 10, false)
@@ -161,6 +174,14 @@ func TestSummarize(t *testing.T) {
 	if q := r["xdp/xdpmin"]; q.Tasks != 2 || q.TasksLo != 1000.0/700 || q.TasksHi != 1000.0/300 || q.Prog != 3 || q.ProgNumNs != 300 || q.ProgDenNs != 100 {
 		t.Errorf("xdp/xdpmin: %+v", q)
 	}
+	// The relay hops: means 750 and 550, bounded by the runs' extremes.
+	if q := r["xdp/xdpmin"]; q.Hop != 750.0/550 || q.HopNumNs != 750 || q.HopDenNs != 550 || q.HopLo != 700.0/600 || q.HopHi != 800.0/500 {
+		t.Errorf("xdp/xdpmin relay hop: %+v", q)
+	}
+	// No hop where a mode had none.
+	if q := r["xdp/kernel"]; q.Hop != 0 || q.HopNumNs != 0 {
+		t.Errorf("xdp/kernel relay hop: %+v", q)
+	}
 	if q := r["xdp/user-w1"]; q.Tasks != 1.0/3 || q.SRTP {
 		t.Errorf("xdp/user-w1: %+v", q)
 	}
@@ -185,7 +206,7 @@ func TestSummarize(t *testing.T) {
 	notes := strings.Join(s.Notes, "\n")
 	if !strings.Contains(notes, "1 step(s) were run again") ||
 		!strings.Contains(notes, "xdp/xdpmin at 1000 flows: the runs put the ratio anywhere in 1.43..3.33") ||
-		!strings.Contains(notes, "compare 3.00") || strings.Contains(notes, "xdp/kernel at") {
+		!strings.Contains(notes, "compare 3.00") || !strings.Contains(notes, "compare 1.36 (runs 1.17..1.60)") || strings.Contains(notes, "xdp/kernel at") {
 		t.Errorf("notes: %q", s.Notes)
 	}
 	if _, ok := r["user-w2/user-w1"]; ok {
@@ -197,7 +218,7 @@ func TestSummarize(t *testing.T) {
 	if strings.Contains(out.String(), "goal") || strings.Contains(out.String(), ": met") || strings.Contains(out.String(), "NOT met") {
 		t.Errorf("text output judges against a goal:\n%s", out.String())
 	}
-	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "user-w1/cmmsg", "(1000 / 500 ns; runs 1.43..3.33)", "programs 3.00 (300 / 100 ns a run)", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
+	for _, want := range []string{"MODE", "xdp/user-w1", "aescm-w1/user-w1", "user-w1/cmmsg", "(1000 / 500 ns; runs 1.43..3.33)", "programs 3.00 (300 / 100 ns a run)", "relay hop 1.36 (750 / 550 ns; runs 1.17..1.60)", "HOP_NS", "SRTP overhead +14%", "150.0k*", "graceful", "3000..4000", "loss curves", "user-w1    1000 flows: 50.0k 0.00%"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("text output lacks %q:\n%s", want, out.String())
 		}
