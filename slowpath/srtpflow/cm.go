@@ -19,8 +19,9 @@ import (
 // time, and its packet handling (an rtp.Header parse, closures, interface
 // calls) costs as much again; here a packet's counter blocks are encrypted
 // a few at a time into a small per-context buffer and XORed in one call per
-// chunk. The AES calls stay one block each: the standard library's only
-// pipelined CTR, cipher.NewCTR, allocates per IV. The rollover counter
+// chunk, or, where the standard library's pipelined CTR can be moved to a
+// packet's counter (ctrStream), by that CTR: cipher.NewCTR allocates per
+// IV, so a context keeps one. The rollover counter
 // estimation and the replay window follow pion's (context.go, srtp.go,
 // transport's replaydetector) so that both paths accept and reject the same
 // packets; TestDifferential checks that.
@@ -36,6 +37,9 @@ type cmRTP struct {
 	saltHi, saltLo uint64    // session salt, 112 bits, as the IV's halves (low 16 bits zero)
 	tagLen         int
 	last           *cmState // the SSRC of the previous packet, to skip the map
+	// ctr is the keystream's stream, moved to each packet's counter (see
+	// ctrStream); without a stream, one block Encrypt per 16 bytes.
+	ctr ctrStream
 
 	mki    []byte
 	states map[uint32]*cmState
@@ -141,6 +145,9 @@ func (c *cmRTP) init(cfg Config) error {
 		mki:    append([]byte(nil), cfg.MKI...),
 		states: make(map[uint32]*cmState),
 	}
+	if l, ok := ctrFields(); ok {
+		c.ctr, _ = newCTRStream(blk, l)
+	}
 	// The first Reset replaces the HMAC's pads by its marshalled keyed
 	// states: the objects every packet reads from then on.
 	c.mac.Reset()
@@ -150,11 +157,17 @@ func (c *cmRTP) init(cfg Config) error {
 
 // warmLines finds the lines a packet reads in c's fixed objects: c's own
 // up to its warm set (c does not move once made: it is held in its
-// Encrypter or Decrypter), the AES block's and the HMAC's (see warmSet).
+// Encrypter or Decrypter), the key schedule's (the CTR stream's copy of it
+// and its counter, or the AES block's) and the HMAC's (see warmSet).
 func (c *cmRTP) warmLines() warmSet {
 	var w warmSet
 	w.add(unsafe.Pointer(c), unsafe.Offsetof(c.warm))
-	w.collect(reflect.ValueOf(c.block), 0)
+	if c.ctr.stream != nil {
+		w.collect(reflect.ValueOf(c.ctr.stream), 0)
+		w.add(unsafe.Pointer(c.ctr.lo), 8)
+	} else {
+		w.collect(reflect.ValueOf(c.block), 0)
+	}
 	w.collect(reflect.ValueOf(c.mac), 0)
 	return w
 }
@@ -274,6 +287,10 @@ func (s *cmState) update(seq uint16, diff int64) {
 func (c *cmRTP) xorKeystream(dst, src []byte, ssrc, roc uint32, seq uint16) {
 	hi := c.saltHi ^ uint64(ssrc)
 	lo := c.saltLo ^ (uint64(roc)<<16|uint64(seq))<<16
+	if c.ctr.stream != nil {
+		c.ctr.xor(dst, src, hi, lo)
+		return
+	}
 	// The low 16 bits of lo are the block counter (zero in the IV); a
 	// packet has far fewer than 2^16 blocks, so it never carries into
 	// the index bits.

@@ -40,8 +40,15 @@ func TestPrefetch(t *testing.T) {
 					}
 					return false
 				}
-				if !has(unsafe.Pointer(c)) || !has(reflect.ValueOf(c.block).UnsafePointer()) || !has(reflect.ValueOf(c.mac).UnsafePointer()) {
-					t.Errorf("%s: the context, the AES block or the HMAC is not among the lines to warm", name)
+				// The key schedule packets read: the CTR stream's copy of
+				// it, and the stream's counter.
+				if c.ctr.stream == nil {
+					t.Fatalf("%s: no CTR stream (TestCTRStream)", name)
+				}
+				sched, _, _ := ctrObject(c.ctr.stream)
+				if !has(unsafe.Pointer(c)) || !has(sched) || !has(unsafe.Pointer(c.ctr.lo)) ||
+					!has(reflect.ValueOf(c.mac).UnsafePointer()) {
+					t.Errorf("%s: the context, the CTR stream's key schedule or counter, or the HMAC is not among the lines to warm", name)
 				}
 			}
 			plain := rtpPacket(0, 42)
