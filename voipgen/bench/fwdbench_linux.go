@@ -88,8 +88,8 @@ type fwdBench struct {
 	sink     *fwdSink
 	sampler  measure.Sampler
 	softirqd []int
-	// napi: with the XDP sink, the end veths' NAPI threads (the sink's
-	// receive work, label napi).
+	// napi: with the XDP sink or --relay-napi, the end veths' NAPI
+	// threads (the end hosts' receive work, label napi).
 	napi []int
 	// relayNAPI: with --relay-napi, the relay's veths' NAPI threads (label
 	// relay-napi), where the relay's XDP or the kernel's forwarding runs.
