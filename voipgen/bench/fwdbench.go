@@ -601,13 +601,13 @@ type fwdAgg struct {
 	overload         bool
 	sent, ach, loss  float64
 	task, busy, prog float64 // means; task and busy NaN without relay cost
-	taskLo, taskHi   float64 // the lowest and highest run of task
+	taskRuns         spread  // the lowest and highest run of task
 	hasProg          bool
-	// hop: the mean relay hop (HopNsPerPkt) of the runs, with the lowest
-	// and highest; hops counts the runs that had one.
-	hop, hopLo, hopHi float64
-	hops              int
-	labels            map[string]float64 // relay cost by label
+	// hop: the mean relay hop (HopNsPerPkt) of the runs that had one,
+	// hopRuns their lowest, highest and count.
+	hop     float64
+	hopRuns spread
+	labels  map[string]float64 // relay cost by label
 }
 
 // aggregate groups the mode runs of steps by step, in order.
@@ -636,11 +636,8 @@ func aggregate(steps []fwdStep) []fwdAgg {
 		a.loss += s.LossPct
 		if s.RelayTaskNsPerPkt != nil {
 			v := *s.RelayTaskNsPerPkt
-			if a.runs == 1 {
-				a.taskLo, a.taskHi = v, v
-			}
 			a.task += v
-			a.taskLo, a.taskHi = min(a.taskLo, v), max(a.taskHi, v)
+			a.taskRuns.add(v)
 			a.busy += *s.RelayBusyNsPerPkt
 		} else {
 			a.task, a.busy = math.NaN(), math.NaN()
@@ -650,13 +647,8 @@ func aggregate(steps []fwdStep) []fwdAgg {
 			a.hasProg = true
 		}
 		if s.HopNsPerPkt != nil {
-			v := *s.HopNsPerPkt
-			if a.hops == 0 {
-				a.hopLo, a.hopHi = v, v
-			}
-			a.hops++
-			a.hop += v
-			a.hopLo, a.hopHi = min(a.hopLo, v), max(a.hopHi, v)
+			a.hop += *s.HopNsPerPkt
+			a.hopRuns.add(*s.HopNsPerPkt)
 		}
 		for l, v := range s.RelayLabelNsPkt {
 			a.labels[l] += v
@@ -666,8 +658,8 @@ func aggregate(steps []fwdStep) []fwdAgg {
 		a := &out[i]
 		n := float64(a.runs)
 		a.sent, a.ach, a.loss, a.task, a.busy, a.prog = a.sent/n, a.ach/n, a.loss/n, a.task/n, a.busy/n, a.prog/n
-		if a.hops > 0 {
-			a.hop /= float64(a.hops)
+		if a.hopRuns.n > 0 {
+			a.hop /= float64(a.hopRuns.n)
 		}
 		for l := range a.labels {
 			a.labels[l] /= n
@@ -870,8 +862,8 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 	for _, f := range flows {
 		for _, p := range pairs {
 			r := fwdRatio{Name: p.num + "/" + p.den, Flows: f, SRTP: p.srtp}
-			var nb, db, nlo, nhi, dlo, dhi float64
-			var hnlo, hnhi, hdlo, hdhi float64
+			var nb, db float64
+			var tasks, hop ratioBounds
 			progs, hops := 0, 0
 			for _, a := range aggs {
 				if a.key.mode != p.num || a.key.flows != f {
@@ -887,16 +879,16 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 				r.DenNs += da.task
 				nb += na.busy
 				db += da.busy
-				nlo, nhi, dlo, dhi = nlo+na.taskLo, nhi+na.taskHi, dlo+da.taskLo, dhi+da.taskHi
+				tasks.add(na.taskRuns, da.taskRuns)
 				if na.hasProg && da.hasProg {
 					r.ProgNumNs += na.prog
 					r.ProgDenNs += da.prog
 					progs++
 				}
-				if na.hops > 0 && da.hops > 0 {
+				if na.hopRuns.n > 0 && da.hopRuns.n > 0 {
 					r.HopNumNs += na.hop
 					r.HopDenNs += da.hop
-					hnlo, hnhi, hdlo, hdhi = hnlo+na.hopLo, hnhi+na.hopHi, hdlo+da.hopLo, hdhi+da.hopHi
+					hop.add(na.hopRuns, da.hopRuns)
 					hops++
 				}
 			}
@@ -906,21 +898,16 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 			n := float64(len(r.Rates))
 			r.NumNs, r.DenNs = r.NumNs/n, r.DenNs/n
 			r.Tasks, r.Busy = zeroNaN(r.NumNs/r.DenNs), zeroNaN(nb/db)
-			if dhi > 0 {
-				r.TasksLo = max(0, nlo/dhi)
-			}
-			if dlo > 0 {
-				r.TasksHi = max(0, nhi/dlo)
-			}
+			r.TasksLo, r.TasksHi = tasks.lo(), tasks.hi()
 			if progs == len(r.Rates) && r.ProgDenNs > 0 {
 				r.ProgNumNs, r.ProgDenNs = r.ProgNumNs/n, r.ProgDenNs/n
 				r.Prog = r.ProgNumNs / r.ProgDenNs
 			} else {
 				r.ProgNumNs, r.ProgDenNs = 0, 0
 			}
-			if hops == len(r.Rates) && hdlo > 0 {
+			if hops == len(r.Rates) && hop.hi() > 0 {
 				r.HopNumNs, r.HopDenNs = r.HopNumNs/n, r.HopDenNs/n
-				r.Hop, r.HopLo, r.HopHi = r.HopNumNs/r.HopDenNs, hnlo/hdhi, hnhi/hdlo
+				r.Hop, r.HopLo, r.HopHi = r.HopNumNs/r.HopDenNs, hop.lo(), hop.hi()
 			} else {
 				r.HopNumNs, r.HopDenNs = 0, 0
 			}
@@ -928,6 +915,48 @@ func ratios(aggs []fwdAgg, modes []fwdMode, flows []int) []fwdRatio {
 		}
 	}
 	return out
+}
+
+// spread is the lowest and highest of a step's runs of one figure, and
+// how many there were.
+type spread struct {
+	lo, hi float64
+	n      int
+}
+
+func (s *spread) add(v float64) {
+	if s.n == 0 {
+		s.lo, s.hi = v, v
+	}
+	s.lo, s.hi = min(s.lo, v), max(s.hi, v)
+	s.n++
+}
+
+// ratioBounds bounds a ratio of two modes' figures, summed over rates, by
+// their runs: the numerator's lowest runs over the denominator's highest,
+// and the other way round.
+type ratioBounds struct{ num, den spread }
+
+func (b *ratioBounds) add(num, den spread) {
+	b.num.lo, b.num.hi = b.num.lo+num.lo, b.num.hi+num.hi
+	b.den.lo, b.den.hi = b.den.lo+den.lo, b.den.hi+den.hi
+}
+
+// lo is the lowest the runs allow, 0 without a positive denominator.
+func (b ratioBounds) lo() float64 {
+	if b.den.hi <= 0 {
+		return 0
+	}
+	return max(0, b.num.lo/b.den.hi)
+}
+
+// hi is the highest the runs allow, 0 (unbounded) when a denominator's
+// run cost nothing or less.
+func (b ratioBounds) hi() float64 {
+	if b.den.lo <= 0 {
+		return 0
+	}
+	return max(0, b.num.hi/b.den.lo)
 }
 
 // ratioRange is q's range by its runs.
@@ -978,7 +1007,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 			return fmtNs(a.labels[l])
 		}
 		hop := "-"
-		if a.hops > 0 {
+		if a.hopRuns.n > 0 {
 			hop = fmtNs(a.hop)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
