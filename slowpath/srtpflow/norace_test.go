@@ -1,0 +1,5 @@
+//go:build !race
+
+package srtpflow
+
+const raceEnabled = false
