@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -478,6 +479,24 @@ func (r *Relay) Profile(name string) ([]byte, error) {
 		return nil, fmt.Errorf("pprof %s: %s: %s", name, resp.Status, bytes.TrimSpace(b))
 	}
 	return b, nil
+}
+
+// HeapDump has relayd write its heap dump, after a GC, to path
+// (Options.Profile; read it with SizeClasses).
+func (r *Relay) HeapDump(path string) error {
+	if r.pprof == nil {
+		return errors.New("relayd runs without its pprof endpoint (Options.Profile)")
+	}
+	resp, err := r.pprof.Get("http://relayd/debug/heapdump?path=" + url.QueryEscape(path))
+	if err != nil {
+		return fmt.Errorf("heap dump: %w", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap dump: %s: %s", resp.Status, bytes.TrimSpace(b))
+	}
+	return nil
 }
 
 // HeapAfterGC returns relayd's heap right after a garbage collection,

@@ -34,7 +34,10 @@ import (
 // for the heap figures: an older one to compare).
 // RELAYD_SIP_STATE=1 gives relayd a [state] file (calls persisted);
 // RELAYD_SIP_PROFILE=DIR writes relayd's profiles there: heap.pprof
-// (held calls, settled), cpu_held.pprof (while they are held),
+// (held calls, settled) and heap_up.pprof (as they are up), heap dumps
+// beside them (heap.dump, heap_up.dump; the test logs, per object size,
+// how much of the pages holding live objects is not theirs: where
+// HeapInuse exceeds the live heap), cpu_held.pprof (while they are held),
 // cpu.pprof and allocs_{before,after}.pprof
 // (around the CPS run: go tool pprof -base allocs_before.pprof
 // allocs_after.pprof).
@@ -107,6 +110,10 @@ path = %[3]q
 	active := waitActive(t, r, hold, 40*time.Second)
 	up := time.Now()
 	heap1 := heapAfterGC(t, r)
+	if profDir != "" {
+		writeProfile(t, r, profDir, "heap_up.pprof", "heap")
+		logSizeClasses(t, r, filepath.Join(profDir, "heap_up.dump"), hold)
+	}
 	// What the held calls cost while nothing happens to them (sweeps,
 	// timers), from when the last was set up.
 	time.Sleep(time.Until(holdStart.Add(placing + 2*time.Second)))
@@ -124,6 +131,7 @@ path = %[3]q
 	rss := procRSS(t, r.Pid())
 	if profDir != "" {
 		writeProfile(t, r, profDir, "heap.pprof", "heap")
+		logSizeClasses(t, r, filepath.Join(profDir, "heap.dump"), hold)
 	}
 	perCall := func(h heap, n float64) (inuse, live float64) {
 		return (h.inuse - heap0.inuse) / 1024 / max(n, 1), (h.live - heap0.live) / 1024 / max(n, 1)
@@ -272,4 +280,29 @@ func procRSS(t *testing.T, pid int) int64 {
 	f := strings.Fields(string(b))
 	n, _ := strconv.ParseInt(f[1], 10, 64)
 	return n * int64(os.Getpagesize())
+}
+
+// logSizeClasses logs, from a heap dump of relayd written to path, the
+// object sizes whose pages hold the most beyond their live objects, per
+// held call.
+func logSizeClasses(t *testing.T, r *Relay, path string, calls int) {
+	if err := r.HeapDump(path); err != nil {
+		t.Fatal(err)
+	}
+	classes, err := SizeClasses(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	var live, waste int64
+	for _, c := range classes {
+		live += c.Live()
+		waste += c.Waste()
+	}
+	fmt.Fprintf(&b, "heap dump %s: live %.1f MiB, their pages' waste %.1f MiB; per call, the most wasteful sizes:\n", filepath.Base(path), float64(live)/(1<<20), float64(waste)/(1<<20))
+	for _, c := range classes[:min(len(classes), 20)] {
+		fmt.Fprintf(&b, "  %6d B: %8d objects, live %7.0f B/call, pages %7.0f B/call, waste %7.0f B/call\n",
+			c.Size, c.Objects, float64(c.Live())/float64(calls), float64(c.Pages*pageSize)/float64(calls), float64(c.Waste())/float64(calls))
+	}
+	t.Log(b.String())
 }
