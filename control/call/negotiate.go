@@ -353,6 +353,24 @@ func (s *Session) Local(side Side) Local {
 	return s.local[side]
 }
 
+// Compact copies the last SDP sent to each leg into an allocation made
+// now, for the same reason as Call.Compact: the bodies were rendered
+// while the call was set up, among the setup's garbage. The leg's origin
+// keeps the same body to tell whether the next one changed, and shares
+// the copy.
+func (s *Session) Compact() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, b := range s.lastSent {
+		if b == nil {
+			continue
+		}
+		c := slices.Clone(b)
+		s.origin[i].ShareLast(c)
+		s.lastSent[i] = c
+	}
+}
+
 // LastSent returns the last SDP relayd sent to a leg (the answer to an
 // offerless re-INVITE), nil if none.
 func (s *Session) LastSent(side Side) []byte {

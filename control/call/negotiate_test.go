@@ -758,6 +758,63 @@ func TestSessionSnapshot(t *testing.T) {
 	}
 }
 
+// Compact copies the last SDPs; the copies render as the originals did:
+// the same offer keeps its o= version, a changed one bumps it.
+func TestSessionCompact(t *testing.T) {
+	n := newNegCall(t)
+	offer := peerSDP{addr: "198.18.0.2", port: 4000}
+	sent, err := n.s.Offer(A, offer.parse(t), OfferOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered, err := n.s.Answer(B, (peerSDP{addr: "198.18.2.2", port: 6000}).parse(t), AnswerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.s.Compact()
+	for side, want := range map[Side][]byte{B: sent, A: answered} {
+		got := n.s.LastSent(side)
+		if string(got) != string(want) || &got[0] == &want[0] {
+			t.Errorf("leg %v after Compact: %q (the same array: %v), want a copy of %q", side, got, &got[0] == &want[0], want)
+		}
+	}
+	again, err := n.s.Offer(A, offer.parse(t), OfferOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(again) != string(sent) {
+		t.Errorf("the same offer after Compact:\n%s\nbefore:\n%s", again, sent)
+	}
+	if _, err := n.s.Answer(B, (peerSDP{addr: "198.18.2.2", port: 6000}).parse(t), AnswerOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.s.Compact()
+	moved, err := n.s.Offer(A, (peerSDP{addr: "198.18.0.2", port: 4000, extra: []string{"a=sendonly"}}).parse(t), OfferOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version(t, moved) != version(t, sent)+1 {
+		t.Errorf("a changed offer after Compact: o= version %d, want %d", version(t, moved), version(t, sent)+1)
+	}
+}
+
+// version is the o= line's session version of an SDP body.
+func version(t *testing.T, body []byte) uint64 {
+	t.Helper()
+	for l := range strings.SplitSeq(string(body), "\r\n") {
+		if o, ok := strings.CutPrefix(l, "o="); ok {
+			var v uint64
+			if f := strings.Fields(o); len(f) == 6 {
+				if _, err := fmt.Sscan(f[2], &v); err == nil {
+					return v
+				}
+			}
+		}
+	}
+	t.Fatalf("no o= line in %q", body)
+	return 0
+}
+
 func TestEndSnapshot(t *testing.T) {
 	n := newNegCall(t)
 	if _, err := n.s.Offer(A, (peerSDP{addr: "198.18.0.2", port: 4000}).parse(t), OfferOptions{RTCPMux: MuxPolicy{Offer: true}, Latch: LatchStrict}); err != nil {

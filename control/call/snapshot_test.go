@@ -2,7 +2,9 @@ package call
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -193,5 +195,27 @@ func TestResumeAt(t *testing.T) {
 	// A clock that went back does not move the stream back.
 	if r := resumeAt(f, 30, at.Add(-time.Second)); r.Seq != f.OutSeq+resumeMargin || r.Timestamp != f.OutTS {
 		t.Errorf("clock went back: %+v, want the position plus the margin", r)
+	}
+}
+
+// Compact leaves a call's attempts as they were, in an array of their
+// own length.
+func TestCallCompact(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	c := tb.New(netip.MustParseAddrPort("198.18.0.2:5060"), "sip:a@x", "sip:b@y")
+	t.Cleanup(func() { c.End(Hangup, 0, "") })
+	var want []Attempt
+	for i, code := range []int{503, 503, 200} {
+		a := Attempt{Destination: fmt.Sprintf("sip:198.18.2.2:%d", 5060+2*i), Code: code, Result: "failed"}
+		c.AddAttempt(a)
+		want = append(want, a)
+	}
+	before := c.attempts
+	c.Compact()
+	if !slices.Equal(c.Snapshot().Attempts, want) {
+		t.Errorf("attempts after Compact: %+v, want %+v", c.Snapshot().Attempts, want)
+	}
+	if cap(c.attempts) != len(want) || &c.attempts[0] == &before[0] {
+		t.Errorf("after Compact: capacity %d (want %d), the same array: %v", cap(c.attempts), len(want), &c.attempts[0] == &before[0])
 	}
 }

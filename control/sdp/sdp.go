@@ -807,6 +807,15 @@ func (d *Description) Rewrite(p Plan, o *Origin) ([]byte, error) {
 	return out, nil
 }
 
+// ShareLast makes b the origin's record of the last body rendered if
+// it holds the same bytes, so that a caller keeping its own copy of that
+// body keeps the only one.
+func (o *Origin) ShareLast(b []byte) {
+	if o.last != nil && bytes.Equal(o.last, b) {
+		o.last = b
+	}
+}
+
 // NewOrigin returns an origin with a random session ID and version.
 func NewOrigin() Origin {
 	id := rand.Uint64() >> 2 // fits in the 63 bits some parsers expect

@@ -1,6 +1,7 @@
 package sdp
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"slices"
@@ -284,6 +285,33 @@ func TestOriginVersion(t *testing.T) {
 	b4, _ := d.Rewrite(plan, &o)
 	if got := []uint64{version(b1), version(b2), version(b3), version(b4)}; !cmp.Equal(got, []uint64{5, 5, 6, 6}) {
 		t.Errorf("versions %v, want [5 5 6 6]: same SDP keeps the version, a change bumps it once", got)
+	}
+}
+
+// ShareLast takes a copy of the last body in place of it, and nothing
+// else: the version logic sees the same bytes.
+func TestOriginShareLast(t *testing.T) {
+	d, err := Parse(offer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Origin{SessionID: 1, Version: 5}
+	plan := Plan{Addr: netip.MustParseAddr("198.18.1.1"), Streams: []StreamPlan{{Port: 30000}}}
+	b1, _ := d.Rewrite(plan, &o)
+	c := bytes.Clone(b1)
+	o.ShareLast(c)
+	if &o.last[0] != &c[0] {
+		t.Error("the origin kept its own body, not the copy")
+	}
+	other := bytes.Clone(b1)
+	other[0] = 'x'
+	o.ShareLast(other)
+	if &o.last[0] != &c[0] {
+		t.Error("the origin took a body that differs from its last")
+	}
+	b2, _ := d.Rewrite(plan, &o)
+	if !bytes.Equal(b1, b2) {
+		t.Errorf("the same SDP after ShareLast changed:\n%s\nbefore:\n%s", b2, b1)
 	}
 }
 

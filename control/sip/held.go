@@ -99,6 +99,10 @@ func (bc *b2bCall) compact() bool {
 	h.a, h.b = dialogRecords(bc.a, bc.aRes, bc.b)
 	bc.held = h
 	bc.a, bc.aRes, bc.b = nil, nil, nil
+	// What else of the call lasts as long, moved out of the setup's
+	// pages too.
+	bc.c.Compact()
+	bc.neg.Compact()
 	return true
 }
 
