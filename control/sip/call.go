@@ -70,8 +70,6 @@ type b2bCall struct {
 
 	setupCancel context.CancelCauseFunc // ends the setup early (terminate before answer)
 	reoffer     sync.Mutex              // one re-INVITE/UPDATE at a time
-	ackBody     chan []byte             // bodies of ACKs from A (late offer, offerless re-INVITE)
-	reAck       chan struct{}           // an ACK from A arrived (2xx retransmission stops)
 
 	mu sync.Mutex // guards the following
 	b  *sipgo.DialogClientSession
@@ -96,6 +94,16 @@ type b2bCall struct {
 	released     bool         // the INVITE transactions were let go (releaseTxs)
 	held         *heldDialogs // the dialogs as text (compact): a, b and aRes nil
 	users        int          // callers of dialogs not done: no compaction
+	// The ACKs from A (onAck), for the late offer's answer, the end of
+	// a 2xx's retransmissions and an offerless re-INVITE's answer: acks
+	// counts them, ackBody is the body of the last that had one until
+	// taken (takeAckBody), and ackWake, made by a waiter (ackAfter), is
+	// closed by the next. No channel of each call's own: two channels
+	// per call, made among the setup's garbage, kept a page of it in
+	// use each for as long as the call lasted.
+	acks    uint64
+	ackBody []byte
+	ackWake chan struct{}
 }
 
 func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
@@ -181,17 +189,15 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	s.metrics.callStarted()
 	bc := &b2bCall{
-		s:       s,
-		c:       c,
-		log:     s.newCallLog(c.ID, req.CallID().Value()),
-		start:   time.Now(),
-		a:       dlg,
-		aUA:     aUA,
-		aTx:     tx,
-		ackBody: make(chan []byte, 1),
-		reAck:   make(chan struct{}, 1),
-		neg:     call.NewSession(c.Media, [2]call.Local{}),
-		rt:      &noRoute,
+		s:     s,
+		c:     c,
+		log:   s.newCallLog(c.ID, req.CallID().Value()),
+		start: time.Now(),
+		a:     dlg,
+		aUA:   aUA,
+		aTx:   tx,
+		neg:   call.NewSession(c.Media, [2]call.Local{}),
+		rt:    &noRoute,
 	}
 	bc.authUser = authUser
 	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
@@ -772,12 +778,7 @@ func (bc *b2bCall) answer(ctx context.Context, offer *sdp.Description, dlgB *sip
 	}
 	if offer == nil {
 		// The ACK carries A's answer to B's offer.
-		var ackSDP []byte
-		select {
-		case ackSDP = <-bc.ackBody:
-		default:
-		}
-		d, err := sdp.Parse(ackSDP)
+		d, err := sdp.Parse(bc.takeAckBody())
 		var bodyB []byte
 		if err == nil {
 			bodyB, err = bc.relayAnswer(call.A, d)
@@ -868,25 +869,55 @@ func (bc *b2bCall) onAck(req *sip.Request) {
 	// take the caller's hang-up for a missing ACK.
 	bc.mu.Lock()
 	a := bc.a
-	bc.mu.Unlock()
 	if a != nil && a.LoadState() == sip.DialogStateEnded {
+		bc.mu.Unlock()
 		return
 	}
+	bc.acks++
 	if body := req.Body(); len(body) > 0 {
-		select {
-		case bc.ackBody <- body:
-		default:
-		}
+		bc.ackBody = body
 	}
-	select {
-	case bc.reAck <- struct{}{}:
-	default:
+	if bc.ackWake != nil {
+		close(bc.ackWake)
+		bc.ackWake = nil
 	}
+	bc.mu.Unlock()
 	if a != nil {
 		// A compacted call's dialog is confirmed: a retransmitted ACK
 		// has nothing to change in it.
 		a.ReadAck(req, nil)
 	}
+}
+
+// ackCount returns how many ACKs A has sent so far, for ackAfter.
+func (bc *b2bCall) ackCount() uint64 {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return bc.acks
+}
+
+// ackAfter returns a channel that is closed once A has sent more than n
+// ACKs (at once if it has).
+func (bc *b2bCall) ackAfter(n uint64) <-chan struct{} {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	if bc.acks > n {
+		return closedChan
+	}
+	if bc.ackWake == nil {
+		bc.ackWake = make(chan struct{})
+	}
+	return bc.ackWake
+}
+
+// takeAckBody returns the body of the last ACK from A that had one, and
+// forgets it.
+func (bc *b2bCall) takeAckBody() []byte {
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	b := bc.ackBody
+	bc.ackBody = nil
+	return b
 }
 
 func (bc *b2bCall) onBye(side call.Side, req *sip.Request, tx sip.ServerTransaction) {

@@ -275,10 +275,7 @@ func (bc *b2bCall) respond2xx(from call.Side, req *sip.Request, tx sip.ServerTra
 	res.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 	contact := bc.aUA.ContactHDR
 	res.AppendHeader(&contact)
-	select {
-	case <-bc.reAck:
-	default:
-	}
+	acked := bc.ackCount()
 	if err := tx.Respond(res); err != nil {
 		bc.log.Debug("2xx to re-offer", zap.Error(err))
 		return
@@ -290,7 +287,7 @@ func (bc *b2bCall) respond2xx(from call.Side, req *sip.Request, tx sip.ServerTra
 	deadline := time.After(64 * sip.T1)
 	for {
 		select {
-		case <-bc.reAck:
+		case <-bc.ackAfter(acked):
 			return
 		case <-deadline:
 			return
@@ -311,21 +308,18 @@ func (bc *b2bCall) offerlessReinvite(from call.Side, req *sip.Request, tx sip.Se
 		return
 	}
 	body := bc.neg.LastSent(from)
-	select {
-	case <-bc.ackBody:
-	default:
-	}
+	bc.takeAckBody() // an earlier ACK's
+	acked := bc.ackCount()
 	bc.respond2xx(from, req, tx, body)
 	if from != call.A {
 		return
 	}
-	var ackSDP []byte
 	select {
-	case ackSDP = <-bc.ackBody:
+	case <-bc.ackAfter(acked):
 	case <-time.After(64 * sip.T1):
 	case <-bc.c.Context().Done():
 	}
-	d, err := sdp.Parse(ackSDP)
+	d, err := sdp.Parse(bc.takeAckBody())
 	if err != nil {
 		return
 	}

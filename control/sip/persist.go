@@ -276,8 +276,6 @@ func (s *Server) restoreCall(rec *record) error {
 		aTx:        endedTx{},
 		aRes:       aRes,
 		relay:      rec.Relay,
-		ackBody:    make(chan []byte, 1),
-		reAck:      make(chan struct{}, 1),
 		b:          b,
 		rt:         &route.Route{Name: rec.Route.Name, SRTP: rec.Route.SRTP, Codecs: rec.Route.Codecs, Transcode: rec.Route.Transcode, SDESTLSOnly: rec.Route.SDESTLSOnly},
 		answered:   true,

@@ -862,6 +862,50 @@ func TestReinviteHold(t *testing.T) {
 	h.cdr()
 }
 
+// An offerless re-INVITE from the caller gets relayd's last SDP to it in
+// the 2xx; the answer in the caller's ACK moves the flows toward it.
+func TestOfferlessReinvite(t *testing.T) {
+	ce := newCallee(t)
+	ce.set(func(d *sipgo.DialogServerSession, req *sip.Request) {
+		answerSDP(d, req, 6000)
+		<-d.Context().Done()
+	})
+	h := newHarness(t, opts{destinations: []string{ce.addr}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	first := string(d.InviteResponse.Body())
+	res, err := d.Do(ctx, sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || string(res.Body()) != first {
+		t.Fatalf("offerless re-INVITE: %s, want 200 with the SDP of the call's answer:\n%s\nwant:\n%s", res.StartLine(), res.Body(), first)
+	}
+	ack := sip.NewRequest(sip.ACK, d.InviteResponse.Contact().Address)
+	ack.SetBody(offerSDP(4100))
+	ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	if err := d.WriteRequest(ack); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the flow toward the caller moved to port 4100", func() bool {
+		flows, _ := h.xdp.List()
+		for _, f := range flows {
+			if f.Flow.SendTo.Port() == 4100 {
+				return true
+			}
+		}
+		return false
+	})
+	d.Bye(ctx)
+	h.cdr()
+}
+
 func TestLateOffer(t *testing.T) {
 	ce := newCallee(t)
 	acked := make(chan []byte, 1)
