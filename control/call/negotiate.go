@@ -333,8 +333,9 @@ func RestoreSession(m *Media, local [2]Local, snap SessionSnapshot) *Session {
 	s := &Session{media: m, local: local}
 	for i, o := range snap.Origin {
 		s.origin[i] = sdp.Origin{SessionID: o.SessionID, Version: o.Version}
-		s.lastSent[i] = slices.Clone(snap.LastSent[i])
 	}
+	s.lastSent[B] = snap.LastSent[B]
+	s.keepSent(A, snap.LastSent[A])
 	return s
 }
 
@@ -351,24 +352,6 @@ func (s *Session) Local(side Side) Local {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.local[side]
-}
-
-// Compact copies the last SDP sent to each leg into an allocation made
-// now, for the same reason as Call.Compact: the bodies were rendered
-// while the call was set up, among the setup's garbage. The leg's origin
-// keeps the same body to tell whether the next one changed, and shares
-// the copy.
-func (s *Session) Compact() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, b := range s.lastSent {
-		if b == nil {
-			continue
-		}
-		c := slices.Clone(b)
-		s.origin[i].ShareLast(c)
-		s.lastSent[i] = c
-	}
 }
 
 // LastSent returns the last SDP relayd sent to a leg (the answer to an
@@ -524,7 +507,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 		return nil, err
 	}
 	s.pend = &pendingOffer{from: from, offer: d, streams: decs, mux: mp}
-	s.lastSent[to] = body
+	s.keepSent(to, body)
 	if o.Install {
 		if err := m.Sync(); err != nil {
 			return nil, err
@@ -750,8 +733,30 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 	if err != nil {
 		return nil, err
 	}
-	s.lastSent[to] = body
+	s.keepSent(to, body)
 	return body, nil
+}
+
+// keepSent records body as the last SDP sent to a leg. Both legs' last
+// SDPs are kept in one allocation, made anew when either changes, and
+// their origins share it: the body itself goes out in a SIP message,
+// among that message's objects, and a few hundred bytes kept from them
+// for as long as the call lasts would keep a page of them in use (the
+// calls' setups leave them everywhere); a held call keeps one object
+// here, of a size the messages' objects do not share.
+func (s *Session) keepSent(to Side, body []byte) {
+	other := s.lastSent[to.Other()]
+	both := make([]byte, 0, len(body)+len(other))
+	both = append(both, body...)
+	both = append(both, other...)
+	s.lastSent[to], s.lastSent[to.Other()] = both[:len(body):len(body)], both[len(body):]
+	for side, b := range &s.lastSent {
+		if len(b) == 0 {
+			s.lastSent[side] = nil // none sent
+			continue
+		}
+		s.origin[side].ShareLast(b)
+	}
 }
 
 // keyFor keeps a leg's relayd key across re-offers when the suite stays,

@@ -758,43 +758,50 @@ func TestSessionSnapshot(t *testing.T) {
 	}
 }
 
-// Compact copies the last SDPs; the copies render as the originals did:
-// the same offer keeps its o= version, a changed one bumps it.
-func TestSessionCompact(t *testing.T) {
+// Both legs' last SDPs live in one array, made anew as either changes:
+// each leg's reads back as sent, a re-offer to one leg leaves the
+// other's, and the o= version logic sees the same bodies (the same offer
+// keeps its version, a changed one bumps it).
+func TestSessionLastSent(t *testing.T) {
 	n := newNegCall(t)
 	offer := peerSDP{addr: "198.18.0.2", port: 4000}
 	sent, err := n.s.Offer(A, offer.parse(t), OfferOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n.s.LastSent(A) != nil {
+		t.Errorf("leg A got nothing yet, LastSent %q", n.s.LastSent(A))
+	}
 	answered, err := n.s.Answer(B, (peerSDP{addr: "198.18.2.2", port: 6000}).parse(t), AnswerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.s.Compact()
-	for side, want := range map[Side][]byte{B: sent, A: answered} {
-		got := n.s.LastSent(side)
-		if string(got) != string(want) || &got[0] == &want[0] {
-			t.Errorf("leg %v after Compact: %q (the same array: %v), want a copy of %q", side, got, &got[0] == &want[0], want)
-		}
+	toB, toA := n.s.LastSent(B), n.s.LastSent(A)
+	if string(toB) != string(sent) || string(toA) != string(answered) {
+		t.Fatalf("last sent: to B %q, to A %q; want %q, %q", toB, toA, sent, answered)
+	}
+	if &toA[0] == &answered[0] || &toB[0] == &sent[0] || len(toA) != cap(toA) {
+		t.Error("the last SDPs are the bodies sent, not the session's own array")
 	}
 	again, err := n.s.Offer(A, offer.parse(t), OfferOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(again) != string(sent) {
-		t.Errorf("the same offer after Compact:\n%s\nbefore:\n%s", again, sent)
+		t.Errorf("the same offer again:\n%s\nbefore:\n%s", again, sent)
+	}
+	if string(n.s.LastSent(A)) != string(answered) {
+		t.Errorf("an offer to B changed the last SDP to A: %q", n.s.LastSent(A))
 	}
 	if _, err := n.s.Answer(B, (peerSDP{addr: "198.18.2.2", port: 6000}).parse(t), AnswerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	n.s.Compact()
 	moved, err := n.s.Offer(A, (peerSDP{addr: "198.18.0.2", port: 4000, extra: []string{"a=sendonly"}}).parse(t), OfferOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if version(t, moved) != version(t, sent)+1 {
-		t.Errorf("a changed offer after Compact: o= version %d, want %d", version(t, moved), version(t, sent)+1)
+	if version(t, moved) != version(t, sent)+1 || string(n.s.LastSent(B)) != string(moved) {
+		t.Errorf("a changed offer: o= version %d, want %d; last sent to B %q", version(t, moved), version(t, sent)+1, n.s.LastSent(B))
 	}
 }
 

@@ -89,11 +89,16 @@ type b2bCall struct {
 	// savedDialogs is the digest (dialogsDigest) of the dialogs last
 	// persisted; 0 before.
 	savedDialogs uint64
-	restored     bool         // taken back from the store after a restart
-	detached     bool         // kept up for the next run: this one lets go of it
-	released     bool         // the INVITE transactions were let go (releaseTxs)
-	held         *heldDialogs // the dialogs as text (compact): a, b and aRes nil
-	users        int          // callers of dialogs not done: no compaction
+	restored     bool // taken back from the store after a restart
+	detached     bool // kept up for the next run: this one lets go of it
+	released     bool // the INVITE transactions were let go (releaseTxs)
+	// compacted: the dialogs are held's text (compact); a, b and aRes
+	// are nil. held is part of the call's own allocation, not an object
+	// of its own: made when the setup's pages have emptied, such an
+	// object still landed among them and kept one in use per call.
+	compacted bool
+	held      heldDialogs
+	users     int // callers of dialogs not done: no compaction
 	// The ACKs from A (onAck), for the late offer's answer, the end of
 	// a 2xx's retransmissions and an offerless re-INVITE's answer: acks
 	// counts them, ackBody is the body of the last that had one until

@@ -29,8 +29,8 @@ import (
 // rebuild reads it back from the store, whose pages are the state
 // file's, not the heap's.
 
-// heldDialogs are a compacted call's dialogs. A heldDialogs is never
-// changed once made (record reads one outside b2bCall.mu).
+// heldDialogs are a compacted call's dialogs (b2bCall.held, guarded by
+// its mu; record takes a copy).
 type heldDialogs struct {
 	a, b dialogRecord
 	// stored: the four texts are the store's, in the call's record, and
@@ -58,7 +58,8 @@ func (bc *b2bCall) dialogs() (a *sipgo.DialogServerSession, b *sipgo.DialogClien
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
 	bc.users++
-	if h := bc.held; h != nil {
+	if bc.compacted {
+		h := &bc.held
 		ra, rb := &h.a, &h.b
 		if h.stored {
 			sa, sb, err := bc.storedDialogs(h)
@@ -71,7 +72,8 @@ func (bc *b2bCall) dialogs() (a *sipgo.DialogServerSession, b *sipgo.DialogClien
 		if err != nil {
 			return nil, nil, bc.doneDialogs, fmt.Errorf("rebuild the dialogs of a held call: %w", err)
 		}
-		bc.a, bc.aRes, bc.b, bc.held = a, aRes, b, nil
+		bc.a, bc.aRes, bc.b = a, aRes, b
+		bc.compacted, bc.held = false, heldDialogs{}
 	}
 	return bc.a, bc.b, bc.doneDialogs, nil
 }
@@ -87,7 +89,7 @@ func (bc *b2bCall) doneDialogs() {
 func (bc *b2bCall) compact() bool {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	if bc.held != nil || bc.users > 0 || !bc.released || !bc.negotiated || bc.detached || bc.b == nil || bc.aRes == nil ||
+	if bc.compacted || bc.users > 0 || !bc.released || !bc.negotiated || bc.detached || bc.b == nil || bc.aRes == nil ||
 		bc.a.LoadState() != sip.DialogStateConfirmed || bc.b.LoadState() != sip.DialogStateConfirmed {
 		return false
 	}
@@ -95,14 +97,12 @@ func (bc *b2bCall) compact() bool {
 		return false // a re-offer between the legs
 	}
 	defer bc.reoffer.Unlock()
-	h := &heldDialogs{}
-	h.a, h.b = dialogRecords(bc.a, bc.aRes, bc.b)
-	bc.held = h
+	bc.held = heldDialogs{}
+	bc.held.a, bc.held.b = dialogRecords(bc.a, bc.aRes, bc.b)
+	bc.compacted = true
 	bc.a, bc.aRes, bc.b = nil, nil, nil
-	// What else of the call lasts as long, moved out of the setup's
-	// pages too.
+	// The call's attempts last as long: out of the setup's pages too.
 	bc.c.Compact()
-	bc.neg.Compact()
 	return true
 }
 
@@ -127,17 +127,16 @@ func dialogRecords(a *sipgo.DialogServerSession, aRes *sip.Response, b *sipgo.Di
 func (bc *b2bCall) stow() bool {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	h := bc.held
-	if h == nil || h.stored || bc.savedDialogs == 0 {
+	h := &bc.held
+	if !bc.compacted || h.stored || bc.savedDialogs == 0 {
 		return false
 	}
 	d := dialogsDigest(&h.a, &h.b)
 	if d != bc.savedDialogs {
 		return false
 	}
-	a, b := h.a, h.b
-	a.Invite, a.Response, b.Invite, b.Response = "", "", "", ""
-	bc.held = &heldDialogs{a: a, b: b, stored: true, digest: d}
+	h.a.Invite, h.a.Response, h.b.Invite, h.b.Response = "", "", "", ""
+	h.stored, h.digest = true, d
 	return true
 }
 

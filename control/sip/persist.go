@@ -135,7 +135,7 @@ func (bc *b2bCall) forget() {
 
 func (bc *b2bCall) record() (record, bool) {
 	bc.mu.Lock()
-	a, b, aRes, rt, held := bc.a, bc.b, bc.aRes, bc.rt, bc.held
+	a, b, aRes, rt, compacted, held := bc.a, bc.b, bc.aRes, bc.rt, bc.compacted, bc.held
 	rec := record{
 		V:     recordVersion,
 		Relay: bc.relay,
@@ -149,13 +149,13 @@ func (bc *b2bCall) record() (record, bool) {
 	for i, o := range neg.Origin {
 		rec.Origin[i] = originRecord(o)
 	}
-	if held != nil {
-		// Compacted: the dialogs are this text already, or the store's.
+	if compacted {
+		// The dialogs are this text already, or the store's.
 		rec.Call = bc.c.Snapshot()
 		rec.A, rec.B = held.a, held.b
 		if held.stored {
 			var err error
-			if rec.A, rec.B, err = bc.storedDialogs(held); err != nil {
+			if rec.A, rec.B, err = bc.storedDialogs(&held); err != nil {
 				bc.log.Error("persist call", zap.Error(err))
 				return record{}, false
 			}

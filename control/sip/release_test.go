@@ -113,7 +113,7 @@ func endTxs(t *testing.T, bc *b2bCall) {
 func compacted(bc *b2bCall) bool {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	return bc.held != nil && bc.a == nil && bc.b == nil && bc.aRes == nil
+	return bc.compacted && bc.a == nil && bc.b == nil && bc.aRes == nil
 }
 
 // stowed reports whether bc is compacted with its dialogs' text in the
@@ -121,8 +121,8 @@ func compacted(bc *b2bCall) bool {
 func stowed(bc *b2bCall) bool {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	h := bc.held
-	return h != nil && h.stored && h.a.Invite == "" && h.a.Response == "" && h.b.Invite == "" && h.b.Response == "" &&
+	h := &bc.held
+	return bc.compacted && h.stored && h.a.Invite == "" && h.a.Response == "" && h.b.Invite == "" && h.b.Response == "" &&
 		h.a.Transport != "" && h.b.Dest != ""
 }
 
