@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,6 +76,79 @@ func TestPutGetDeleteReopen(t *testing.T) {
 	schema, compat, by, err := s.SchemaInfo()
 	if err != nil || schema != Schema || compat != Compat || by != "test" {
 		t.Errorf("schema %d compat %d written by %q, %v", schema, compat, by, err)
+	}
+}
+
+// The free pages are not written to the file (NoFreelistSync): a store
+// opened again finds those its calls left and writes the next calls'
+// records there, instead of growing the file.
+func TestFreePagesAfterReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	record := []byte(strings.Repeat("x", 2500)) // a held call's record: the dialogs' text
+	// 4,000 calls' records in one commit (Put commits each, with an
+	// fsync), then the same calls ending.
+	each := func(s *Store, round int, f func(b *bolt.Bucket, key []byte) error) {
+		t.Helper()
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.Bucket(dataBucket).CreateBucketIfNotExists([]byte("sip"))
+			for i := range 4000 {
+				if err == nil {
+					err = f(b, fmt.Appendf(nil, "r%d-%d", round, i))
+				}
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill := func(s *Store, round int) {
+		each(s, round, func(b *bolt.Bucket, key []byte) error { return b.Put(key, record) })
+	}
+	size := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	s := open(t, Config{Path: path})
+	fill(s, 0)
+	each(s, 0, func(b *bolt.Bucket, key []byte) error { return b.Delete(key) })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	full := size()
+	s = open(t, Config{Path: path})
+	defer s.Close()
+	if n, _ := s.Len("sip"); n != 0 {
+		t.Fatalf("%d records after reopen, want none", n)
+	}
+	fill(s, 1)
+	if n, _ := s.Len("sip"); n != 4000 {
+		t.Errorf("%d records, want 4000", n)
+	}
+	if got := size(); got > full+full/4 {
+		t.Errorf("the file grew from %d to %d bytes: the pages freed before the reopen were not used again", full, got)
+	}
+	// With thousands of pages free (the first round's, freed again), a
+	// commit costs what it writes, not the free list: bbolt's defaults
+	// wrote the list at every commit and merged into a new sorted copy
+	// of it, tens of KB a call.
+	each(s, 1, func(b *bolt.Bucket, key []byte) error { return b.Delete(key) })
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	const puts = 20
+	for i := range puts {
+		if err := s.Put("sip", fmt.Sprintf("c%d", i), record); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / puts; per > 40<<10 {
+		t.Errorf("a Put with %d pages free allocates %d bytes", full/4096, per)
+	} else {
+		t.Logf("a Put with about %d pages free allocates %d bytes", full/4096, per)
 	}
 }
 
