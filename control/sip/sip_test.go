@@ -423,6 +423,19 @@ func (h *harness) request(method sip.RequestMethod, body []byte, edit func(*sip.
 	return h.client.Do(ctx, req)
 }
 
+// up places a call with the caller's offer at port 4000, acknowledges
+// its answer and waits for the call's four flows.
+func (h *harness) up(t *testing.T, ctx context.Context) *sipgo.DialogClientSession {
+	t.Helper()
+	d, err := h.invite(ctx, offerSDP(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Ack(ctx)
+	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	return d
+}
+
 func (h *harness) invite(ctx context.Context, body []byte) (*sipgo.DialogClientSession, error) {
 	var hdrs []sip.Header
 	if body != nil {
@@ -825,13 +838,8 @@ func TestReinviteHold(t *testing.T) {
 	h := newHarness(t, opts{destinations: []string{ce.addr}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Ack(ctx)
+	d := h.up(t, ctx)
 	<-got
-	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
 	hold := sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address)
 	hold.SetBody([]byte(strings.ReplaceAll(string(offerSDP(4000)), "a=sendrecv", "a=sendonly")))
 	hold.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
@@ -873,12 +881,7 @@ func TestOfferlessReinvite(t *testing.T) {
 	h := newHarness(t, opts{destinations: []string{ce.addr}})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d, err := h.invite(ctx, offerSDP(4000))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Ack(ctx)
-	waitFor(t, "flows", func() bool { return h.xdp.Len() == 4 })
+	d := h.up(t, ctx)
 	first := string(d.InviteResponse.Body())
 	res, err := d.Do(ctx, sip.NewRequest(sip.INVITE, d.InviteResponse.Contact().Address))
 	if err != nil {
