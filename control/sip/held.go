@@ -101,7 +101,7 @@ func (bc *b2bCall) compact() bool {
 	bc.held.a, bc.held.b = dialogRecords(bc.a, bc.aRes, bc.b)
 	bc.compacted = true
 	bc.a, bc.aRes, bc.b = nil, nil, nil
-	// The call's attempts last as long: out of the setup's pages too.
+	// The call's attempts last as long (call.Call.Compact).
 	bc.c.Compact()
 	return true
 }
