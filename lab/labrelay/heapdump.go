@@ -67,8 +67,7 @@ func SizeClasses(path string) ([]SizeClass, error) {
 			}
 		}
 	}
-	type key struct{ size, page int64 }
-	pages := make(map[key]struct{})
+	pages := make(map[int64]bool) // a page holds objects of one size only
 	classes := make(map[int64]*SizeClass)
 	var buf []byte
 	for err == nil {
@@ -115,8 +114,8 @@ func SizeClasses(path string) ([]SizeClass, error) {
 				c.Objects++
 			}
 			for p := addr / pageSize; p <= (addr+size-1)/pageSize; p++ {
-				if _, ok := pages[key{size, p}]; !ok {
-					pages[key{size, p}] = struct{}{}
+				if !pages[p] {
+					pages[p] = true
 					c.Pages++
 				}
 			}

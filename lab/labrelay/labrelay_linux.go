@@ -463,40 +463,34 @@ func (r *Relay) pprofSocket() string { return filepath.Join(r.opts.Dir, "pprof.s
 // what follows /debug/pprof/ ("profile?seconds=10", "heap?gc=1",
 // "allocs", "goroutine"). The result is what go tool pprof reads.
 func (r *Relay) Profile(name string) ([]byte, error) {
-	if r.pprof == nil {
-		return nil, errors.New("relayd runs without its pprof endpoint (Options.Profile)")
-	}
-	resp, err := r.pprof.Get("http://relayd/debug/pprof/" + name)
-	if err != nil {
-		return nil, fmt.Errorf("pprof %s: %w", name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("pprof %s: %w", name, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("pprof %s: %s: %s", name, resp.Status, bytes.TrimSpace(b))
-	}
-	return b, nil
+	return r.debugGet("pprof/" + name)
 }
 
 // HeapDump has relayd write its heap dump, after a GC, to path
 // (Options.Profile; read it with SizeClasses).
 func (r *Relay) HeapDump(path string) error {
+	_, err := r.debugGet("heapdump?path=" + url.QueryEscape(path))
+	return err
+}
+
+// debugGet fetches /debug/ + what from relayd's profiling socket.
+func (r *Relay) debugGet(what string) ([]byte, error) {
 	if r.pprof == nil {
-		return errors.New("relayd runs without its pprof endpoint (Options.Profile)")
+		return nil, errors.New("relayd runs without its pprof endpoint (Options.Profile)")
 	}
-	resp, err := r.pprof.Get("http://relayd/debug/heapdump?path=" + url.QueryEscape(path))
+	resp, err := r.pprof.Get("http://relayd/debug/" + what)
 	if err != nil {
-		return fmt.Errorf("heap dump: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("heap dump: %s: %s", resp.Status, bytes.TrimSpace(b))
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(b))
+	}
+	return b, nil
 }
 
 // HeapAfterGC returns relayd's heap right after a garbage collection,
