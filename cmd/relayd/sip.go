@@ -57,6 +57,7 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 			return nil, err
 		}
 		store = b.store
+		b.metrics = append(b.metrics, b.store.Metrics())
 	} else {
 		log.Warn("no [state] path: a restart of relayd hangs up every call")
 	}
@@ -100,7 +101,7 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		}
 		return nil, err
 	}
-	b.metrics = []prometheus.Collector{b.srv.Metrics()}
+	b.metrics = append(b.metrics, b.srv.Metrics())
 	// Bind before reporting ready: a listener that cannot bind fails the
 	// start with its address.
 	if err := b.srv.Listen(); err != nil {

@@ -93,6 +93,7 @@ var _ Records = (*Store)(nil)
 type Store struct {
 	db  *bolt.DB
 	log *zap.Logger
+	m   metrics
 }
 
 // Open opens or creates the file, migrates an older schema and refuses a
@@ -134,7 +135,7 @@ func Open(cfg Config, log *zap.Logger) (*Store, error) {
 		return nil, fmt.Errorf("state: open %s: %w", cfg.Path, err)
 	}
 	db.MaxBatchDelay = cfg.MaxBatchDelay
-	s := &Store{db: db, log: log}
+	s := &Store{db: db, log: log, m: newMetrics()}
 	if err := s.init(cfg); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("state: %s: %w", cfg.Path, err)
@@ -236,13 +237,16 @@ func (s *Store) Put(namespace, key string, value []byte) error {
 	if namespace == "" || key == "" {
 		return errors.New("state: put: empty namespace or key")
 	}
+	start := time.Now()
 	err := s.db.Batch(func(tx *bolt.Tx) error {
+		s.m.sharing(tx)
 		b, err := tx.Bucket(dataBucket).CreateBucketIfNotExists([]byte(namespace))
 		if err != nil {
 			return err
 		}
 		return b.Put([]byte(key), value)
 	})
+	s.m.done(opPut, len(value), start, err)
 	if err != nil {
 		return fmt.Errorf("state: put %s/%s: %w", namespace, key, closedErr(err))
 	}
@@ -251,13 +255,16 @@ func (s *Store) Put(namespace, key string, value []byte) error {
 
 // Delete removes a record; a missing one is not an error.
 func (s *Store) Delete(namespace, key string) error {
+	start := time.Now()
 	err := s.db.Batch(func(tx *bolt.Tx) error {
+		s.m.sharing(tx)
 		b := tx.Bucket(dataBucket).Bucket([]byte(namespace))
 		if b == nil {
 			return nil
 		}
 		return b.Delete([]byte(key))
 	})
+	s.m.done(opDelete, 0, start, err)
 	if err != nil {
 		return fmt.Errorf("state: delete %s/%s: %w", namespace, key, closedErr(err))
 	}

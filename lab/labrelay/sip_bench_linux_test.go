@@ -177,6 +177,7 @@ path = %[3]q
 		profiling.Go(func() { writeProfile(t, r, profDir, "cpu.pprof", fmt.Sprintf("profile?seconds=%d", secs-2)) })
 	}
 	flowsLeft, _ := r.Metric(`relayd_flows{path="xdp"}`)
+	state0 := stateWrites(r)
 	cpuBefore := procCPU(t, r.Pid())
 	start := time.Now()
 	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sn", "uac", "-s", "100", "-i", l.CallerAddr4.String(), "-p", "5080",
@@ -194,6 +195,16 @@ path = %[3]q
 	failed, _ := strconv.Atoi(st["FailedCall(C)"])
 	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f)",
 		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft)
+	if state0 != nil {
+		d := stateWrites(r)
+		for k := range d {
+			d[k] -= state0[k]
+		}
+		calls := float64(max(ok, 1))
+		t.Logf("state file per call: %.2f puts (%.0f bytes each), %.2f deletes, %.2f commits, %.0f us writing and syncing pages; a write waited %.2f ms on average",
+			d["put"]/calls, d["bytes"]/max(d["put"], 1), d["delete"]/calls, d["commits"]/calls, d["disk"]*1e6/calls,
+			1e3*d["wait"]/max(d["put"]+d["delete"], 1))
+	}
 
 	cancel()
 }
@@ -305,4 +316,28 @@ func logSizeClasses(t *testing.T, r *Relay, path string, calls int) {
 			c.Size, c.Objects, float64(c.Live())/float64(calls), float64(c.Pages*pageSize)/float64(calls), float64(c.Waste())/float64(calls))
 	}
 	t.Log(b.String())
+}
+
+// stateWrites reads relayd's state file counters; nil without a state
+// file.
+func stateWrites(r *Relay) map[string]float64 {
+	m, err := r.Metrics()
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]float64)
+	for k, name := range map[string]string{
+		"put": `relayd_state_writes_total{op="put"}`, "delete": `relayd_state_writes_total{op="delete"}`,
+		"bytes": "relayd_state_record_bytes_total", "commits": "relayd_state_commits_total",
+		"disk": "relayd_state_disk_write_seconds_total",
+		"wait": `relayd_state_write_seconds_sum{op="put"}`, "waitDel": `relayd_state_write_seconds_sum{op="delete"}`,
+	} {
+		v, err := sample(m, name)
+		if err != nil {
+			return nil
+		}
+		out[k] = v
+	}
+	out["wait"] += out["waitDel"]
+	return out
 }
