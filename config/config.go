@@ -84,7 +84,7 @@ type Dataplane struct {
 	PinPath          string   `toml:"pin_path"`          // bpffs directory; default /sys/fs/bpf/relayd
 	MaxFlows         int      `toml:"max_flows"`         // flow table size; default 65536
 	// Coalesce is how long a busy userspace worker naps between reads
-	// while packets gather (see docs/configuration.md); default 200us,
+	// while packets gather (see relayd.toml(5)); default 200us,
 	// "0s" off.
 	Coalesce string `toml:"coalesce"`
 	// UserspaceIO is how the userspace workers receive: "socket"
@@ -92,6 +92,12 @@ type Dataplane struct {
 	// XDP program on interfaces redirects their flows' packets into
 	// AF_XDP sockets; mode userspace only, see docs/architecture.md).
 	UserspaceIO string `toml:"userspace_io"`
+	// ControlProcs is how many Go Ps (GOMAXPROCS) the control plane (SIP,
+	// ng, the admin API) runs on, beside the userspace workers that hold
+	// one: 0 (default) one per online CPU (or $GOMAXPROCS), N: N (fewer
+	// Ps cost less CPU per SIP call and cap its throughput; see
+	// relayd.toml(5)).
+	ControlProcs int `toml:"control_procs"`
 
 	CoalesceDuration time.Duration `toml:"-"` // parsed Coalesce
 }
@@ -385,6 +391,9 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if d.Workers < 0 {
 		bad("dataplane.workers", "%d is negative (0 means one per online CPU)", d.Workers)
+	}
+	if d.ControlProcs < 0 {
+		bad("dataplane.control_procs", "%d is negative (0 means one per online CPU)", d.ControlProcs)
 	}
 	cpuSeen := make(map[int]bool)
 	for _, cpu := range d.CPUs {

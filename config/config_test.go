@@ -119,6 +119,7 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate interface", "[dataplane]\ninterfaces=[\"a\",\"a\"]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 2, "listed twice"},
 		{"long interface", "[dataplane]\ninterfaces=[\"abcdefghijklmnop\"]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 2, "longer than 15"},
 		{"workers", "[dataplane]\nmode=\"userspace\"\nworkers = -1\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.workers", 3, "negative"},
+		{"control_procs", "[dataplane]\nmode=\"userspace\"\ncontrol_procs = -2\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.control_procs", 3, "negative"},
 		{"cpu offline", "[dataplane]\nmode=\"userspace\"\ncpus = [0, 4096]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.cpus", 3, "not online"},
 		{"cpu twice", "[dataplane]\nmode=\"userspace\"\ncpus = [0, 0]\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.cpus", 3, "twice"},
 		{"pin path", "[dataplane]\ninterfaces=[\"a\"]\npin_path = \"bpf\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.pin_path", 3, "absolute"},

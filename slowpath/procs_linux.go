@@ -97,3 +97,16 @@ func procsAdjust(d int) {
 	procs.held += d
 	runtime.GOMAXPROCS(procs.base + procs.held) // no stop when unchanged
 }
+
+// SetControlProcs gives the rest of the program (the control plane) n
+// Ps; the workers holding a P get theirs on top.
+func SetControlProcs(n int) {
+	procs.Lock()
+	defer procs.Unlock()
+	if procs.pools == 0 {
+		runtime.GOMAXPROCS(n)
+		return
+	}
+	procs.base = n
+	runtime.GOMAXPROCS(procs.base + procs.held)
+}

@@ -178,6 +178,11 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	}()
 	planes = append(planes, pool)
 	observers = append(observers, pool)
+	if n := cfg.Dataplane.ControlProcs; n > 0 {
+		// The control plane's Ps (dataplane.control_procs), the workers
+		// that hold one aside.
+		slowpath.SetControlProcs(n)
+	}
 	switch cfg.Dataplane.Mode {
 	case "xdp":
 		fp, err := fastpath.New(fastpath.Config{

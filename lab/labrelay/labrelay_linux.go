@@ -47,6 +47,9 @@ type Options struct {
 	// UserspaceIO is dataplane.userspace_io (socket | afxdp); ""
 	// (default): relayd's default.
 	UserspaceIO string
+	// ControlProcs is dataplane.control_procs; 0 (default): relayd's
+	// default.
+	ControlProcs int
 	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
 	// Off by default: the lab's senders run far faster than any codec to
 	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
@@ -220,6 +223,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	}
 	if o.UserspaceIO != "" {
 		coalesce += fmt.Sprintf("userspace_io = %q\n", o.UserspaceIO)
+	}
+	if o.ControlProcs > 0 {
+		coalesce += fmt.Sprintf("control_procs = %d\n", o.ControlProcs)
 	}
 	cfg := fmt.Sprintf(`[log]
 level = %q

@@ -33,6 +33,7 @@ import (
 // RELAYD_TEST_BIN runs another relayd (one built with -tags relaydpprof
 // for the heap figures: an older one to compare).
 // RELAYD_SIP_STATE=1 gives relayd a [state] file (calls persisted);
+// RELAYD_SIP_CONTROL_PROCS=N sets dataplane.control_procs;
 // RELAYD_SIP_PROFILE=DIR writes relayd's profiles there: heap.pprof
 // (held calls, settled) and heap_up.pprof (as they are up), heap dumps
 // beside them (heap.dump, heap_up.dump; the test logs, per object size,
@@ -71,7 +72,9 @@ path = %[3]q
 		extra += fmt.Sprintf("[state]\npath = %q\n", filepath.Join(dir, "state.db"))
 	}
 	// Held calls carry no media: the media timeout must outlast them.
-	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: "20000-59999", LogLevel: "warn", Timeout: "300s", Profile: true})
+	controlProcs, _ := strconv.Atoi(os.Getenv("RELAYD_SIP_CONTROL_PROCS"))
+	r, err := New(l, Options{Dir: dir, ExtraMedia: extra, Ports: "20000-59999", LogLevel: "warn", Timeout: "300s", Profile: true,
+		ControlProcs: controlProcs})
 	if err != nil {
 		t.Fatal(err)
 	}
