@@ -44,6 +44,14 @@ type SIP struct {
 	// RetryAfter is the Retry-After of 503s for exhausted ports, rate
 	// limits and max_calls; default "5s".
 	RetryAfter string `toml:"retry_after"`
+	// WaitTimer is how long a transaction that ended with a final
+	// response stays over UDP to absorb retransmissions: RFC 3261's
+	// Timer D (an INVITE relayd sent that was refused) and Timer J (a
+	// non-INVITE request relayd answered). Default "32s", the RFC's
+	// values; 1s to 32s. Kamailio's tm keeps such transactions 5s
+	// (wt_timer). The transactions of answered INVITEs keep 64*T1
+	// whatever this says: their 2xx retransmissions and ACKs need it.
+	WaitTimer string `toml:"wait_timer"`
 	// AuthFile holds the digest credentials of the routes' auth_users:
 	// "user:password" lines, "#" comments. It must be a regular file of
 	// root's (or of the user relayd runs as) that nobody else may read or
@@ -70,6 +78,7 @@ type SIP struct {
 	MaxDuration     time.Duration `toml:"-"`
 	RetryAfterDur   time.Duration `toml:"-"`
 	RateBurstParsed int           `toml:"-"`
+	WaitDuration    time.Duration `toml:"-"` // parsed WaitTimer
 }
 
 // Listener is a parsed sip.listen entry.
@@ -174,6 +183,13 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 		}
 		s.MaxDuration = d
 	}
+	if s.WaitTimer != "" {
+		d, err := time.ParseDuration(s.WaitTimer)
+		if err != nil || d < time.Second || d > 32*time.Second {
+			bad("sip.wait_timer", "%q is not a duration from 1s to 32s", s.WaitTimer)
+		}
+		s.WaitDuration = d
+	}
 	if s.RateLimit < 0 {
 		bad("sip.rate_limit", "%v is negative", s.RateLimit)
 	}
@@ -184,6 +200,9 @@ func (c *Config) validateSIP(bad, warn func(key, format string, args ...any)) {
 		bad("sip.max_calls", "%d is negative", s.MaxCalls)
 	}
 	if s.Enabled() {
+		if s.WaitDuration == 0 {
+			s.WaitDuration = 32 * time.Second
+		}
 		s.RateBurstParsed = s.RateBurst
 		if s.RateBurstParsed == 0 {
 			s.RateBurstParsed = max(1, int(2*s.RateLimit))

@@ -18,6 +18,7 @@ const sipDoc = minimal + `
 listen = ["udp:198.18.1.1:5060", "tcp:[2001:2:0:1::1]:5060"]
 max_call_duration = "2h"
 rate_limit = 50
+wait_timer = "5s"
 [[route]]
 name = "carrier"
 match = "^\\+?1"
@@ -53,7 +54,7 @@ func TestParseSIP(t *testing.T) {
 		s.Listeners[1].Addr != netip.MustParseAddrPort("[2001:2:0:1::1]:5060") {
 		t.Errorf("listeners %+v", s.Listeners)
 	}
-	if s.MaxDuration != 2*time.Hour || s.RateBurstParsed != 100 || s.RetryAfterDur != 5*time.Second {
+	if s.MaxDuration != 2*time.Hour || s.RateBurstParsed != 100 || s.RetryAfterDur != 5*time.Second || s.WaitDuration != 5*time.Second {
 		t.Errorf("sip %+v", s)
 	}
 	if len(c.Routes) != 2 {
@@ -86,6 +87,8 @@ func TestParseSIPErrors(t *testing.T) {
 		msg            string
 	}{
 		{"listen", "[sip]\nlisten = [\"sctp:1.2.3.4:5060\"]\n", "sip.listen", 2, "want udp:ADDR:PORT"},
+		{"wait timer", "[sip]\nwait_timer = \"40s\"\n", "sip.wait_timer", 2, "from 1s to 32s"},
+		{"wait timer short", "[sip]\nwait_timer = \"500ms\"\n", "sip.wait_timer", 2, "from 1s to 32s"},
 		{"route regexp", "[[route]]\nname = \"a\"\nmatch = \"(\"\ndestinations = [\"sip:198.18.2.2\"]\n", "route[0].match", 3, "not a regular expression"},
 		{"second route", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:198.18.2.2\"]\n[[route]]\nname = \"b\"\nmatch = \".\"\ndestinations = [\"http://x\"]\n", "route[1].destinations", 8, "want sip:"},
 		{"duplicate name", "[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\n[[route]]\nname = \"a\"\nmatch = \".\"\ndestinations = [\"sip:h\"]\n", "route[1].name", 6, "twice"},

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"time"
 
+	sipgo "github.com/emiago/sipgo/sip"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -73,6 +75,7 @@ func startB2BUA(ctx context.Context, cfg *config.Config, log *zap.Logger, calls 
 		return nil, err
 	}
 	b.router = router
+	setWaitTimer(cfg.SIP.WaitDuration)
 	var serverTLS *tls.Config
 	if c := cfg.SIP.TLSCertificate; c != nil {
 		serverTLS = &tls.Config{Certificates: []tls.Certificate{*c}}
@@ -179,4 +182,13 @@ func (b *b2bua) ngStore() ng.Store {
 		return nil
 	}
 	return b.store
+}
+
+// setWaitTimer applies sip.wait_timer: sipgo's Timers D and J, package
+// variables its transactions read as they start. Written only when it
+// changes them (relayd has one B2BUA, set before it serves).
+func setWaitTimer(d time.Duration) {
+	if d > 0 && (sipgo.Timer_D != d || sipgo.Timer_J != d) {
+		sipgo.Timer_D, sipgo.Timer_J = d, d
+	}
 }

@@ -33,7 +33,8 @@ import (
 // RELAYD_TEST_BIN runs another relayd (one built with -tags relaydpprof
 // for the heap figures: an older one to compare).
 // RELAYD_SIP_STATE=1 gives relayd a [state] file (calls persisted);
-// RELAYD_SIP_CONTROL_PROCS=N sets dataplane.control_procs;
+// RELAYD_SIP_CONTROL_PROCS=N sets dataplane.control_procs,
+// RELAYD_SIP_WAIT_TIMER=D sip.wait_timer;
 // RELAYD_SIP_PROFILE=DIR writes relayd's profiles there: heap.pprof
 // (held calls, settled) and heap_up.pprof (as they are up), heap dumps
 // beside them (heap.dump, heap_up.dump; the test logs, per object size,
@@ -70,6 +71,9 @@ path = %[3]q
 `, l.RelayMedia4, uas, filepath.Join(dir, "cdr.jsonl"))
 	if os.Getenv("RELAYD_SIP_STATE") != "" {
 		extra += fmt.Sprintf("[state]\npath = %q\n", filepath.Join(dir, "state.db"))
+	}
+	if w := os.Getenv("RELAYD_SIP_WAIT_TIMER"); w != "" {
+		extra = strings.Replace(extra, "[sip]\n", fmt.Sprintf("[sip]\nwait_timer = %q\n", w), 1)
 	}
 	// Held calls carry no media: the media timeout must outlast them.
 	controlProcs, _ := strconv.Atoi(os.Getenv("RELAYD_SIP_CONTROL_PROCS"))
@@ -187,6 +191,10 @@ path = %[3]q
 		"-r", strconv.Itoa(cps), "-m", strconv.Itoa(cps*secs), "-d", "0", "-l", strconv.Itoa(cps*4), "-recv_timeout", "10000")
 	took := time.Since(start)
 	cpu := procCPU(t, r.Pid()) - cpuBefore
+	// What the last 64*T1 of calls still hold (their transactions), as
+	// SIPp ends.
+	rssEnd := procRSS(t, r.Pid())
+	inuseEnd, liveEnd, heapErr := r.HeapAfterGC()
 	if st == nil {
 		t.Fatalf("sipp: %s", out)
 	}
@@ -198,6 +206,10 @@ path = %[3]q
 	failed, _ := strconv.Atoi(st["FailedCall(C)"])
 	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f)",
 		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft)
+	if heapErr == nil {
+		t.Logf("as SIPp ended (the transactions of the last %s of calls still kept): RSS %.0f MiB, HeapInuse after GC %.0f MiB (live %.0f MiB)",
+			min(took, 32*time.Second).Round(time.Second), float64(rssEnd)/(1<<20), inuseEnd/(1<<20), liveEnd/(1<<20))
+	}
 	if state0 != nil {
 		d := stateWrites(r)
 		for k := range d {
