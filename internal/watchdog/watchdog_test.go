@@ -128,14 +128,22 @@ func waitFor(t *testing.T, cond func() bool) {
 // 127.0.0.1.
 func sipServer(t *testing.T, code int) netip.AddrPort {
 	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ap := netip.MustParseAddrPort(pc.LocalAddr().String())
-	ln, err := net.Listen("tcp4", ap.String())
-	if err != nil {
-		t.Fatal(err)
+	// A free UDP port may be a TCP port in use: try another.
+	var pc net.PacketConn
+	var ln net.Listener
+	var ap netip.AddrPort
+	for try := 0; ln == nil; try++ {
+		var err error
+		if pc, err = net.ListenPacket("udp4", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		ap = netip.MustParseAddrPort(pc.LocalAddr().String())
+		if ln, err = net.Listen("tcp4", ap.String()); err != nil {
+			pc.Close()
+			if try == 20 {
+				t.Fatal(err)
+			}
+		}
 	}
 	ua, _ := sipgo.NewUA()
 	srv, _ := sipgo.NewServer(ua)
