@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -44,14 +43,15 @@ func (u *rawUA) send(msg string, to *net.UDPAddr) {
 	}
 }
 
-// sipHeader returns the value of a header of msg.
+// sipHeader returns the value of a header of msg (header), failing the
+// test when it has none.
 func sipHeader(t *testing.T, msg []byte, name string) string {
 	t.Helper()
-	m := regexp.MustCompile(`(?im)^` + name + `:[ \t]*(.*?)\r$`).FindSubmatch(msg)
-	if m == nil {
+	v := header(string(msg), name)
+	if v == "" {
 		t.Fatalf("no %s in:\n%s", name, msg)
 	}
-	return string(m[1])
+	return v
 }
 
 // answer is msg's response with code, the request's headers copied.
