@@ -115,3 +115,103 @@ func BenchmarkEncodeUlaw160(b *testing.B) {
 		dst = AppendUlaw(dst[:0], pcm)
 	}
 }
+
+// Sun's g711.c finds the segment by searching a table of the segments'
+// ends; the encoders compute it from the sample's top bit. TestEveryInput
+// holds them to the search for all 65,536 inputs.
+var (
+	sunUlawEnds = [8]int32{0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF}
+	sunAlawEnds = [8]int32{0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF}
+)
+
+func sunSegment(v int32, end *[8]int32) int32 {
+	for i, e := range end {
+		if v <= e {
+			return int32(i)
+		}
+	}
+	return 8
+}
+
+func sunUlaw(sample int16) byte {
+	v, mask := int32(sample)>>2, int32(0xFF)
+	if v < 0 {
+		v, mask = -v, 0x7F
+	}
+	v = min(v, ulawClip) + ulawBias>>2
+	seg := sunSegment(v, &sunUlawEnds)
+	if seg >= 8 {
+		return byte(0x7F ^ mask)
+	}
+	return byte((seg<<4 | (v>>(seg+1))&0xF) ^ mask)
+}
+
+func sunAlaw(sample int16) byte {
+	v, mask := int32(sample)>>3, int32(0xD5)
+	if v < 0 {
+		v, mask = -v-1, 0x55
+	}
+	seg := sunSegment(v, &sunAlawEnds)
+	if seg >= 8 {
+		return byte(0x7F ^ mask)
+	}
+	a := seg << 4
+	if seg < 2 {
+		a |= (v >> 1) & 0xF
+	} else {
+		a |= (v >> seg) & 0xF
+	}
+	return byte(a ^ mask)
+}
+
+func TestEveryInput(t *testing.T) {
+	pcm := make([]int16, 0, 1<<16)
+	for i := range 1 << 16 {
+		s := int16(i - 1<<15)
+		pcm = append(pcm, s)
+		if got, want := EncodeUlaw(s), sunUlaw(s); got != want {
+			t.Errorf("EncodeUlaw(%d) = %#02x, want %#02x", s, got, want)
+		}
+		if got, want := EncodeAlaw(s), sunAlaw(s); got != want {
+			t.Errorf("EncodeAlaw(%d) = %#02x, want %#02x", s, got, want)
+		}
+	}
+	// The batch forms append what the sample forms return.
+	u := AppendUlaw([]byte{0xAA}, pcm)
+	a := AppendAlaw(make([]byte, 1, 8), pcm)
+	if len(u) != len(pcm)+1 || len(a) != len(pcm)+1 || u[0] != 0xAA {
+		t.Fatalf("appended %d and %d bytes to one, want %d", len(u), len(a), len(pcm)+1)
+	}
+	for i, s := range pcm {
+		if u[i+1] != sunUlaw(s) || a[i+1] != sunAlaw(s) {
+			t.Fatalf("sample %d: AppendUlaw %#02x, AppendAlaw %#02x, want %#02x, %#02x", s, u[i+1], a[i+1], sunUlaw(s), sunAlaw(s))
+		}
+	}
+}
+
+func BenchmarkEncodeAlaw160(b *testing.B) {
+	pcm := make([]int16, 160)
+	for i := range pcm {
+		pcm[i] = int16(i * 200)
+	}
+	dst := make([]byte, 0, 160)
+	b.ReportAllocs()
+	b.SetBytes(160)
+	for b.Loop() {
+		dst = AppendAlaw(dst[:0], pcm)
+	}
+}
+
+func BenchmarkDecodeUlaw160(b *testing.B) {
+	p := make([]byte, 160)
+	for i := range p {
+		p[i] = byte(i * 37)
+	}
+	out := make([]int16, 160)
+	b.SetBytes(160)
+	for b.Loop() {
+		for j, c := range p {
+			out[j] = DecodeUlaw(c)
+		}
+	}
+}
