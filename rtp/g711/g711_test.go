@@ -103,16 +103,24 @@ func TestAppendNoAlloc(t *testing.T) {
 	}
 }
 
-func BenchmarkEncodeUlaw160(b *testing.B) {
+// BenchmarkEncode160 encodes a 20 ms packet's 160 samples.
+func BenchmarkEncode160(b *testing.B) {
 	pcm := make([]int16, 160)
 	for i := range pcm {
 		pcm[i] = int16(i * 200)
 	}
-	dst := make([]byte, 0, 160)
-	b.ReportAllocs()
-	b.SetBytes(160)
-	for b.Loop() {
-		dst = AppendUlaw(dst[:0], pcm)
+	for _, law := range []struct {
+		name string
+		put  func([]byte, []int16) []byte
+	}{{"ulaw", AppendUlaw}, {"alaw", AppendAlaw}} {
+		b.Run(law.name, func(b *testing.B) {
+			dst := make([]byte, 0, 160)
+			b.ReportAllocs()
+			b.SetBytes(160)
+			for b.Loop() {
+				dst = law.put(dst[:0], pcm)
+			}
+		})
 	}
 }
 
@@ -186,19 +194,6 @@ func TestEveryInput(t *testing.T) {
 		if u[i+1] != sunUlaw(s) || a[i+1] != sunAlaw(s) {
 			t.Fatalf("sample %d: AppendUlaw %#02x, AppendAlaw %#02x, want %#02x, %#02x", s, u[i+1], a[i+1], sunUlaw(s), sunAlaw(s))
 		}
-	}
-}
-
-func BenchmarkEncodeAlaw160(b *testing.B) {
-	pcm := make([]int16, 160)
-	for i := range pcm {
-		pcm[i] = int16(i * 200)
-	}
-	dst := make([]byte, 0, 160)
-	b.ReportAllocs()
-	b.SetBytes(160)
-	for b.Loop() {
-		dst = AppendAlaw(dst[:0], pcm)
 	}
 }
 
