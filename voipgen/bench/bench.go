@@ -279,6 +279,11 @@ type benchRow struct {
 	// the relay runs: tasks (schedstat) and idle (/proc/stat).
 	TaskNsPerPkt float64 `json:"task_ns_per_pkt"`
 	IdleNsPerPkt float64 `json:"idle_ns_per_pkt"`
+	// RelaydNsPerPkt is the part of TaskNsPerPkt in relayd's own threads
+	// (its process's schedstat, the same difference of runs): what is
+	// relayd's alone, without the kernel's work in the sender's and the
+	// sink's threads or voipgen's other threads. Zero for other relays.
+	RelaydNsPerPkt float64 `json:"relayd_ns_per_pkt,omitempty"`
 	// CPU %: of all the machine's CPUs, at the step's sent rate.
 	TaskCPUPct float64 `json:"task_cpu_pct"`
 	IdleCPUPct float64 `json:"idle_cpu_pct"`
@@ -521,7 +526,37 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 			r.Idle = mi / mj
 		}
 		rep.Ratios = append(rep.Ratios, r)
+		// Both relayd's workers: their own threads' ratio beside it (in
+		// xdp mode relayd's threads relay nothing).
+		if p == [2]string{"srtp", "userspace"} {
+			if own, ok := relaydRatio(rep.Rows, p[0], p[1]); ok {
+				rep.Ratios = append(rep.Ratios, own)
+			}
+		}
 	}
+}
+
+// relaydRatio is a's CPU per packet over b's in relayd's own threads, over
+// the steps both completed, for srtp / userspace (relayd's workers both): the
+// goal's ratio is on the tasks figures, which also hold the kernel's work
+// in the sender's and the sink's threads and voipgen's other threads, the
+// same in both modes but for their noise, which at a light step can be as
+// large as SRTP's cost.
+func relaydRatio(rows []benchRow, a, b string) (benchRatio, bool) {
+	var oa, ob []float64
+	var steps []benchStepRatio
+	for _, pr := range commonSteps(rows, a, b) {
+		ra, rb := pr[0], pr[1]
+		if ra.RelaydNsPerPkt <= 0 || rb.RelaydNsPerPkt <= 0 {
+			return benchRatio{}, false
+		}
+		oa, ob = append(oa, ra.RelaydNsPerPkt), append(ob, rb.RelaydNsPerPkt)
+		steps = append(steps, benchStepRatio{Calls: ra.Calls, Task: ra.RelaydNsPerPkt / rb.RelaydNsPerPkt})
+	}
+	if len(steps) == 0 {
+		return benchRatio{}, false
+	}
+	return benchRatio{What: a + " / " + b + " (relayd's threads)", Task: median(oa) / median(ob), Steps: steps}, true
 }
 
 // commonSteps pairs relay a's rows with relay b's of the same call count,
@@ -549,7 +584,7 @@ func commonSteps(rows []benchRow, a, b string) [][2]benchRow {
 // over the relay runs.
 func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) benchRow {
 	row := benchRow{Relay: relay, Calls: calls, Media: media, Flows: 2 * calls, OfferedPPS: benchPPSPerCall * calls, Comparable: true}
-	var task, idle, pps, prog []float64
+	var task, idle, pps, prog, own []float64
 	var sndD, sinkD, sndR, sinkR []float64
 	relayed, userspace := int64(0), int64(0)
 	for i := range runs {
@@ -585,6 +620,9 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 		if r.ProgNsPerRun != nil {
 			prog = append(prog, *r.ProgNsPerRun)
 		}
+		if v, ok := r.RelayLabelNsPkt["relayd"]; ok {
+			own = append(own, v)
+		}
 		row.TranscodedToCallee += r.TranscodedToCallee
 		row.TranscodedToCaller += r.TranscodedToCaller
 		if d := r.WorkerDelay; d != nil {
@@ -598,6 +636,7 @@ func benchRowFromRuns(relay, media string, calls int, runs []fwdStep, cpus int) 
 		row.LossPct = 100 * float64(row.Lost) / float64(row.Sent)
 	}
 	row.TaskNsPerPkt, row.IdleNsPerPkt, row.ProgNsPerRun = finite(median(task)), finite(median(idle)), finite(median(prog))
+	row.RelaydNsPerPkt = finite(median(own))
 	if len(task) == 0 {
 		row.Comparable = false
 	}

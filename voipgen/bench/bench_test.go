@@ -144,6 +144,62 @@ func TestBenchOutputs(t *testing.T) {
 	}
 }
 
+// TestRelaydRatio: srtp / userspace is given over relayd's own threads
+// too, from the relay runs' relayd label minus the direct runs', over the
+// steps both modes carried; pairs that are not both relayd's workers get
+// no such line.
+func TestRelaydRatio(t *testing.T) {
+	withOwn := func(runs []fwdStep, relayd, direct float64) []fwdStep {
+		for i := range runs {
+			if runs[i].Mode == "direct" {
+				continue
+			}
+			// What relayCost leaves: the relay run's label minus the
+			// direct runs' mean.
+			runs[i].RelayLabelNsPkt = map[string]float64{"relayd": relayd - direct, "sender": 300}
+		}
+		return runs
+	}
+	rep := &Report{Config: map[string]any{"cpus": 2, "cpu_ghz": "2.00", "server_price_usd": 2000}}
+	for _, s := range []struct {
+		relay         string
+		calls         int
+		lost          int64
+		tasks, relayd float64
+	}{
+		{"userspace", 250, 0, 4000, 3000}, {"srtp", 250, 0, 6000, 3600},
+		{"userspace", 500, 0, 3000, 2500}, {"srtp", 500, 0, 3600, 3250},
+		{"userspace", 1000, 0, 2800, 2400}, {"srtp", 1000, 5, 3000, 2600}, // srtp lost: not common
+		{"xdp", 250, 0, 900, 40},
+	} {
+		runs := withOwn(benchRuns(s.relay, uint64(100*s.calls), s.lost, s.tasks), s.relayd+50, 50)
+		rep.Rows = append(rep.Rows, benchRowFromRuns(s.relay, benchMediaSIP, s.calls, runs, 2))
+	}
+	if got := rep.Rows[1].RelaydNsPerPkt; got != 3600 {
+		t.Fatalf("srtp 250 calls: relayd_ns_per_pkt %v, want 3600", got)
+	}
+	summarizeBench(rep, []string{"xdp", "userspace", "srtp"}, 2, 2, 2000)
+	var own []benchRatio
+	for _, r := range rep.Ratios {
+		if strings.Contains(r.What, "relayd's threads") {
+			own = append(own, r)
+		}
+	}
+	if len(own) != 1 || own[0].What != "srtp / userspace (relayd's threads)" {
+		t.Fatalf("relayd's-threads ratios %+v, want srtp / userspace only", own)
+	}
+	// Steps 250 and 500: 3600/3000 and 3250/2500; medians 3425 / 2750.
+	r := own[0]
+	if len(r.Steps) != 2 || r.Steps[0].Calls != 250 || r.Steps[0].Task != 1.2 || r.Steps[1].Task != 1.3 || r.Task != 3425.0/2750 || r.Idle != 0 {
+		t.Errorf("ratio %+v", r)
+	}
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	if !strings.Contains(buf.String(), "srtp / userspace (relayd's threads)") || !strings.Contains(buf.String(), "250 calls 1.20, 500 calls 1.30") {
+		t.Errorf("text lacks the relayd's-threads ratio:\n%s", buf.String())
+	}
+}
+
 // checkBenchOutputs checks that bench.json parses and the four plots are
 // there and not empty.
 func checkBenchOutputs(t *testing.T, dir string, rep *Report) {
