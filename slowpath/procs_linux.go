@@ -99,14 +99,11 @@ func procsAdjust(d int) {
 }
 
 // SetControlProcs gives the rest of the program (the control plane) n
-// Ps; the workers holding a P get theirs on top.
+// Ps; the workers holding a P get theirs on top. With no pool open, held
+// is 0 and the first pool to open takes n as its base.
 func SetControlProcs(n int) {
 	procs.Lock()
 	defer procs.Unlock()
-	if procs.pools == 0 {
-		runtime.GOMAXPROCS(n)
-		return
-	}
 	procs.base = n
 	runtime.GOMAXPROCS(procs.base + procs.held)
 }
