@@ -510,53 +510,39 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		}
 		// Over the steps both completed: medians over different steps
 		// would compare different loads.
-		var ta, tb, ia, ib []float64
-		var steps []benchStepRatio
-		for _, pr := range commonSteps(rep.Rows, p[0], p[1]) {
-			ra, rb := pr[0], pr[1]
-			ta, tb = append(ta, ra.TaskNsPerPkt), append(tb, rb.TaskNsPerPkt)
-			ia, ib = append(ia, ra.IdleNsPerPkt), append(ib, rb.IdleNsPerPkt)
-			steps = append(steps, benchStepRatio{Calls: ra.Calls, Task: ra.TaskNsPerPkt / rb.TaskNsPerPkt})
-		}
-		if len(steps) == 0 {
+		pairs := commonSteps(rep.Rows, p[0], p[1])
+		if len(pairs) == 0 {
 			continue
 		}
-		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: median(ta) / median(tb), Steps: steps}
-		if mi, mj := median(ia), median(ib); mi > 0 && mj > 0 {
-			r.Idle = mi / mj
+		ta, tb, steps := medianPair(pairs, func(r benchRow) float64 { return r.TaskNsPerPkt })
+		r := benchRatio{What: p[0] + " / " + p[1] + " (CPU per packet)", Task: ta / tb, Steps: steps}
+		if ia, ib, _ := medianPair(pairs, func(r benchRow) float64 { return r.IdleNsPerPkt }); ia > 0 && ib > 0 {
+			r.Idle = ia / ib
 		}
 		rep.Ratios = append(rep.Ratios, r)
-		// Both relayd's workers: their own threads' ratio beside it (in
-		// xdp mode relayd's threads relay nothing).
-		if p == [2]string{"srtp", "userspace"} {
-			if own, ok := relaydRatio(rep.Rows, p[0], p[1]); ok {
-				rep.Ratios = append(rep.Ratios, own)
-			}
+		// Both relayd's workers: the ratio over relayd's own threads beside
+		// it. The tasks figures also hold the kernel's work in the sender's
+		// and the sink's threads and voipgen's other threads, the same in
+		// both modes but for their noise, which at a light step can be as
+		// large as SRTP's cost. (In xdp mode relayd's threads relay nothing.)
+		own := func(r benchRow) float64 { return r.RelaydNsPerPkt }
+		if p == [2]string{"srtp", "userspace"} && !slices.ContainsFunc(pairs, func(pr [2]benchRow) bool { return own(pr[0]) <= 0 || own(pr[1]) <= 0 }) {
+			oa, ob, steps := medianPair(pairs, own)
+			rep.Ratios = append(rep.Ratios, benchRatio{What: p[0] + " / " + p[1] + " (relayd's threads)", Task: oa / ob, Steps: steps})
 		}
 	}
 }
 
-// relaydRatio is a's CPU per packet over b's in relayd's own threads, over
-// the steps both completed, for srtp / userspace (relayd's workers both): the
-// goal's ratio is on the tasks figures, which also hold the kernel's work
-// in the sender's and the sink's threads and voipgen's other threads, the
-// same in both modes but for their noise, which at a light step can be as
-// large as SRTP's cost.
-func relaydRatio(rows []benchRow, a, b string) (benchRatio, bool) {
-	var oa, ob []float64
-	var steps []benchStepRatio
-	for _, pr := range commonSteps(rows, a, b) {
-		ra, rb := pr[0], pr[1]
-		if ra.RelaydNsPerPkt <= 0 || rb.RelaydNsPerPkt <= 0 {
-			return benchRatio{}, false
-		}
-		oa, ob = append(oa, ra.RelaydNsPerPkt), append(ob, rb.RelaydNsPerPkt)
-		steps = append(steps, benchStepRatio{Calls: ra.Calls, Task: ra.RelaydNsPerPkt / rb.RelaydNsPerPkt})
+// medianPair returns the medians of val over the pairs' first and second
+// rows, and each pair's ratio of the two.
+func medianPair(pairs [][2]benchRow, val func(benchRow) float64) (a, b float64, steps []benchStepRatio) {
+	va, vb := make([]float64, len(pairs)), make([]float64, len(pairs))
+	steps = make([]benchStepRatio, len(pairs))
+	for i, pr := range pairs {
+		va[i], vb[i] = val(pr[0]), val(pr[1])
+		steps[i] = benchStepRatio{Calls: pr[0].Calls, Task: va[i] / vb[i]}
 	}
-	if len(steps) == 0 {
-		return benchRatio{}, false
-	}
-	return benchRatio{What: a + " / " + b + " (relayd's threads)", Task: median(oa) / median(ob), Steps: steps}, true
+	return median(va), median(vb), steps
 }
 
 // commonSteps pairs relay a's rows with relay b's of the same call count,
