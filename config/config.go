@@ -94,9 +94,9 @@ type Dataplane struct {
 	UserspaceIO string `toml:"userspace_io"`
 	// ControlProcs is how many Go Ps (GOMAXPROCS) the control plane (SIP,
 	// ng, the admin API) runs on, beside the userspace workers that hold
-	// one: 0 (default) one per online CPU (or $GOMAXPROCS), N: N (fewer
-	// Ps cost less CPU per SIP call and cap its throughput; see
-	// relayd.toml(5)).
+	// one: 0 (default) by the control plane's load, from one up to one
+	// per online CPU (or $GOMAXPROCS); N: N (fewer Ps cost less CPU per
+	// SIP call and cap its throughput; see relayd.toml(5)).
 	ControlProcs int `toml:"control_procs"`
 
 	CoalesceDuration time.Duration `toml:"-"` // parsed Coalesce
@@ -390,10 +390,10 @@ func (c *Config) validate(lines map[string]int) error {
 		seen[name] = true
 	}
 	if d.Workers < 0 {
-		bad("dataplane.workers", "%d is negative (0 means one per online CPU)", d.Workers)
+		bad("dataplane.workers", "%d is negative (0 means set by the load, up to one per online CPU)", d.Workers)
 	}
 	if d.ControlProcs < 0 {
-		bad("dataplane.control_procs", "%d is negative (0 means one per online CPU)", d.ControlProcs)
+		bad("dataplane.control_procs", "%d is negative (0 means set by the load, up to one per online CPU)", d.ControlProcs)
 	}
 	cpuSeen := make(map[int]bool)
 	for _, cpu := range d.CPUs {

@@ -1026,6 +1026,8 @@ func (w *worker) run() {
 	defer close(w.exited)
 	w.pin()
 	defer runtime.UnlockOSThread()
+	tid := workerThreadStart()
+	defer workerThreadEnd(tid)
 	rx := newRxBatch()
 	w.tx4 = newTxBatch(w.raw4, false)
 	if w.raw6 >= 0 {

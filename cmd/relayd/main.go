@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"github.com/relayd/relayd/internal/secret"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/config"
@@ -152,6 +154,10 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	// Latched sources go to the flow registry, made below over the data
 	// planes, which hands each to the holder of the flow.
 	var regRef atomic.Pointer[registry.Registry]
+	// What the control plane may grow to (dataplane.control_procs 0): one
+	// P per online CPU, or $GOMAXPROCS; read before the pool counts its
+	// workers' Ps on top.
+	maxProcs := runtime.GOMAXPROCS(0)
 	pool, err := slowpath.New(slowpath.Config{
 		Workers:      cfg.Dataplane.Workers,
 		CPUs:         cfg.Dataplane.CPUs,
@@ -182,6 +188,19 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		// The control plane's Ps (dataplane.control_procs), the workers
 		// that hold one aside.
 		slowpath.SetControlProcs(n)
+	} else {
+		// By its load, from one up to maxProcs; stopped before the pool
+		// closes, which puts GOMAXPROCS back.
+		scaleCtx, stopScale := context.WithCancel(ctx)
+		scaled := make(chan struct{})
+		go func() {
+			defer close(scaled)
+			slowpath.AutoControlProcs(scaleCtx, maxProcs, log.Named("procs"))
+		}()
+		defer func() {
+			stopScale()
+			<-scaled
+		}()
 	}
 	switch cfg.Dataplane.Mode {
 	case "xdp":
@@ -251,7 +270,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 			return errors.Join(fmt.Errorf("admin.token_file: %w", err), b2b.stop(shCtx))
 		}
 	}
-	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: calls, Collectors: append(b2b.metrics, ngf.Metrics()...),
+	srv := admin.New(admin.Config{Observers: observers, Version: getVersion(), Calls: calls, Collectors: append(append(b2b.metrics, ngf.Metrics()...), controlProcsGauge()),
 		Control: b2b.control(), CDRStats: b2b.cdrStats(), Token: token}, mgr, log.Named("admin"))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
@@ -391,4 +410,18 @@ func runRebind(ctx context.Context, after time.Duration, reg *registry.Registry,
 		calls.Rebind(stats, after)
 		mgr.Rebind(stats, after)
 	}
+}
+
+// controlProcsGauge is relayd_control_procs: the Go Ps the control plane
+// runs on (dataplane.control_procs, or what its load set).
+func controlProcsGauge() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relayd_control_procs",
+		Help: "Go processors (GOMAXPROCS) the control plane runs on, beside the userspace workers that hold one (dataplane.control_procs; 0 sets them by the load).",
+	}, func() float64 {
+		if n := slowpath.ControlProcs(); n > 0 {
+			return float64(n)
+		}
+		return float64(runtime.GOMAXPROCS(0))
+	})
 }

@@ -184,6 +184,7 @@ path = %[3]q
 		profiling.Go(func() { writeProfile(t, r, profDir, "cpu.pprof", fmt.Sprintf("profile?seconds=%d", secs-2)) })
 	}
 	flowsLeft, _ := r.Metric(`relayd_flows{path="xdp"}`)
+	procsBefore, _ := r.Metric("relayd_control_procs")
 	state0 := stateWrites(r)
 	cpuBefore := procCPU(t, r.Pid())
 	start := time.Now()
@@ -191,6 +192,7 @@ path = %[3]q
 		"-r", strconv.Itoa(cps), "-m", strconv.Itoa(cps*secs), "-d", "0", "-l", strconv.Itoa(cps*4), "-recv_timeout", "10000")
 	took := time.Since(start)
 	cpu := procCPU(t, r.Pid()) - cpuBefore
+	procsAfter, _ := r.Metric("relayd_control_procs")
 	// What the last 64*T1 of calls still hold (their transactions), as
 	// SIPp ends.
 	rssEnd := procRSS(t, r.Pid())
@@ -204,8 +206,9 @@ path = %[3]q
 	}
 	ok, _ := strconv.Atoi(st["SuccessfulCall(C)"])
 	failed, _ := strconv.Atoi(st["FailedCall(C)"])
-	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f)",
-		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft)
+	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f; control plane's Ps %.0f before, %.0f after)",
+		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft,
+		procsBefore, procsAfter)
 	if heapErr == nil {
 		t.Logf("as SIPp ended (the transactions of the last %s of calls still kept): RSS %.0f MiB, HeapInuse after GC %.0f MiB (live %.0f MiB)",
 			min(took, 32*time.Second).Round(time.Second), float64(rssEnd)/(1<<20), inuseEnd/(1<<20), liveEnd/(1<<20))

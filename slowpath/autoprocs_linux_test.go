@@ -1,0 +1,152 @@
+package slowpath
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// The scaler adds a P after a second near what its Ps give, takes one
+// back after five seconds that fitted one fewer with room, and holds
+// between: the load a step changes (fewer Ps cost less) never crosses
+// back.
+func TestProcScaler(t *testing.T) {
+	s := newProcScaler(3)
+	steps := func(rate float64, n int) (changedAt int) {
+		for i := 1; i <= n; i++ {
+			if s.observe(rate) {
+				return i
+			}
+		}
+		return 0
+	}
+	if at := steps(0.85, 40); at != 0 || s.n != 1 {
+		t.Fatalf("at 0.85 CPU with 1 P: changed at sample %d to %d Ps, want none", at, s.n)
+	}
+	s = newProcScaler(3)
+	if at := steps(0.95, 10); at != upSamples || s.n != 2 {
+		t.Fatalf("at 0.95 CPU with 1 P: changed at sample %d to %d Ps, want %d and 2", at, s.n, upSamples)
+	}
+	// 2 Ps: the same load reads higher; between the thresholds it holds.
+	if at := steps(1.05, 40); at != 0 || s.n != 2 {
+		t.Fatalf("at 1.05 CPU with 2 Ps: changed at sample %d to %d Ps, want none", at, s.n)
+	}
+	if at := steps(1.85, 10); at != upSamples || s.n != 3 {
+		t.Fatalf("at 1.85 CPU with 2 Ps: changed at sample %d to %d Ps, want %d and 3", at, s.n, upSamples)
+	}
+	if at := steps(2.9, 40); at != 0 || s.n != 3 {
+		t.Fatalf("at the maximum: changed at sample %d to %d Ps", at, s.n)
+	}
+	if at := steps(1.6, 40); at != 0 || s.n != 3 {
+		t.Fatalf("at 1.6 CPU with 3 Ps: changed at sample %d to %d Ps, want none", at, s.n)
+	}
+	// Each second of the five fits 0.75 of 2 Ps once (nearly) all are at
+	// 1.4.
+	if at := steps(1.4, downSamples); at < downSamples-upSamples || s.n != 2 {
+		t.Fatalf("at 1.4 CPU with 3 Ps: changed at sample %d to %d Ps, want about %d and 2", at, s.n, downSamples)
+	}
+	// A second's burst within the five seconds keeps the Ps.
+	for range downSamples - upSamples {
+		s.observe(0.3)
+	}
+	if at := steps(1.7, upSamples); at != 0 || s.n != 2 {
+		t.Fatalf("after a burst: changed at sample %d to %d Ps, want none", at, s.n)
+	}
+	if at := steps(0.3, downSamples); at < downSamples-upSamples || s.n != 1 {
+		t.Fatalf("at 0.3 CPU with 2 Ps: changed at sample %d to %d Ps, want about %d and 1", at, s.n, downSamples)
+	}
+	if at := steps(0, 40); at != 0 || s.n != 1 {
+		t.Fatalf("idle with 1 P: changed at sample %d to %d Ps", at, s.n)
+	}
+}
+
+// burn spins the calling goroutine's thread for d of its CPU time.
+func burn(d time.Duration) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	start := clockCPU(unix.CLOCK_THREAD_CPUTIME_ID)
+	for clockCPU(unix.CLOCK_THREAD_CPUTIME_ID)-start < d {
+	}
+}
+
+// controlCPU leaves out what a worker's thread takes, while it runs and
+// after it ended, and counts what other threads take.
+func TestControlCPU(t *testing.T) {
+	const work = 300 * time.Millisecond
+	c0, p0 := controlCPU(), clockCPU(unix.CLOCK_PROCESS_CPUTIME_ID)
+	started, end, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid := workerThreadStart()
+		close(started)
+		burn(work)
+		<-end
+		workerThreadEnd(tid)
+		close(ended)
+	}()
+	<-started
+	burn(work) // this thread: control plane
+	time.Sleep(50 * time.Millisecond)
+	for range 2 {
+		c, p := controlCPU()-c0, clockCPU(unix.CLOCK_PROCESS_CPUTIME_ID)-p0
+		if p < 2*work || c < work || c > work+work/2 {
+			t.Fatalf("process %v, control plane %v: want the process over %v, the control plane about %v", p, c, 2*work, work)
+		}
+		if end != nil {
+			close(end)
+			<-ended
+			end = nil
+		}
+	}
+}
+
+// AutoControlProcs starts the control plane on one P, goes to two under a
+// load of two busy threads, and back to one once they stop.
+func TestAutoControlProcs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Fatal("needs two CPUs")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	defer SetControlProcs(runtime.GOMAXPROCS(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		AutoControlProcs(ctx, 2, zap.NewNop())
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitProcs := func(n int, within time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(within); ControlProcs() != n || runtime.GOMAXPROCS(0) != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("control plane's Ps %d (GOMAXPROCS %d), want %d within %v", ControlProcs(), runtime.GOMAXPROCS(0), n, within)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitProcs(1, time.Second)
+	stop := make(chan struct{})
+	for range 2 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					burn(time.Millisecond)
+				}
+			}
+		}()
+	}
+	waitProcs(2, 5*time.Second)
+	close(stop)
+	waitProcs(1, 10*time.Second)
+}
