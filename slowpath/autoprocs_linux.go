@@ -126,24 +126,27 @@ func AutoControlProcs(ctx context.Context, max int, log *zap.Logger) {
 	}
 }
 
-// workerThreads are the threads of the workers that run (their kernel
-// thread IDs) and the CPU of those that ended: controlCPU leaves both out.
+// workerThreads are the threads of the workers that run (kernel thread
+// ID: the thread's CPU time when its worker started on it) and what the
+// workers that ended took: controlCPU leaves both out. A thread's CPU
+// clock counts from the thread's start, and the runtime may have run other
+// goroutines on it before the worker locked it.
 var workerThreads struct {
 	sync.Mutex
-	tids  map[int]struct{}
+	tids  map[int]time.Duration
 	ended time.Duration
 }
 
 // workerThreadStart registers the calling thread, a worker's, which
 // stays locked to its goroutine until workerThreadEnd.
 func workerThreadStart() int {
-	tid := unix.Gettid()
+	tid, cpu := unix.Gettid(), clockCPU(unix.CLOCK_THREAD_CPUTIME_ID)
 	workerThreads.Lock()
 	defer workerThreads.Unlock()
 	if workerThreads.tids == nil {
-		workerThreads.tids = make(map[int]struct{})
+		workerThreads.tids = make(map[int]time.Duration)
 	}
-	workerThreads.tids[tid] = struct{}{}
+	workerThreads.tids[tid] = cpu
 	return tid
 }
 
@@ -152,17 +155,19 @@ func workerThreadEnd(tid int) {
 	cpu := clockCPU(unix.CLOCK_THREAD_CPUTIME_ID)
 	workerThreads.Lock()
 	defer workerThreads.Unlock()
+	workerThreads.ended += cpu - workerThreads.tids[tid]
 	delete(workerThreads.tids, tid)
-	workerThreads.ended += cpu
 }
 
-// controlCPU is the process's CPU time less its workers' threads'.
+// controlCPU is the process's CPU time less what its workers took.
 func controlCPU() time.Duration {
 	workerThreads.Lock()
 	defer workerThreads.Unlock()
 	cpu := clockCPU(unix.CLOCK_PROCESS_CPUTIME_ID) - workerThreads.ended
-	for tid := range workerThreads.tids {
-		cpu -= clockCPU(threadCPUClock(tid))
+	for tid, start := range workerThreads.tids {
+		if now := clockCPU(threadCPUClock(tid)); now > start {
+			cpu -= now - start
+		}
 	}
 	return cpu
 }
