@@ -20,14 +20,21 @@ import (
 // goroutine (flow installs to idle workers run about a tenth slower).
 //
 // Changing GOMAXPROCS stops the world for some microseconds; a worker
-// changes state at most twice per idleWait, and a goroutine of the pool
-// makes the change so that the worker does not wait for it.
+// changes state at most twice per idleWait. A worker that goes idle
+// leaves the change to a goroutine of the pool, so that it does not wait
+// for it; one that starts holding its P makes it itself, before it keeps
+// the P in its wait: the goroutine, made ready on the worker's P, would
+// wait there for it while the control plane had only that one (as
+// dataplane.control_procs and AutoControlProcs can have it) until the
+// runtime preempted the worker, 10-20 ms later, and every control
+// request and latched source with it.
 type procGauge struct {
 	held    atomic.Int32  // workers holding their P
 	changes atomic.Uint64 // times a worker started or stopped holding one
 	kick    chan struct{} // held changed; cap 1
 	done    chan struct{} // run returned
-	applied int           // what run last added to GOMAXPROCS; run only
+	mu      sync.Mutex
+	applied int // what was last added to GOMAXPROCS; under mu
 }
 
 func newProcGauge() *procGauge {
@@ -37,26 +44,40 @@ func newProcGauge() *procGauge {
 	return g
 }
 
-// add counts a worker that starts (+1) or stops (-1) holding its P. It
-// never blocks.
+// add counts a worker that starts (+1) or stops (-1) holding its P. A
+// stop never blocks; a start raises GOMAXPROCS before it returns.
 func (g *procGauge) add(d int32) {
 	g.held.Add(d)
 	g.changes.Add(1)
+	if d > 0 {
+		g.apply()
+		return
+	}
 	select {
 	case g.kick <- struct{}{}:
 	default:
 	}
 }
 
+// apply makes GOMAXPROCS count the workers holding their P.
+func (g *procGauge) apply() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if n := int(g.held.Load()); n != g.applied {
+		procsAdjust(n - g.applied)
+		g.applied = n
+	}
+}
+
 func (g *procGauge) run() {
 	defer close(g.done)
 	for range g.kick {
-		if n := int(g.held.Load()); n != g.applied {
-			procsAdjust(n - g.applied)
-			g.applied = n
-		}
+		g.apply()
 	}
+	g.mu.Lock()
 	procsAdjust(-g.applied)
+	g.applied = 0
+	g.mu.Unlock()
 	procsClose()
 }
 
