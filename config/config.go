@@ -390,7 +390,7 @@ func (c *Config) validate(lines map[string]int) error {
 		seen[name] = true
 	}
 	if d.Workers < 0 {
-		bad("dataplane.workers", "%d is negative (0 means set by the load, up to one per online CPU)", d.Workers)
+		bad("dataplane.workers", "%d is negative (0 means one per online CPU)", d.Workers)
 	}
 	if d.ControlProcs < 0 {
 		bad("dataplane.control_procs", "%d is negative (0 means set by the load, up to one per online CPU)", d.ControlProcs)

@@ -3,7 +3,6 @@ package slowpath
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -91,13 +90,13 @@ func mean(v []float64) float64 {
 	return sum / float64(len(v))
 }
 
-// controlProcs is the control plane's Ps as last set (SetControlProcs),
-// 0 before.
-var controlProcs atomic.Int32
-
-// ControlProcs returns the control plane's Ps (GOMAXPROCS less the
-// workers holding one), 0 when no one set them: GOMAXPROCS then.
-func ControlProcs() int { return int(controlProcs.Load()) }
+// ControlProcs returns the control plane's Ps: GOMAXPROCS less the
+// workers holding one (0 before a pool opened or SetControlProcs).
+func ControlProcs() int {
+	procs.Lock()
+	defer procs.Unlock()
+	return procs.base
+}
 
 // AutoControlProcs sets the control plane's Ps by its load, between one
 // and max, until ctx ends. It starts with one.

@@ -126,6 +126,5 @@ func SetControlProcs(n int) {
 	procs.Lock()
 	defer procs.Unlock()
 	procs.base = n
-	controlProcs.Store(int32(n))
 	runtime.GOMAXPROCS(procs.base + procs.held)
 }

@@ -418,10 +418,5 @@ func controlProcsGauge() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relayd_control_procs",
 		Help: "Go processors (GOMAXPROCS) the control plane runs on, beside the userspace workers that hold one (dataplane.control_procs; 0 sets them by the load).",
-	}, func() float64 {
-		if n := slowpath.ControlProcs(); n > 0 {
-			return float64(n)
-		}
-		return float64(runtime.GOMAXPROCS(0))
-	})
+	}, func() float64 { return float64(slowpath.ControlProcs()) })
 }
