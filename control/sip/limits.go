@@ -2,6 +2,7 @@ package sip
 
 import (
 	"errors"
+	"hash/maphash"
 	"net"
 	"net/netip"
 	"sync"
@@ -67,41 +68,49 @@ func (l *limiter) allow(src netip.Addr) bool {
 }
 
 // branchSet remembers the Via branches of the INVITEs relayd sent in the
-// last few minutes: one coming back in an incoming INVITE is a loop.
-// Safe for concurrent use.
+// last few minutes: one coming back in an incoming INVITE is a loop. It
+// keeps a 64-bit hash of each, not the string: the strings were the
+// branches' own allocations, kept for minutes among the setups' garbage.
+// Two branches that hash alike within the set's lifetime (one chance in
+// about 2^64 / the branches kept) would make one INVITE a loop. Safe for
+// concurrent use.
 type branchSet struct {
+	seed maphash.Seed
+
 	mu   sync.Mutex // guards the following
-	cur  map[string]struct{}
-	prev map[string]struct{}
+	cur  map[uint64]struct{}
+	prev map[uint64]struct{}
 	at   time.Time
 }
 
 const branchTTL = 2 * time.Minute
 
 func newBranchSet() *branchSet {
-	return &branchSet{cur: make(map[string]struct{}), prev: make(map[string]struct{}), at: time.Now()}
+	return &branchSet{seed: maphash.MakeSeed(), cur: make(map[uint64]struct{}), prev: make(map[uint64]struct{}), at: time.Now()}
 }
 
 func (b *branchSet) rotate() {
 	if time.Since(b.at) > branchTTL {
-		b.prev, b.cur, b.at = b.cur, make(map[string]struct{}), time.Now()
+		b.prev, b.cur, b.at = b.cur, make(map[uint64]struct{}), time.Now()
 	}
 }
 
 func (b *branchSet) add(branch string) {
+	h := maphash.String(b.seed, branch)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.rotate()
-	b.cur[branch] = struct{}{}
+	b.cur[h] = struct{}{}
 }
 
 func (b *branchSet) has(branch string) bool {
+	h := maphash.String(b.seed, branch)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.rotate()
-	_, ok := b.cur[branch]
+	_, ok := b.cur[h]
 	if !ok {
-		_, ok = b.prev[branch]
+		_, ok = b.prev[h]
 	}
 	return ok
 }
