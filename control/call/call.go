@@ -1,9 +1,9 @@
 package call
 
 import (
-	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,12 +66,16 @@ type Call struct {
 	Source  netip.AddrPort // caller's signalling address
 	From    string         // From URI of the incoming INVITE
 	To      string         // To URI
-	Media   *Media
+	Media   *Media         // media, part of the call's allocation
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	media Media
 
-	mu          sync.Mutex // guards the following
+	mu sync.Mutex // guards the following
+	// done is closed when the call ends or is let go (Detach). Made on
+	// demand (Done): a held call nobody waits on has none (a context of
+	// its own was two objects of the sizes the setups' garbage fills).
+	done        chan struct{}
+	over        bool // ended or let go: done is (or is made) closed
 	state       State
 	route       string
 	legs        [2]Leg
@@ -84,8 +88,36 @@ type Call struct {
 	final       []FlowStat // flow statistics at the end
 }
 
-// Context is done when the call ends; its cause says why.
-func (c *Call) Context() context.Context { return c.ctx }
+// Keep returns s as one of the call's strings: in the call's own
+// allocation when there is room (the same bytes when the call has s
+// already), else a copy of its own. A string the call keeps for as long
+// as it lasts should be kept so (Media.keep).
+func (c *Call) Keep(s string) string { return c.media.keep(s) }
+
+// Done is closed when the call ends, or when relayd lets go of it
+// (Detach).
+func (c *Call) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.over {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+// finishLocked closes done, once. c.mu must be held.
+func (c *Call) finishLocked() {
+	if c.over {
+		return
+	}
+	c.over = true
+	if c.done != nil {
+		close(c.done)
+	}
+}
 
 // State returns the call's state.
 func (c *Call) State() State {
@@ -108,11 +140,25 @@ func (c *Call) SetState(s State) {
 	}
 }
 
-// SetLeg records a leg's signalling identity.
+// SetLeg records a leg's signalling identity. The transport may be in
+// any case (it is kept in lower case).
 func (c *Call) SetLeg(s Side, l Leg) {
+	l.Transport = lowerTransport(l.Transport)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	l.CallID, l.FromTag, l.ToTag, l.Remote = c.media.keep(l.CallID), c.media.keep(l.FromTag), c.media.keep(l.ToTag), c.media.keep(l.Remote)
 	c.legs[s] = l
+}
+
+// lowerTransport returns t in lower case, without an allocation for the
+// transports SIP knows.
+func lowerTransport(t string) string {
+	for _, k := range [...]string{"udp", "tcp", "tls", "ws", "wss", "sctp"} {
+		if strings.EqualFold(t, k) {
+			return k
+		}
+	}
+	return strings.ToLower(t)
 }
 
 // Leg returns a leg's signalling identity.
@@ -166,14 +212,10 @@ func (c *Call) End(d Disposition, code int, reason string) bool {
 	final := c.Media.Close()
 	c.mu.Lock()
 	c.final = final
+	c.finishLocked()
 	c.mu.Unlock()
-	c.cancel(endError{d})
 	return true
 }
-
-type endError struct{ d Disposition }
-
-func (e endError) Error() string { return "call ended: " + string(e.d) }
 
 // LegStats are the media statistics of one leg: what relayd received from
 // that leg's peer.

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap/zaptest"
 
@@ -138,8 +140,68 @@ func TestMediaFlows(t *testing.T) {
 	if info.Disposition != Answered || info.Media[A].Packets != 10 || info.End == nil {
 		t.Errorf("final info %+v", info)
 	}
-	if c.Context().Err() == nil {
-		t.Error("call context not done after End")
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done not closed after End")
+	}
+}
+
+// TestCallDone: Done is closed by the end or the let-go of a call, for a
+// waiter from before and one from after, and not before.
+func TestCallDone(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	for _, end := range []struct {
+		name string
+		do   func(*Call) bool
+	}{
+		{"End", func(c *Call) bool { return c.End(Hangup, 0, "") }},
+		{"Detach", (*Call).Detach},
+	} {
+		c := tb.New(netip.AddrPort{}, "", "")
+		before := c.Done()
+		select {
+		case <-before:
+			t.Fatalf("%s: Done closed before the call ended", end.name)
+		default:
+		}
+		if !end.do(c) {
+			t.Fatalf("%s returned false", end.name)
+		}
+		for i, ch := range []<-chan struct{}{before, c.Done()} {
+			select {
+			case <-ch:
+			default:
+				t.Errorf("%s: Done taken %s is not closed", end.name, [...]string{"before", "after"}[i])
+			}
+		}
+		if end.do(c) {
+			t.Errorf("%s: a second one returned true", end.name)
+		}
+	}
+}
+
+// TestLegStrings: a leg's strings come back as set (in the call's room),
+// its transport in lower case.
+func TestLegStrings(t *testing.T) {
+	tb := newTable(t, dataplanetest.New(dataplane.PathXDP))
+	c := tb.New(netip.AddrPort{}, "sip:alice@198.18.0.1", "sip:bob@198.18.0.2")
+	if c.From != "sip:alice@198.18.0.1" || c.To != "sip:bob@198.18.0.2" || c.ID == "" {
+		t.Errorf("call ID %q, From %q, To %q", c.ID, c.From, c.To)
+	}
+	for _, tc := range []struct{ in, want string }{{"UDP", "udp"}, {"tcp", "tcp"}, {"Tls", "tls"}, {"", ""}, {"FOO", "foo"}} {
+		l := Leg{CallID: "abc@198.18.0.1", FromTag: "1234", ToTag: "", Remote: "198.18.0.1:5060", Transport: tc.in}
+		c.SetLeg(B, l)
+		got := c.Leg(B)
+		l.Transport = tc.want
+		if got != l {
+			t.Errorf("SetLeg(%+v): Leg returns %+v", l, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		c.SetLeg(A, Leg{CallID: "abc@198.18.0.1", FromTag: "1234", Remote: "198.18.0.1:5060", Transport: "UDP"})
+	}); n != 0 {
+		t.Errorf("SetLeg allocates %.0f times, want none (the leg's strings in the call's room)", n)
 	}
 }
 
@@ -499,8 +561,8 @@ func TestMediaSharesFlows(t *testing.T) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		out := make(map[netip.AddrPort]*dataplane.Flow)
-		for match, r := range m.flows {
-			out[match] = r.flow
+		for _, r := range m.flows {
+			out[r.flow.Match] = r.flow
 		}
 		return out
 	}
@@ -525,5 +587,72 @@ func TestMediaSharesFlows(t *testing.T) {
 	}
 	if *before[aIn] != old {
 		t.Errorf("the update changed the flow held before it in place: %+v, was %+v", *before[aIn], old)
+	}
+}
+
+// TestCallSize: a Call, its media and its strings' room fill the size
+// class the room was chosen for (mediaRoom), with less than a string's
+// worth of slack.
+func TestCallSize(t *testing.T) {
+	const class = 2048 // a Go size class
+	const header = 8   // the runtime's, before an object of over 512 bytes with pointers
+	if n := unsafe.Sizeof(Call{}) + header; n > class || class-n >= 16 {
+		t.Errorf("a Call is %d bytes with its header: set mediaRoom so that it is %d (at most 15 less)", n, class)
+	}
+	// What the runtime takes for one.
+	keep := make([]*Call, 1000)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range keep {
+		keep[i] = new(Call)
+	}
+	runtime.ReadMemStats(&after)
+	// (Other goroutines may allocate a little meanwhile; the next size
+	// class is 2,304.)
+	if per := (after.TotalAlloc - before.TotalAlloc) / uint64(len(keep)); per < class || per >= class+64 {
+		t.Errorf("a Call takes %d bytes of heap, want %d", per, class)
+	}
+	runtime.KeepAlive(keep)
+}
+
+// TestKeep: the call's strings are in its own allocation while there is
+// room, the same bytes for a string it has, a copy of its own after.
+func TestKeep(t *testing.T) {
+	c := newTable(t, dataplanetest.New(dataplane.PathXDP)).New(netip.AddrPort{}, "sip:alice@198.18.0.1", "")
+	inCall := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		base := uintptr(unsafe.Pointer(c))
+		return p >= base && p < base+unsafe.Sizeof(*c)
+	}
+	if !inCall(c.ID) || !inCall(c.From) {
+		t.Error("the call's ID and From are not in its allocation")
+	}
+	k := c.Keep(strings.Clone("198.18.0.1:5060"))
+	if k != "198.18.0.1:5060" || !inCall(k) {
+		t.Errorf("Keep returned %q (in the call: %v)", k, inCall(k))
+	}
+	used := c.media.roomUsed
+	if k2 := c.Keep(strings.Clone("198.18.0.1")); !inCall(k2) || c.media.roomUsed != used {
+		t.Errorf("a string the call has was kept again (%d bytes used, were %d)", c.media.roomUsed, used)
+	}
+	if c.Keep("") != "" {
+		t.Error("Keep of an empty string")
+	}
+	sdp := c.media.keepBytes([]byte("v=0\r\no=- 1 1 IN IP4 198.18.1.1\r\n"), true)
+	if in := inCall(unsafe.String(&sdp[0], len(sdp))); !in || cap(sdp) != len(sdp) {
+		t.Errorf("kept bytes: in the call %v, cap %d for %d bytes (an append would write the room)", in, cap(sdp), len(sdp))
+	}
+	var last string
+	for i := 0; i < mediaRoom; i++ {
+		last = c.Keep(fmt.Sprintf("tag-%04d", i))
+		if last != fmt.Sprintf("tag-%04d", i) {
+			t.Fatalf("Keep returned %q", last)
+		}
+	}
+	if inCall(last) {
+		t.Error("a string beyond the room is in the call")
+	}
+	if !inCall(c.ID) || c.From != "sip:alice@198.18.0.1" || k != "198.18.0.1:5060" {
+		t.Error("the strings kept first changed")
 	}
 }

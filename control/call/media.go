@@ -1,12 +1,14 @@
 package call
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 
@@ -135,8 +137,25 @@ type flowRec struct {
 	// replaced when the flow is.
 	flow      *dataplane.Flow
 	path      dataplane.Path
-	side      Side // the leg the packets arrive from
-	installed time.Time
+	side      Side  // the leg the packets arrive from
+	installed int64 // Unix ns (a time.Time is 24 bytes)
+}
+
+// flowRecs are a call's flows, in the order they were installed: a call
+// has a handful, so a slice of values (one allocation) serves better than
+// a map of pointers (a map header, a group and one object per flow, each
+// of the small sizes the setups' garbage fills, so each kept a page of
+// it in use for as long as the call lasted).
+type flowRecs []flowRec
+
+// find returns the index of the flow with this match, or -1.
+func (fr flowRecs) find(match netip.AddrPort) int {
+	for i := range fr {
+		if fr[i].flow.Match == match {
+			return i
+		}
+	}
+	return -1
 }
 
 // Media is the media of one call: its streams and their flows. Create it
@@ -144,19 +163,89 @@ type flowRec struct {
 type Media struct {
 	t *Table
 
+	// room holds the call's strings and the last SDPs sent (keep): its
+	// ID, From and To, its legs' identities, the SIP dialogs' IDs. Each
+	// of those on its own, made among the setups' garbage (or a
+	// substring of a parsed header's, which kept the whole header), kept
+	// a page of its size in use for as long as the call lasted. Written
+	// once, never changed: what keep returns are views of it.
+	roomMu   sync.Mutex // guards roomUsed and writes to room
+	room     [mediaRoom]byte
+	roomUsed int
+
 	mu      sync.Mutex // guards the following
-	streams []*Stream
-	flows   map[netip.AddrPort]*flowRec
-	last    map[netip.AddrPort]FlowStat // statistics of flows removed before the end
-	final   []FlowStat                  // once closed: every flow's last statistics (Close's result)
-	learned map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
-	closed  bool
+	streams []*Stream  // in streamPtrs while they fit; the first is stream0
+	flows   flowRecs   // in flowBuf while they fit
+	flowBuf [4]flowRec
+	// The first stream and its pointer, part of the call's allocation
+	// like room and flowBuf.
+	stream0    Stream
+	streamPtrs [1]*Stream
+	last       map[netip.AddrPort]FlowStat // statistics of flows removed before the end
+	final      []FlowStat                  // once closed: every flow's last statistics (Close's result)
+	learned    map[netip.AddrPort]learned  // symmetric RTP: sources the flows learned, by match
+	closed     bool
 	// restoreIDs are the flow IDs of a restored call, used by the Sync
 	// of Restore for flows it installs again.
 	restoreIDs map[netip.AddrPort]uint64
 	restoreROC map[netip.AddrPort][2]uint32    // SSRC and ROC of restored SRTP flows
 	restoreOut map[netip.AddrPort]FlowSnapshot // output positions of restored transcoding flows
 	revision   uint64                          // counts changes to the flows and learned sources
+}
+
+// mediaRoom is the room for a call's strings and SDPs in its allocation,
+// so that a Call and the 8-byte header the runtime puts before an object
+// of over 512 bytes with pointers fill the 2,048-byte size class
+// (TestCallSize).
+const mediaRoom = 864
+
+// init readies empty media of the table's.
+func (m *Media) init(t *Table) {
+	m.t = t
+	m.flows = m.flowBuf[:0]
+	m.streams = m.streamPtrs[:0]
+}
+
+// newStream appends a stream: the first is m.stream0. m.mu must be held.
+func (m *Media) newStream(st Stream) *Stream {
+	p := &st
+	if len(m.streams) == 0 {
+		m.stream0 = st
+		p = &m.stream0
+	}
+	m.streams = append(m.streams, p)
+	return p
+}
+
+// keep returns s in the room when it fits (the same bytes when the room
+// has s already), else a copy of its own.
+func (m *Media) keep(s string) string {
+	if s == "" {
+		return ""
+	}
+	b := m.keepBytes(unsafe.Slice(unsafe.StringData(s), len(s)), true)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// keepBytes returns a copy of b, in the room when it fits, with no room
+// to append (a view of the room must not grow into what follows). With
+// dedup it returns the room's bytes when the room has b already.
+func (m *Media) keepBytes(b []byte, dedup bool) []byte {
+	m.roomMu.Lock()
+	defer m.roomMu.Unlock()
+	have := m.room[:m.roomUsed]
+	if dedup {
+		if i := bytes.Index(have, b); i >= 0 {
+			return have[i : i+len(b) : i+len(b)]
+		}
+	}
+	if len(b) > len(m.room)-m.roomUsed {
+		return slices.Clone(b)
+	}
+	out := m.room[m.roomUsed : m.roomUsed+len(b) : m.roomUsed+len(b)]
+	copy(out, b)
+	m.roomUsed += len(b)
+	return out
 }
 
 // Revision counts the changes to the media's flows and learned sources: a
@@ -190,7 +279,7 @@ func (m *Media) Ensure(i int, relayA, relayB netip.Addr) error {
 		return errors.New("media closed")
 	}
 	for len(m.streams) <= i {
-		m.streams = append(m.streams, &Stream{Index: len(m.streams), ClockRate: 8000})
+		m.newStream(Stream{Index: len(m.streams), ClockRate: 8000})
 	}
 	st := m.streams[i]
 	for s, relay := range [2]netip.Addr{relayA, relayB} {
@@ -500,18 +589,23 @@ func (m *Media) Sync() error {
 	}
 	var errs []error
 	m.revision++
-	for match, rec := range m.flows {
+	// Room for every flow wanted, in one allocation.
+	if n := len(want) - len(m.flows); n > 0 {
+		m.flows = slices.Grow(m.flows, n)
+	}
+	m.flows = slices.DeleteFunc(m.flows, func(rec flowRec) bool {
+		match := rec.flow.Match
 		if want.has(match) {
-			continue
+			return false
 		}
 		fs, err := m.t.reg.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("remove flow %s: %w", match, err))
-			continue
+			return false
 		}
-		m.keepLast(rec, fs.Stats)
-		delete(m.flows, match)
-	}
+		m.keepLast(&rec, fs.Stats)
+		return true
+	})
 	for _, w := range want {
 		match := w.flow.Match
 		w.flow.Owner = dataplane.OwnerCall
@@ -542,7 +636,8 @@ func (m *Media) Sync() error {
 			errs = append(errs, fmt.Errorf("flow %s: %w", match, ErrTranscodeUnsupported))
 			continue
 		}
-		if rec, ok := m.flows[match]; ok {
+		if i := m.flows.find(match); i >= 0 {
+			rec := &m.flows[i]
 			w.flow.ID = rec.flow.ID
 			if sameFlow(*rec.flow, w.flow) {
 				continue
@@ -556,7 +651,7 @@ func (m *Media) Sync() error {
 			}
 			if err != nil {
 				if moved != nil {
-					delete(m.flows, match)
+					m.flows = slices.Delete(m.flows, i, i+1)
 				}
 				errs = append(errs, fmt.Errorf("update flow %s: %w", match, err))
 				continue
@@ -578,7 +673,7 @@ func (m *Media) Sync() error {
 			errs = append(errs, fmt.Errorf("install flow %s: %w", match, err))
 			continue
 		}
-		m.flows[match] = &flowRec{flow: m.shared(fl), path: path, side: w.side, installed: m.t.now()}
+		m.flows = append(m.flows, flowRec{flow: m.shared(fl), path: path, side: w.side, installed: m.t.now().UnixNano()})
 	}
 	return errors.Join(errs...)
 }
@@ -614,10 +709,7 @@ type FlowStat struct {
 // match.
 func (m *Media) Flows() []FlowStat {
 	m.mu.Lock()
-	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
-	for _, r := range m.flows {
-		recs = append(recs, *r)
-	}
+	recs := slices.Clone(m.flows) // copies: Sync replaces the fields
 	m.mu.Unlock()
 	out := make([]FlowStat, 0, len(recs))
 	for _, r := range recs {
@@ -650,9 +742,9 @@ func (m *Media) lastActivity(seen map[netip.AddrPort]time.Time) (time.Time, bool
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var last time.Time
-	for match, r := range m.flows {
-		t := r.installed
-		if s, ok := seen[match]; ok && s.After(t) {
+	for _, r := range m.flows {
+		t := time.Unix(0, r.installed)
+		if s, ok := seen[r.flow.Match]; ok && s.After(t) {
 			t = s
 		}
 		if t.After(last) {
@@ -672,7 +764,8 @@ func (m *Media) Close() []FlowStat {
 	}
 	m.closed = true
 	out := make([]FlowStat, 0, len(m.flows)+len(m.last))
-	for match, rec := range m.flows {
+	for _, rec := range m.flows {
+		match := rec.flow.Match
 		fs, err := m.t.reg.Remove(match)
 		if err != nil && !errors.Is(err, dataplane.ErrNotFound) {
 			m.t.log.Warn("remove flow at call end", zap.Stringer("match", match), zap.Error(err))
@@ -685,6 +778,7 @@ func (m *Media) Close() []FlowStat {
 		out = append(out, FlowStat{Flow: *rec.flow, Path: rec.path, Side: rec.side, Stats: st})
 	}
 	m.flows = nil
+	clear(m.flowBuf[:]) // the registry's flows: the call may outlive them
 	for _, st := range m.streams {
 		for s := range st.Ends {
 			if e := &st.Ends[s]; e.Port != 0 {

@@ -737,19 +737,15 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 	return body, nil
 }
 
-// keepSent records body as the last SDP sent to a leg. Both legs' last
-// SDPs are kept in one allocation, made anew when either changes, and
-// their origins share it: the body itself goes out in a SIP message,
-// among that message's objects, and a few hundred bytes kept from them
-// for as long as the call lasts would keep a page of them in use (the
-// calls' setups leave them everywhere); a held call keeps one object
-// here, of a size the messages' objects do not share.
+// keepSent records body as the last SDP sent to a leg. The body itself
+// goes out in a SIP message, among that message's objects, and a few
+// hundred bytes kept from them for as long as the call lasts would keep
+// a page of them in use (the calls' setups leave them everywhere): it is
+// copied into the call's own allocation while there is room
+// (Media.keepBytes), else into an allocation of its own. The origins
+// share it.
 func (s *Session) keepSent(to Side, body []byte) {
-	other := s.lastSent[to.Other()]
-	both := make([]byte, 0, len(body)+len(other))
-	both = append(both, body...)
-	both = append(both, other...)
-	s.lastSent[to], s.lastSent[to.Other()] = both[:len(body):len(body)], both[len(body):]
+	s.lastSent[to] = s.media.keepBytes(body, true)
 	for side, b := range &s.lastSent {
 		if len(b) == 0 {
 			s.lastSent[side] = nil // none sent

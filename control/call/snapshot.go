@@ -1,7 +1,6 @@
 package call
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -184,10 +183,7 @@ func (m *Media) snapshot() MediaSnapshot {
 		}
 		ms.Streams = append(ms.Streams, ss)
 	}
-	recs := make([]flowRec, 0, len(m.flows)) // copies: Sync replaces the fields
-	for _, r := range m.flows {
-		recs = append(recs, *r)
-	}
+	recs := slices.Clone(m.flows) // copies: Sync replaces the fields
 	for match, l := range m.learned {
 		ms.Learned = append(ms.Learned, LearnedSource{Match: match, Source: l.source, Locked: l.locked})
 	}
@@ -316,7 +312,8 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	if dup {
 		return nil, fmt.Errorf("restore call %s: already in the table", s.ID)
 	}
-	m := t.NewMedia()
+	c := t.emptyCall()
+	m := c.Media
 	for _, ss := range s.Media.Streams {
 		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled, Kind: ss.Kind, Ptime: ss.Ptime}
 		for i, e := range ss.Ends {
@@ -350,7 +347,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 		default:
 			return nil, fmt.Errorf("restore call %s: stream %d: transcode has %d codecs, want 2", s.ID, ss.Index, len(ss.Transcode))
 		}
-		m.streams = append(m.streams, st)
+		m.newStream(*st)
 	}
 	for _, l := range s.Media.Learned {
 		if m.learned == nil {
@@ -387,11 +384,13 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	if state == "" || state == StateEnded {
 		state = StateAnswered
 	}
-	c := &Call{
-		ID: s.ID, Created: s.Created, Source: s.Source, From: s.From, To: s.To, Media: m,
-		state: state, route: s.Route, legs: s.Legs, attempts: slices.Clone(s.Attempts), answered: s.Answered,
+	// c is not shared yet.
+	c.ID, c.Created, c.Source, c.From, c.To = c.media.keep(s.ID), s.Created, s.Source, c.media.keep(s.From), c.media.keep(s.To)
+	c.state, c.route, c.attempts, c.answered = state, s.Route, slices.Clone(s.Attempts), s.Answered
+	for i, l := range s.Legs {
+		l.CallID, l.FromTag, l.ToTag, l.Remote = c.media.keep(l.CallID), c.media.keep(l.FromTag), c.media.keep(l.ToTag), c.media.keep(l.Remote)
+		c.legs[i] = l
 	}
-	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	t.mu.Lock()
 	t.calls[c.ID] = c
 	t.mu.Unlock()
@@ -421,7 +420,7 @@ func (m *Media) adopt(ids map[netip.AddrPort]uint64) error {
 			m.t.log.Warn("restored flow has another id in the data plane; keeping the data plane's",
 				zap.Stringer("match", match), zap.Uint64("stored", id), zap.Uint64("data_plane", f.ID))
 		}
-		m.flows[match] = &flowRec{flow: m.shared(f), path: path, side: w.side, installed: m.t.now()}
+		m.flows = append(m.flows, flowRec{flow: m.shared(f), path: path, side: w.side, installed: m.t.now().UnixNano()})
 	}
 	m.restoreIDs = ids
 	m.mu.Unlock()
@@ -441,10 +440,11 @@ func (m *Media) Detach() {
 		return
 	}
 	m.closed = true
-	for match := range m.flows {
-		m.t.reg.Forget(match)
+	for _, r := range m.flows {
+		m.t.reg.Forget(r.flow.Match)
 	}
 	m.flows = nil
+	clear(m.flowBuf[:])
 }
 
 // Detach lets go of the call without ending it: its flows keep carrying
@@ -460,19 +460,19 @@ func (c *Call) Detach() bool {
 	c.state = StateEnded // End is a no-op from now on
 	c.mu.Unlock()
 	c.Media.Detach()
-	c.cancel(errDetached)
+	c.mu.Lock()
+	c.finishLocked()
+	c.mu.Unlock()
 	return true
 }
-
-var errDetached = errors.New("relayd stopping: call kept")
 
 // Matches returns the matches of every flow the calls in the table own.
 func (t *Table) Matches() []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, c := range t.List() {
 		c.Media.mu.Lock()
-		for match := range c.Media.flows {
-			out = append(out, match)
+		for _, r := range c.Media.flows {
+			out = append(out, r.flow.Match)
 		}
 		c.Media.mu.Unlock()
 	}

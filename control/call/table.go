@@ -2,7 +2,6 @@ package call
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"net/netip"
 	"slices"
@@ -110,7 +109,17 @@ func (t *Table) SetCodecsAvailable(ok bool) { t.codecs.Store(ok) }
 
 // NewMedia returns empty media for a call.
 func (t *Table) NewMedia() *Media {
-	return &Media{t: t, flows: make(map[netip.AddrPort]*flowRec)}
+	m := new(Media)
+	m.init(t)
+	return m
+}
+
+// emptyCall returns a call with its media, not in the table yet.
+func (t *Table) emptyCall() *Call {
+	c := new(Call)
+	c.Media = &c.media
+	c.media.init(t)
+	return c
 }
 
 // New creates a call in state trying and adds it to the table.
@@ -120,31 +129,29 @@ func (t *Table) New(source netip.AddrPort, from, to string) *Call {
 }
 
 func (t *Table) newCall(source netip.AddrPort, from, to string, limited bool) (*Call, error) {
-	n := t.nextCall.Add(1)
-	c := &Call{
-		ID:      strconv.FormatInt(t.now().Unix(), 36) + "-" + strconv.FormatUint(n, 10),
-		Created: t.now(),
-		Source:  source,
-		From:    from,
-		To:      to,
-		Media:   t.NewMedia(),
-		state:   StateTrying,
-	}
-	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	now := t.now()
+	c := t.emptyCall()
+	c.Created, c.Source, c.state = now, source, StateTrying
 	t.mu.Lock()
 	if max := t.maxCalls.Load(); limited && max > 0 && int64(len(t.calls)) >= max {
 		t.mu.Unlock()
-		c.cancel(ErrSessionLimit)
 		return nil, ErrSessionLimit
 	}
 	// A call restored from the previous run may have the ID this run's
 	// counter just made (a restart within the second the call began).
-	for _, taken := t.calls[c.ID]; taken; _, taken = t.calls[c.ID] {
-		c.ID = strconv.FormatInt(c.Created.Unix(), 36) + "-" + strconv.FormatUint(t.nextCall.Add(1), 10)
+	id := callID(now, t.nextCall.Add(1))
+	for _, taken := t.calls[id]; taken; _, taken = t.calls[id] {
+		id = callID(now, t.nextCall.Add(1))
 	}
+	c.ID, c.From, c.To = c.media.keep(id), c.media.keep(from), c.media.keep(to) // c not shared yet
 	t.calls[c.ID] = c
 	t.mu.Unlock()
 	return c, nil
+}
+
+// callID is a call's ID: its start's Unix second in base 36, "-", and n.
+func callID(start time.Time, n uint64) string {
+	return strconv.FormatInt(start.Unix(), 36) + "-" + strconv.FormatUint(n, 10)
 }
 
 // Remove takes the call out of the table (its media must be closed by

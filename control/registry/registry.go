@@ -200,9 +200,11 @@ type pairKey struct {
 }
 
 type rec struct {
-	// flow is never changed in place (an update replaces it): holders
-	// keep the pointer (Shared) instead of a copy of their own.
-	flow    *dataplane.Flow
+	// flow is never changed in place (an update replaces the rec):
+	// holders keep a pointer to it (Shared) instead of a copy of their
+	// own. It is part of the rec's allocation: one object per flow, of a
+	// size the setups' garbage hardly uses, instead of two.
+	flow    dataplane.Flow
 	plane   dataplane.DataPlane
 	mode    dataplane.Path // what the holder asked for; "" = the default
 	holder  Holder         // nil for found flows nobody holds yet
@@ -298,7 +300,7 @@ func (r *Registry) adopt() error {
 			if fl.Owner == dataplane.OwnerStatic && fl.ID >= r.cfg.LegacyCallIDBase {
 				fl.Owner = dataplane.OwnerCall
 			}
-			e := &rec{flow: &fl, plane: p, mode: path, created: now.UnixNano()}
+			e := &rec{flow: fl, plane: p, mode: path, created: now.UnixNano()}
 			if fl.Owner == dataplane.OwnerCall {
 				e.mode = ""
 				r.found[fl.Match] = e
@@ -319,10 +321,8 @@ func (r *Registry) adopt() error {
 	}
 	for _, e := range renumber {
 		old := e.flow.ID
-		fl := *e.flow
-		fl.ID = r.newID()
-		e.flow = &fl
-		if err := e.plane.Update(fl); err != nil {
+		e.flow.ID = r.newID() // nobody holds it yet
+		if err := e.plane.Update(e.flow); err != nil {
 			return fmt.Errorf("adopt flow %s: give it id %d: %w", e.flow.Match, e.flow.ID, err)
 		}
 		r.flows[e.flow.Match] = e
@@ -607,11 +607,10 @@ func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dat
 	} else if f.ID >= r.nextID.Load() {
 		r.nextID.Store(f.ID + 1)
 	}
-	fl := f
-	if err := installShared(p, &fl); err != nil {
+	e := &rec{flow: f, plane: p, mode: mode, holder: h, created: r.now().UnixNano()}
+	if err := installShared(p, &e.flow); err != nil {
 		return f, "", err
 	}
-	e := &rec{flow: &fl, plane: p, mode: mode, holder: h, created: r.now().UnixNano()}
 	r.flows[f.Match] = e
 	r.byID[f.ID] = e
 	return f, p.Path(), nil
@@ -619,7 +618,7 @@ func (r *Registry) Install(f dataplane.Flow, mode dataplane.Path, h Holder) (dat
 
 // installShared installs *f on p, handing p the flow the registry keeps
 // when p can share it (dataplane.SharedInstaller): the registry never
-// changes a flow in place (rec.flow).
+// changes a flow in place (rec.flow): an update makes a new rec.
 func installShared(p dataplane.DataPlane, f *dataplane.Flow) error {
 	if sp, ok := p.(dataplane.SharedInstaller); ok {
 		return sp.InstallShared(f)
@@ -662,11 +661,12 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 	if err != nil {
 		return nil, err
 	}
+	ne := &rec{flow: f, plane: p, mode: e.mode, holder: e.holder, created: e.created}
 	if p == e.plane {
-		if err := updateShared(p, &f); err != nil {
+		if err := updateShared(p, &ne.flow); err != nil {
 			return nil, err
 		}
-		e.flow = &f
+		r.flows[f.Match], r.byID[f.ID] = ne, ne
 		return nil, nil
 	}
 	st, err := e.plane.Remove(f.Match)
@@ -674,12 +674,12 @@ func (r *Registry) Update(f dataplane.Flow) (*Moved, error) {
 		return nil, fmt.Errorf("move flow %s: %w", f.Match, err)
 	}
 	moved := &Moved{From: e.plane.Path(), Stats: st}
-	if err := installShared(p, &f); err != nil {
+	if err := installShared(p, &ne.flow); err != nil {
 		delete(r.flows, f.Match)
 		delete(r.byID, f.ID)
 		return moved, fmt.Errorf("move flow %s to %s: %w", f.Match, p.Path(), err)
 	}
-	e.flow, e.plane = &f, p
+	r.flows[f.Match], r.byID[f.ID] = ne, ne
 	return moved, nil
 }
 
@@ -698,7 +698,7 @@ func (r *Registry) Remove(match netip.AddrPort) (FlowState, error) {
 	}
 	delete(r.flows, match)
 	delete(r.byID, e.flow.ID)
-	return FlowState{Flow: *e.flow, Path: e.plane.Path(), Stats: st}, nil
+	return FlowState{Flow: e.flow, Path: e.plane.Path(), Stats: st}, nil
 }
 
 // Forget drops the flow from the registry and leaves it in its data plane
@@ -720,7 +720,7 @@ func (r *Registry) Get(match netip.AddrPort) (dataplane.Flow, dataplane.Path, bo
 	if !ok {
 		return dataplane.Flow{}, "", false
 	}
-	return *e.flow, e.plane.Path(), true
+	return e.flow, e.plane.Path(), true
 }
 
 // Shared is Get without the copy: the flow as the registry holds it,
@@ -733,7 +733,7 @@ func (r *Registry) Shared(match netip.AddrPort) (*dataplane.Flow, dataplane.Path
 	if !ok {
 		return nil, "", false
 	}
-	return e.flow, e.plane.Path(), true
+	return &e.flow, e.plane.Path(), true
 }
 
 // ByID returns the match of the flow with this ID.
@@ -753,7 +753,7 @@ func (r *Registry) Stats(match netip.AddrPort) (FlowState, error) {
 	var fl *dataplane.Flow
 	var plane dataplane.DataPlane
 	if ok {
-		fl, plane = e.flow, e.plane
+		fl, plane = &e.flow, e.plane
 	}
 	r.mu.Unlock()
 	if !ok {
@@ -773,7 +773,7 @@ func (r *Registry) List(owner dataplane.Owner) ([]FlowState, error) {
 	out := []FlowState{}
 	for _, e := range r.flows {
 		if e.flow.Owner == owner {
-			out = append(out, FlowState{Flow: *e.flow, Path: e.plane.Path()})
+			out = append(out, FlowState{Flow: e.flow, Path: e.plane.Path()})
 		}
 	}
 	r.mu.Unlock()
@@ -844,7 +844,7 @@ func (r *Registry) Claim(match netip.AddrPort, h Holder) (dataplane.Flow, datapl
 	e.created = r.now().UnixNano()
 	r.flows[match] = e
 	r.byID[e.flow.ID] = e
-	return *e.flow, e.plane.Path(), true
+	return e.flow, e.plane.Path(), true
 }
 
 // Unclaimed returns how many call flows found at start no call claimed.

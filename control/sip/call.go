@@ -115,6 +115,7 @@ func (s *Server) setDialog(bc *b2bCall, side call.Side, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.byCall[bc.c.ID] = bc
+	id = bc.c.Keep(id) // the map's key too
 	if side == call.A {
 		bc.aID = id
 	} else {
@@ -196,7 +197,6 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 	bc := &b2bCall{
 		s:     s,
 		c:     c,
-		log:   s.newCallLog(c.ID, req.CallID().Value()),
 		start: time.Now(),
 		a:     dlg,
 		aUA:   aUA,
@@ -204,11 +204,12 @@ func (s *Server) newCall(req *sip.Request, tx sip.ServerTransaction) {
 		neg:   call.NewSession(c.Media, [2]call.Local{}),
 		rt:    &noRoute,
 	}
+	fromTag, _ := req.From().Params.Get("tag")
+	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: req.Transport()})
+	bc.log = s.newCallLog(c.ID, c.Leg(call.A).CallID) // the call's own copy: not the parsed header's
 	bc.authUser = authUser
 	bc.setRelay(call.A, bc.local("", mediaPeer(offer, src.Addr())))
 	bc.setRelay(call.B, bc.local("", src.Addr()))
-	fromTag, _ := req.From().Params.Get("tag")
-	c.SetLeg(call.A, call.Leg{CallID: req.CallID().Value(), FromTag: fromTag, Remote: src.String(), Transport: strings.ToLower(req.Transport())})
 	s.setDialog(bc, call.A, dlg.ID)
 	if err := dlg.Respond(sip.StatusTrying, "Trying", nil); err != nil {
 		bc.log.Debug("100 Trying", zap.Error(err))
@@ -644,7 +645,7 @@ func (bc *b2bCall) outgoingInvite(req *sip.Request, dest route.Destination, body
 		inv.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 	}
 	inv.SetBody(body)
-	inv.SetTransport(strings.ToUpper(dest.Transport))
+	inv.SetTransport(upperTransport(dest.Transport))
 	inv.SetDestination(dest.HostPort())
 	if dest.Transport == "udp" {
 		if la, ok := bc.s.laddr[family(bc.relay[call.B])]; ok {
@@ -971,3 +972,17 @@ type errReofferFailed struct {
 }
 
 func (e errReofferFailed) Error() string { return fmt.Sprintf("%d %s", e.code, e.reason) }
+
+// upperTransport is strings.ToUpper(t) without an allocation for a
+// route's transports: sipgo keeps the INVITE's for as long as the dialog.
+func upperTransport(t string) string {
+	switch t {
+	case "udp":
+		return "UDP"
+	case "tcp":
+		return "TCP"
+	case "tls":
+		return "TLS"
+	}
+	return strings.ToUpper(t)
+}

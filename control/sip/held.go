@@ -99,6 +99,10 @@ func (bc *b2bCall) compact() bool {
 	defer bc.reoffer.Unlock()
 	bc.held = heldDialogs{}
 	bc.held.a, bc.held.b = dialogRecords(bc.a, bc.aRes, bc.b)
+	// The addresses among the call's strings (the texts go when stowed).
+	for _, a := range []*string{&bc.held.a.Source, &bc.held.b.Source, &bc.held.b.Dest} {
+		*a = bc.c.Keep(*a)
+	}
 	bc.compacted = true
 	bc.a, bc.aRes, bc.b = nil, nil, nil
 	// The call's attempts last as long (call.Call.Compact).

@@ -291,7 +291,7 @@ func (bc *b2bCall) respond2xx(from call.Side, req *sip.Request, tx sip.ServerTra
 			return
 		case <-deadline:
 			return
-		case <-bc.c.Context().Done():
+		case <-bc.c.Done():
 			return
 		case <-time.After(interval):
 			tx.Respond(res)
@@ -317,7 +317,7 @@ func (bc *b2bCall) offerlessReinvite(from call.Side, req *sip.Request, tx sip.Se
 	select {
 	case <-bc.ackAfter(acked):
 	case <-time.After(64 * sip.T1):
-	case <-bc.c.Context().Done():
+	case <-bc.c.Done():
 	}
 	d, err := sdp.Parse(bc.takeAckBody())
 	if err != nil {

@@ -633,7 +633,7 @@ func (s *Server) Hangup(id string) error {
 	bc.log.Info("hangup requested", zap.String("id", id))
 	bc.terminate(call.Hangup, 0, "hung up by the operator")
 	select {
-	case <-bc.c.Context().Done():
+	case <-bc.c.Done():
 	case <-time.After(byeTimeout + time.Second):
 	}
 	return nil
