@@ -227,6 +227,18 @@ func (m *Media) keep(s string) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// kind returns an m= line's media as the stream keeps it: the parsed
+// SDP's string is a view of the parser's copy of the whole description's
+// fields, which it would keep for as long as the call lasts.
+func (m *Media) kind(media string) string {
+	for _, k := range [...]string{"audio", "video", "image", "text", "application", "message"} {
+		if media == k {
+			return k
+		}
+	}
+	return m.keep(media)
+}
+
 // keepBytes returns a copy of b, in the room when it fits, with no room
 // to append (a view of the room must not grow into what follows). With
 // dedup it returns the room's bytes when the room has b already.

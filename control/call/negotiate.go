@@ -459,7 +459,7 @@ func (s *Session) Offer(from Side, d *sdp.Description, o OfferOptions) ([]byte, 
 			fe.Mux = dec.offerMux && dec.sentMux && !mp.Demux && !mp.Reject
 			te.Mux = dec.sentMux
 			ms.ClockRate = st.ClockRate()
-			ms.Kind, ms.Ptime = st.Media, st.Ptime
+			ms.Kind, ms.Ptime = m.kind(st.Media), st.Ptime
 			sp.Port = int(te.Port)
 			switch {
 			case dec.terminate:
