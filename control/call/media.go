@@ -601,7 +601,8 @@ func (m *Media) Sync() error {
 	}
 	var errs []error
 	m.revision++
-	// Room for every flow wanted, in one allocation.
+	// More flows wanted than flowBuf holds: room for all, in one
+	// allocation.
 	if n := len(want) - len(m.flows); n > 0 {
 		m.flows = slices.Grow(m.flows, n)
 	}
