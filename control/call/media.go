@@ -158,8 +158,8 @@ func (fr flowRecs) find(match netip.AddrPort) int {
 	return -1
 }
 
-// Media is the media of one call: its streams and their flows. Create it
-// with Table.NewMedia. Safe for concurrent use.
+// Media is the media of one call: its streams and their flows. Each Call
+// holds its own (Call.Media). Safe for concurrent use.
 type Media struct {
 	t *Table
 

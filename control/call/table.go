@@ -107,13 +107,6 @@ func (t *Table) CanTranscode() bool {
 // daemon whose codecs failed to start.
 func (t *Table) SetCodecsAvailable(ok bool) { t.codecs.Store(ok) }
 
-// NewMedia returns empty media for a call.
-func (t *Table) NewMedia() *Media {
-	m := new(Media)
-	m.init(t)
-	return m
-}
-
 // emptyCall returns a call with its media, not in the table yet.
 func (t *Table) emptyCall() *Call {
 	c := new(Call)
