@@ -1,6 +1,7 @@
 package call
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -638,9 +639,14 @@ func TestKeep(t *testing.T) {
 	if c.Keep("") != "" {
 		t.Error("Keep of an empty string")
 	}
-	sdp := c.media.keepBytes([]byte("v=0\r\no=- 1 1 IN IP4 198.18.1.1\r\n"), true)
+	sdp := c.media.keepBytes([]byte("v=0\r\no=- 1 1 IN IP4 198.18.1.1\r\n"))
 	if in := inCall(unsafe.String(&sdp[0], len(sdp))); !in || cap(sdp) != len(sdp) {
 		t.Errorf("kept bytes: in the call %v, cap %d for %d bytes (an append would write the room)", in, cap(sdp), len(sdp))
+	}
+	// What does not fit is a copy of its own, which cannot grow either.
+	big := bytes.Repeat([]byte("x"), mediaRoom-c.media.roomUsed+1)
+	if b := c.media.keepBytes(big); inCall(unsafe.String(&b[0], len(b))) || !bytes.Equal(b, big) || cap(b) != len(b) {
+		t.Errorf("%d bytes over the room: in the call %v, cap %d", len(b), inCall(unsafe.String(&b[0], len(b))), cap(b))
 	}
 	var last string
 	for i := 0; i < mediaRoom; i++ {

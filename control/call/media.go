@@ -223,7 +223,7 @@ func (m *Media) keep(s string) string {
 	if s == "" {
 		return ""
 	}
-	b := m.keepBytes(unsafe.Slice(unsafe.StringData(s), len(s)), true)
+	b := m.keepBytes(unsafe.Slice(unsafe.StringData(s), len(s)))
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
@@ -240,19 +240,20 @@ func (m *Media) kind(media string) string {
 }
 
 // keepBytes returns a copy of b, in the room when it fits, with no room
-// to append (a view of the room must not grow into what follows). With
-// dedup it returns the room's bytes when the room has b already.
-func (m *Media) keepBytes(b []byte, dedup bool) []byte {
+// to append (a view of the room, or a copy shared the same way, must not
+// grow into what follows). When the room has b already, it returns those
+// bytes. First come, first kept: with SDPs of a few hundred bytes what
+// comes last (the callee leg's identity, the dialogs' IDs) may not fit.
+func (m *Media) keepBytes(b []byte) []byte {
 	m.roomMu.Lock()
 	defer m.roomMu.Unlock()
 	have := m.room[:m.roomUsed]
-	if dedup {
-		if i := bytes.Index(have, b); i >= 0 {
-			return have[i : i+len(b) : i+len(b)]
-		}
+	if i := bytes.Index(have, b); i >= 0 {
+		return have[i : i+len(b) : i+len(b)]
 	}
 	if len(b) > len(m.room)-m.roomUsed {
-		return slices.Clone(b)
+		c := slices.Clone(b)
+		return c[:len(c):len(c)]
 	}
 	out := m.room[m.roomUsed : m.roomUsed+len(b) : m.roomUsed+len(b)]
 	copy(out, b)

@@ -745,7 +745,7 @@ func (s *Session) Answer(from Side, d *sdp.Description, o AnswerOptions) ([]byte
 // (Media.keepBytes), else into an allocation of its own. The origins
 // share it.
 func (s *Session) keepSent(to Side, body []byte) {
-	s.lastSent[to] = s.media.keepBytes(body, true)
+	s.lastSent[to] = s.media.keepBytes(body)
 	for side, b := range &s.lastSent {
 		if len(b) == 0 {
 			s.lastSent[side] = nil // none sent

@@ -759,8 +759,8 @@ func TestSessionSnapshot(t *testing.T) {
 	}
 }
 
-// Both legs' last SDPs live in one array, made anew as either changes:
-// each leg's reads back as sent, a re-offer to one leg leaves the
+// Each leg's last SDP is a copy of its own (in the call's room while it
+// fits): it reads back as sent, a re-offer to one leg leaves the
 // other's, and the o= version logic sees the same bodies (the same offer
 // keeps its version, a changed one bumps it).
 func TestSessionLastSent(t *testing.T) {
