@@ -143,11 +143,18 @@ func (c *Call) SetState(s State) {
 // SetLeg records a leg's signalling identity. The transport may be in
 // any case (it is kept in lower case).
 func (c *Call) SetLeg(s Side, l Leg) {
-	l.Transport = lowerTransport(l.Transport)
+	l = c.media.keepLeg(l)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l.CallID, l.FromTag, l.ToTag, l.Remote = c.media.keep(l.CallID), c.media.keep(l.FromTag), c.media.keep(l.ToTag), c.media.keep(l.Remote)
 	c.legs[s] = l
+}
+
+// keepLeg returns l with its strings in the room (keep) and its transport
+// in lower case.
+func (m *Media) keepLeg(l Leg) Leg {
+	l.CallID, l.FromTag, l.ToTag, l.Remote = m.keep(l.CallID), m.keep(l.FromTag), m.keep(l.ToTag), m.keep(l.Remote)
+	l.Transport = lowerTransport(l.Transport)
+	return l
 }
 
 // lowerTransport returns t in lower case, without an allocation for the

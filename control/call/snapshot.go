@@ -315,7 +315,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	c := t.emptyCall()
 	m := c.Media
 	for _, ss := range s.Media.Streams {
-		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled, Kind: ss.Kind, Ptime: ss.Ptime}
+		st := &Stream{Index: len(m.streams), ClockRate: ss.ClockRate, Disabled: ss.Disabled, Kind: m.kind(ss.Kind), Ptime: ss.Ptime}
 		for i, e := range ss.Ends {
 			recv, err := e.Recv.crypto()
 			if err != nil {
@@ -388,8 +388,7 @@ func (t *Table) Restore(s Snapshot) (*Call, error) {
 	c.ID, c.Created, c.Source, c.From, c.To = c.media.keep(s.ID), s.Created, s.Source, c.media.keep(s.From), c.media.keep(s.To)
 	c.state, c.route, c.attempts, c.answered = state, s.Route, slices.Clone(s.Attempts), s.Answered
 	for i, l := range s.Legs {
-		l.CallID, l.FromTag, l.ToTag, l.Remote = c.media.keep(l.CallID), c.media.keep(l.FromTag), c.media.keep(l.ToTag), c.media.keep(l.Remote)
-		c.legs[i] = l
+		c.legs[i] = c.media.keepLeg(l)
 	}
 	t.mu.Lock()
 	t.calls[c.ID] = c
