@@ -119,7 +119,9 @@ struct flow_value {
 	__u64 ticks_mult; /* clock_rate * 2^32 / 1e9: ns to RTP timestamp units */
 };
 
-/* Per-flow statistics, one array slot per flow, guarded by its spin lock.
+/* Per-flow statistics, one array slot per flow, written by one CPU at a
+ * time: without the spin lock for a flow with one source, under it
+ * otherwise (see account). relayd reads and resets slots under the lock.
  * The RTP fields follow RFC 3550 appendix A.1, A.3 and A.8 exactly as
  * rtp.ReceiverStats does in Go (no probation). */
 struct flow_stats {
@@ -354,8 +356,8 @@ static __always_inline void init_seq(struct flow_stats *st, __u16 seq)
 	st->received = 1;
 }
 
-/* RFC 3550 A.1 (without probation) and A.8. Called with st->lock held: no
- * helper calls in here. */
+/* RFC 3550 A.1 (without probation) and A.8. Called by the slot's only
+ * writer, maybe with st->lock held: no helper calls in here. */
 static __always_inline void rtp_update(struct flow_stats *st, __u64 ticks_mult, __u32 ssrc,
 				       __u16 seq, __u32 ts, __u64 now)
 {
@@ -435,7 +437,7 @@ struct pkt {
  * there is none (1: drop). The bucket is refilled lazily from the time of
  * the flow's last accepted packet (last_seen_ns), which a refused packet
  * leaves alone: no second timestamp, and no state written for a drop.
- * Called with st->lock held. */
+ * Called by its slot's only writer (see account). */
 static __always_inline int police(struct flow_stats *st, const struct flow_value *fv, __u64 now)
 {
 	__u64 full = (__u64)fv->rate_burst << 16;
@@ -455,22 +457,53 @@ static __always_inline int police(struct flow_stats *st, const struct flow_value
 	return 0;
 }
 
+/* update counts an accepted packet in st, or one the rate cap refuses
+ * (returns 1), with at most one writer at a time (see account). */
+static __always_inline int update(struct pkt *p, struct flow_stats *st, const struct flow_value *fv,
+				  int rtp, __u32 ssrc, __u16 seq, __u32 ts, __u64 now)
+{
+	if (fv->rate_mult && police(st, fv, now)) {
+		__sync_fetch_and_add(&st->dropped, 1); /* refused sources add to it too */
+		return 1;
+	}
+	st->packets++;
+	st->bytes += p->ip_len;
+	st->last_seen_ns = now;
+	if (rtp)
+		rtp_update(st, fv->ticks_mult, ssrc, seq, ts, now);
+	return 0;
+}
+
 /* Accounts a packet to its flow. Returns 1 when the flow's rate cap
  * refuses the packet (counted as dropped), 0 otherwise. now is the
- * packet's arrival (unused for a dropped packet). */
+ * packet's arrival (unused for a dropped packet).
+ *
+ * A slot has one writer at a time. A flow that takes packets from one
+ * source address and port only (FLOW_F_EXPECT_ADDR and _PORT: every
+ * call's flow once its source is known) gets them on one receive queue,
+ * the one the NIC's RSS hash of the 5-tuple names, and so on one CPU at a
+ * time: its slot is written without the spin lock, which costs more than
+ * the rest of the accounting (two locked instructions and the helper
+ * calls). A flow open to several sources can get packets on several
+ * CPUs at once, and takes the lock. Refused sources only add to the drop
+ * counter, with an atomic add. */
 static __always_inline int account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
 {
 	__u32 idx = fv->stats_idx;
 	struct flow_stats *st = bpf_map_lookup_elem(&stats, &idx);
 	if (!st)
 		return 0;
+	if (dropped) {
+		__sync_fetch_and_add(&st->dropped, 1);
+		return 0;
+	}
 
 	/* RTP header fields, read before taking the lock. RTCP (RFC 5761:
 	 * second byte 192..223) and short packets carry no RTP statistics. */
 	int rtp = 0;
 	__u32 ssrc = 0, ts = 0;
 	__u16 seq = 0;
-	if (!dropped && fv->clock_rate && p->payload_len >= 12) {
+	if (fv->clock_rate && p->payload_len >= 12) {
 		__u8 *b = p->payload;
 		if ((void *)(b + 12) <= p->end && (b[1] < 192 || b[1] > 223)) {
 			rtp = 1;
@@ -480,22 +513,11 @@ static __always_inline int account(struct pkt *p, struct flow_value *fv, int dro
 		}
 	}
 
-	__u32 rate_mult = fv->rate_mult;
-	int policed = 0;
+	const __u8 one_source = FLOW_F_EXPECT_ADDR | FLOW_F_EXPECT_PORT;
+	if ((fv->flags & one_source) == one_source)
+		return update(p, st, fv, rtp, ssrc, seq, ts, now);
 	bpf_spin_lock(&st->lock);
-	if (!dropped && rate_mult && police(st, fv, now)) {
-		dropped = 1;
-		policed = 1;
-	}
-	if (dropped) {
-		st->dropped++;
-	} else {
-		st->packets++;
-		st->bytes += p->ip_len;
-		st->last_seen_ns = now;
-		if (rtp)
-			rtp_update(st, fv->ticks_mult, ssrc, seq, ts, now);
-	}
+	int policed = update(p, st, fv, rtp, ssrc, seq, ts, now);
 	bpf_spin_unlock(&st->lock);
 	return policed;
 }

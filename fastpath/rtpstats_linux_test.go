@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -33,8 +34,19 @@ func concat(parts ...[]rtpStep) []rtpStep {
 
 // TestXDPRTPStatistics feeds crafted sequences through the program packet
 // by packet and compares its per-flow RFC 3550 state, after every packet,
-// with rtp.ReceiverStats fed the same packets at the same arrival times.
+// with rtp.ReceiverStats fed the same packets at the same arrival times:
+// for a flow open to any source, whose slot the program writes under its
+// spin lock, and for one that takes a single source, written without.
 func TestXDPRTPStatistics(t *testing.T) {
+	for j, src := range []struct {
+		name   string
+		expect netip.AddrPort
+	}{{"open", netip.AddrPort{}}, {"one source", ap(caller4, 4000)}} {
+		t.Run(src.name, func(t *testing.T) { testXDPRTPStatistics(t, uint16(34000+2000*j), src.expect) })
+	}
+}
+
+func testXDPRTPStatistics(t *testing.T, port0 uint16, expect netip.AddrPort) {
 	e := newTestEnv(t)
 	for i, tc := range []struct {
 		name  string
@@ -52,8 +64,8 @@ func TestXDPRTPStatistics(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fl := dataplane.Flow{
-				Match: ap(relay4, uint16(34000+4*i)), SendFrom: ap(relay4, uint16(34002+4*i)),
-				SendTo: ap(callee4, 5000), ClockRate: tc.clock,
+				Match: ap(relay4, port0+uint16(4*i)), SendFrom: ap(relay4, port0+uint16(4*i+2)),
+				SendTo: ap(callee4, 5000), ClockRate: tc.clock, ExpectSource: expect,
 				// A cap that takes the bucket's code path and refuses
 				// nothing: the statistics must be as without it.
 				RateCap: dataplane.RateCap{PPS: 1000, Burst: 1000},
@@ -64,6 +76,10 @@ func TestXDPRTPStatistics(t *testing.T) {
 			var val relayFlowValue
 			if err := e.fp.objs.Flows.Lookup(keyOf(fl.Match), &val); err != nil {
 				t.Fatal(err)
+			}
+			oneSource := uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR | relayFlowFlagsFLOW_F_EXPECT_PORT)
+			if got := val.Flags&oneSource == oneSource; got != expect.IsValid() {
+				t.Fatalf("flags %#x: one source %v, want %v", val.Flags, got, expect.IsValid())
 			}
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			var ref rtp.ReceiverStats
