@@ -617,14 +617,17 @@ static __always_inline long route_lookup(struct pkt *p, struct route_entry *r, s
 #define touch(p) asm volatile("" ::"r"(*(const volatile __u8 *)(p)))
 
 /* warm_slot starts the loads of the cache lines of statistics slot idx
- * (both lines of the 88-byte slot; the lock word itself may not be read)
- * and of this CPU's route cache entry for it. */
+ * and of this CPU's route cache entry for it. The 88-byte slots are 88
+ * bytes apart, so a slot spans two cache lines or, one in four, three:
+ * bytes 4, 32 and 84 are on each of them (the lock word itself may not be
+ * read). */
 static __always_inline void warm_slot(__u32 idx)
 {
 	struct flow_stats *st = bpf_map_lookup_elem(&stats, &idx);
 	struct route_entry *r = route_entry_of(idx);
 	if (st) {
 		touch(&st->ssrc);
+		touch(&st->last_seen_ns);
 		touch(&st->rate_tokens);
 	}
 	if (r)
