@@ -483,10 +483,10 @@ static __always_inline int update(struct pkt *p, struct flow_stats *st, const st
  * call's flow once its source is known) gets them on one receive queue,
  * the one the NIC's RSS hash of the 5-tuple names, and so on one CPU at a
  * time: its slot is written without the spin lock, which costs more than
- * the rest of the accounting (two locked instructions and the helper
- * calls). A flow open to several sources can get packets on several
- * CPUs at once, and takes the lock. Refused sources only add to the drop
- * counter, with an atomic add. */
+ * the rest of the accounting (its helper calls, an interrupt save and
+ * restore, a locked instruction). A flow open to several sources can get
+ * packets on several CPUs at once, and takes the lock. Refused sources
+ * only add to the drop counter, with an atomic add. */
 static __always_inline int account(struct pkt *p, struct flow_value *fv, int dropped, __u64 now)
 {
 	__u32 idx = fv->stats_idx;
