@@ -176,13 +176,24 @@ func policeBounds(f *rateFlow) (first int, lo, hi float64, in int, ok bool) {
 // (4 times the codec's packet rate, a second's worth of burst). The
 // flooded flow forwards its burst plus its cap over the time it was
 // flooded, to within rounding (bounds below); the excess is dropped and
-// counted, and is no loss to the other flow.
+// counted, and is no loss to the other flow. The flows are open to any
+// source (the program polices them under the slot's spin lock) or take
+// the one source the packets come from (policed without it).
 func TestXDPRateCap(t *testing.T) {
+	for j, src := range []struct {
+		name   string
+		expect netip.AddrPort
+	}{{"open", netip.AddrPort{}}, {"one source", ap(caller4, 4000)}} {
+		t.Run(src.name, func(t *testing.T) { testXDPRateCap(t, uint16(31000+50*j), src.expect) })
+	}
+}
+
+func testXDPRateCap(t *testing.T, port0 uint16, expect netip.AddrPort) {
 	e := newTestEnv(t)
-	flood := &rateFlow{fl: dataplane.Flow{Match: ap(relay4, 31000), SendFrom: ap(relay4, 31002), SendTo: ap(callee4, 5000),
-		ClockRate: 8000, RateCap: dataplane.RateCap{PPS: 200, Burst: 200}}}
-	legit := &rateFlow{fl: dataplane.Flow{Match: ap(relay4, 31004), SendFrom: ap(relay4, 31006), SendTo: ap(callee4, 5002),
-		ClockRate: 8000, RateCap: dataplane.RateCap{PPS: 400, Burst: 400}}}
+	flood := &rateFlow{fl: dataplane.Flow{Match: ap(relay4, port0), SendFrom: ap(relay4, port0+2), SendTo: ap(callee4, 5000),
+		ExpectSource: expect, ClockRate: 8000, RateCap: dataplane.RateCap{PPS: 200, Burst: 200}}}
+	legit := &rateFlow{fl: dataplane.Flow{Match: ap(relay4, port0+4), SendFrom: ap(relay4, port0+6), SendTo: ap(callee4, 5002),
+		ExpectSource: expect, ClockRate: 8000, RateCap: dataplane.RateCap{PPS: 400, Burst: 400}}}
 	for _, f := range []*rateFlow{flood, legit} {
 		if err := e.fp.Install(f.fl); err != nil {
 			t.Fatal(err)
@@ -190,6 +201,10 @@ func TestXDPRateCap(t *testing.T) {
 		var v relayFlowValue
 		if err := e.fp.objs.Flows.Lookup(keyOf(f.fl.Match), &v); err != nil {
 			t.Fatal(err)
+		}
+		oneSource := uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR | relayFlowFlagsFLOW_F_EXPECT_PORT)
+		if got := v.Flags&oneSource == oneSource; got != expect.IsValid() {
+			t.Fatalf("flags %#x: one source %v, want %v", v.Flags, got, expect.IsValid())
 		}
 		f.model, f.slot, f.mult, f.full = true, v.StatsIdx, uint64(v.RateMult), uint64(v.RateBurst)<<16
 	}
