@@ -180,12 +180,9 @@ func policeBounds(f *rateFlow) (first int, lo, hi float64, in int, ok bool) {
 // source (the program polices them under the slot's spin lock) or take
 // the one source the packets come from (policed without it).
 func TestXDPRateCap(t *testing.T) {
-	for j, src := range []struct {
-		name   string
-		expect netip.AddrPort
-	}{{"open", netip.AddrPort{}}, {"one source", ap(caller4, 4000)}} {
-		t.Run(src.name, func(t *testing.T) { testXDPRateCap(t, uint16(31000+50*j), src.expect) })
-	}
+	bothStatsPaths(t, func(t *testing.T, j int, expect netip.AddrPort) {
+		testXDPRateCap(t, uint16(31000+50*j), expect)
+	})
 }
 
 func testXDPRateCap(t *testing.T, port0 uint16, expect netip.AddrPort) {
@@ -202,10 +199,7 @@ func testXDPRateCap(t *testing.T, port0 uint16, expect netip.AddrPort) {
 		if err := e.fp.objs.Flows.Lookup(keyOf(f.fl.Match), &v); err != nil {
 			t.Fatal(err)
 		}
-		oneSource := uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR | relayFlowFlagsFLOW_F_EXPECT_PORT)
-		if got := v.Flags&oneSource == oneSource; got != expect.IsValid() {
-			t.Fatalf("flags %#x: one source %v, want %v", v.Flags, got, expect.IsValid())
-		}
+		checkStatsPath(t, v.Flags, expect)
 		f.model, f.slot, f.mult, f.full = true, v.StatsIdx, uint64(v.RateMult), uint64(v.RateBurst)<<16
 	}
 	before := e.counters(t)

@@ -38,11 +38,31 @@ func concat(parts ...[]rtpStep) []rtpStep {
 // for a flow open to any source, whose slot the program writes under its
 // spin lock, and for one that takes a single source, written without.
 func TestXDPRTPStatistics(t *testing.T) {
+	bothStatsPaths(t, func(t *testing.T, j int, expect netip.AddrPort) {
+		testXDPRTPStatistics(t, uint16(34000+2000*j), expect)
+	})
+}
+
+// bothStatsPaths runs f, as subtests, for a flow open to any source (the
+// program writes its statistics under the slot's spin lock) and for one
+// that takes the test packets' one source, caller4:4000 (written
+// without); j numbers them.
+func bothStatsPaths(t *testing.T, f func(t *testing.T, j int, expect netip.AddrPort)) {
 	for j, src := range []struct {
 		name   string
 		expect netip.AddrPort
 	}{{"open", netip.AddrPort{}}, {"one source", ap(caller4, 4000)}} {
-		t.Run(src.name, func(t *testing.T) { testXDPRTPStatistics(t, uint16(34000+2000*j), src.expect) })
+		t.Run(src.name, func(t *testing.T) { f(t, j, src.expect) })
+	}
+}
+
+// checkStatsPath fails t when the flags of a flow installed with source
+// expect do not name the statistics path bothStatsPaths meant.
+func checkStatsPath(t *testing.T, flags uint8, expect netip.AddrPort) {
+	t.Helper()
+	oneSource := uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR | relayFlowFlagsFLOW_F_EXPECT_PORT)
+	if got := flags&oneSource == oneSource; got != expect.IsValid() {
+		t.Fatalf("flags %#x: one source %v, want %v", flags, got, expect.IsValid())
 	}
 }
 
@@ -77,10 +97,7 @@ func testXDPRTPStatistics(t *testing.T, port0 uint16, expect netip.AddrPort) {
 			if err := e.fp.objs.Flows.Lookup(keyOf(fl.Match), &val); err != nil {
 				t.Fatal(err)
 			}
-			oneSource := uint8(relayFlowFlagsFLOW_F_EXPECT_ADDR | relayFlowFlagsFLOW_F_EXPECT_PORT)
-			if got := val.Flags&oneSource == oneSource; got != expect.IsValid() {
-				t.Fatalf("flags %#x: one source %v, want %v", val.Flags, got, expect.IsValid())
-			}
+			checkStatsPath(t, val.Flags, expect)
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			var ref rtp.ReceiverStats
 			for n, s := range tc.steps {
