@@ -82,7 +82,11 @@ Modes (--modes): xdp, userspace (workers = one per CPU), srtp (userspace,
 SRTP with AES_CM_128_HMAC_SHA1_80 on the caller leg, plain RTP on the
 callee leg), transcode (below); --with-rtpengine adds rtpengine (userspace,
 --table=-1, one thread per CPU) for the plain modes, and
-rtpengine-transcode for transcode.
+rtpengine-transcode for transcode. userspace-xsk and srtp-xsk are
+userspace and srtp with the workers receiving through AF_XDP
+(dataplane.userspace_io = afxdp) whatever --userspace-io says, so that one
+run compares both ways in: their ratios to userspace and to rtpengine,
+and srtp-xsk's to userspace-xsk, are printed beside the others.
 
 transcode: G.711 <-> G.729 calls, over ng for both relays (relayd with
 userspace workers and its ng listener, and rtpengine), its own sweep
@@ -103,10 +107,17 @@ nsperpkt.png/.svg (CPU ns per relayed packet) to --out.
 flags:
 `
 
+// The modes of relayd's userspace workers receiving through AF_XDP
+// (dataplane.userspace_io = afxdp), beside userspace and srtp in one run.
+const (
+	userspaceXSK = "userspace-xsk"
+	srtpXSK      = "srtp-xsk"
+)
+
 // Config configures voipgen bench.
 type Config struct {
 	calls []int
-	modes []string // xdp | userspace | srtp | transcode
+	modes []string // xdp | userspace | srtp | userspace-xsk | srtp-xsk | transcode
 	// transcodeCalls are the transcode sweep's steps.
 	transcodeCalls []int
 	rtpengine      bool
@@ -164,7 +175,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
 	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 13000: relayd's lab port range, 5000 with --static-flows)")
-	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, transcode")
+	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, userspace-xsk, srtp-xsk, transcode")
 	tcalls := fs.String("transcode-calls", defaultTranscodeCalls, "concurrent calls per step of the transcode sweep, comma-separated")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
 	static := fs.Bool("static-flows", false, "set the sweep's media up as static flows through relayd's admin API, not as SIP calls")
@@ -215,12 +226,12 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(strings.ToLower(m))
 		switch m {
-		case "xdp", "userspace", "srtp", transcodeRelayd:
+		case "xdp", "userspace", "srtp", userspaceXSK, srtpXSK, transcodeRelayd:
 			if !slices.Contains(c.modes, m) {
 				c.modes = append(c.modes, m)
 			}
 		default:
-			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, transcode)", m)
+			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, userspace-xsk, srtp-xsk, transcode)", m)
 		}
 	}
 	for _, e := range []struct{ flag, v string }{{"--sender", c.sender}, {"--sink", c.sink}} {
@@ -501,6 +512,7 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		byRelay[name] = s
 	}
 	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"},
+		{userspaceXSK, "userspace"}, {userspaceXSK, "rtpengine"}, {srtpXSK, userspaceXSK}, {srtpXSK, "srtp"},
 		{transcodeRelayd, transcodeRtpengine}} {
 		if _, ok := byRelay[p[0]]; !ok {
 			continue
@@ -526,7 +538,7 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 		// both modes but for their noise, which at a light step can be as
 		// large as SRTP's cost. (In xdp mode relayd's threads relay nothing.)
 		own := func(r benchRow) float64 { return r.RelaydNsPerPkt }
-		if p == [2]string{"srtp", "userspace"} && !slices.ContainsFunc(pairs, func(pr [2]benchRow) bool { return own(pr[0]) <= 0 || own(pr[1]) <= 0 }) {
+		if (p == [2]string{"srtp", "userspace"} || p == [2]string{srtpXSK, userspaceXSK}) && !slices.ContainsFunc(pairs, func(pr [2]benchRow) bool { return own(pr[0]) <= 0 || own(pr[1]) <= 0 }) {
 			oa, ob, steps := medianPair(pairs, own)
 			rep.Ratios = append(rep.Ratios, benchRatio{What: p[0] + " / " + p[1] + " (relayd's threads)", Task: oa / ob, Steps: steps})
 		}

@@ -96,6 +96,9 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			"xdp":       "relayd dataplane.mode = xdp, flows mode xdp",
 			"userspace": fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), flows mode userspace", cpus),
 			"srtp":      "as userspace, caller leg SRTP: flows decrypt AES_CM_128_HMAC_SHA1_80 (a key per flow), plain RTP to the callee; the sender encrypts, in the direct runs too",
+			userspaceXSK: "as userspace, dataplane.userspace_io = afxdp: relayd's XDP program (bpf/xsk.c, native) on the relay's veths redirects the calls' packets into the workers' AF_XDP sockets (copy mode); " +
+				"they send as in userspace (raw-socket sendmmsg)",
+			srtpXSK:     "as srtp, with the workers receiving as in userspace-xsk",
 			"rtpengine": "Debian's rtpengine, userspace (--table=-1), one thread per CPU, ng offer/answer per flow, deleted at the end",
 			transcodeRelayd: fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), ng listener; per call an ng offer (PCMU + telephone-event, "+
 				"codec: mask PCMU, transcode G729) and answer (G.729 only, annexb=no)", cpus),
@@ -184,7 +187,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			continue
 		}
 		for _, n := range cfg.sipCalls {
-			if name == "srtp" {
+			if benchMode(name).Kind == "srtp" {
 				break
 			}
 			// Nothing goes to the sink during the phase.
@@ -210,7 +213,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if len(cfg.sipCalls) > 0 && slices.Contains(cfg.modes, "srtp") {
+	if len(cfg.sipCalls) > 0 && (slices.Contains(cfg.modes, "srtp") || slices.Contains(cfg.modes, srtpXSK)) {
 		rep.Notes = append(rep.Notes, "srtp: no SIP phase with media (voipgen's per-call media is plain RTP); its sweep's SIP calls offer SDES")
 	}
 	return rep, nil
@@ -233,6 +236,10 @@ func benchMode(name string) fwdMode {
 		return fwdMode{Name: "xdp", Kind: "xdp"}
 	case "srtp":
 		return fwdMode{Name: "srtp", Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80}
+	case srtpXSK:
+		return fwdMode{Name: srtpXSK, Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80, IO: "afxdp"}
+	case userspaceXSK:
+		return fwdMode{Name: userspaceXSK, Kind: "user", Workers: w, IO: "afxdp"}
 	case "rtpengine":
 		return fwdMode{Name: "rtpengine", Kind: "rtpengine"}
 	case transcodeRtpengine:
@@ -244,10 +251,10 @@ func benchMode(name string) fwdMode {
 }
 
 // relaydMode is benchMode with the run's --userspace-io for relayd's
-// userspace workers.
+// userspace workers, except in the modes that name theirs.
 func (c Config) relaydMode(name string) fwdMode {
 	m := benchMode(name)
-	if m.Kind == "user" || m.Kind == "srtp" {
+	if (m.Kind == "user" || m.Kind == "srtp") && m.IO == "" {
 		m.IO = c.userspaceIO
 	}
 	return m

@@ -257,3 +257,47 @@ func TestWriteSIP(t *testing.T) {
 		t.Errorf("notes missing:\n%s", out)
 	}
 }
+
+// TestXSKRatios: the AF_XDP modes are compared in the same run with the
+// socket modes they stand beside and with rtpengine, and srtp-xsk with
+// userspace-xsk over relayd's own threads too.
+func TestXSKRatios(t *testing.T) {
+	c, err := Parse([]string{"--modes", "userspace,userspace-xsk,srtp,srtp-xsk", "--with-rtpengine"}, io.Discard)
+	if err != nil || strings.Join(c.modes, ",") != "userspace,userspace-xsk,srtp,srtp-xsk" {
+		t.Fatalf("modes %v: %v", c.modes, err)
+	}
+	rep := &Report{Config: map[string]any{"cpus": 2, "cpu_ghz": "2.00", "server_price_usd": 2000}}
+	for _, s := range []struct {
+		relay         string
+		tasks, relayd float64
+	}{{"userspace", 4000, 3000}, {userspaceXSK, 3000, 2000}, {"srtp", 4800, 3600}, {srtpXSK, 3900, 2500}, {"rtpengine", 8000, 7000}} {
+		runs := benchRuns(s.relay, 50000, 0, s.tasks)
+		for i := range runs {
+			if runs[i].Mode != "direct" {
+				runs[i].RelayLabelNsPkt = map[string]float64{"relayd": s.relayd}
+			}
+		}
+		rep.Rows = append(rep.Rows, benchRowFromRuns(s.relay, benchMediaSIP, 500, runs, 2))
+	}
+	summarizeBench(rep, []string{"userspace", userspaceXSK, "srtp", srtpXSK, "rtpengine"}, 2, 2, 2000)
+	got := map[string]float64{}
+	for _, r := range rep.Ratios {
+		got[r.What] = r.Task
+	}
+	for what, want := range map[string]float64{
+		"userspace-xsk / userspace (CPU per packet)":  0.75,
+		"userspace-xsk / rtpengine (CPU per packet)":  0.375,
+		"srtp-xsk / userspace-xsk (CPU per packet)":   1.3,
+		"srtp-xsk / srtp (CPU per packet)":            3900.0 / 4800,
+		"srtp-xsk / userspace-xsk (relayd's threads)": 1.25,
+		"userspace / rtpengine (CPU per packet)":      0.5,
+		"srtp / userspace (relayd's threads)":         1.2,
+	} {
+		if g, ok := got[what]; !ok || g != want {
+			t.Errorf("%s: %v (present %v), want %v", what, g, ok, want)
+		}
+	}
+	if len(got) != 7+1 { // and srtp / userspace (CPU per packet)
+		t.Errorf("ratios %v", got)
+	}
+}

@@ -4,7 +4,7 @@ import "testing"
 
 // TestRelaydModeIO: --userspace-io reaches relayd's userspace workers in
 // the modes that have them (userspace, srtp, transcode), not XDP's or
-// rtpengine's.
+// rtpengine's, nor those of the modes that name their own (-xsk).
 func TestRelaydModeIO(t *testing.T) {
 	cfg := Config{userspaceIO: "afxdp"}
 	for name, want := range map[string]string{"userspace": "afxdp", "srtp": "afxdp", transcodeRelayd: "afxdp", "xdp": "", "rtpengine": ""} {
@@ -14,5 +14,16 @@ func TestRelaydModeIO(t *testing.T) {
 	}
 	if got := (Config{}).relaydMode("userspace").IO; got != "" {
 		t.Errorf("no --userspace-io: io %q, want relayd's default", got)
+	}
+	// The -xsk modes receive through AF_XDP whatever --userspace-io says.
+	for _, cfg := range []Config{{}, {userspaceIO: "socket"}} {
+		for _, name := range []string{userspaceXSK, srtpXSK} {
+			if got := cfg.relaydMode(name).IO; got != "afxdp" {
+				t.Errorf("mode %s, --userspace-io %q: io %q, want afxdp", name, cfg.userspaceIO, got)
+			}
+		}
+	}
+	if m := benchMode(srtpXSK); m.Kind != "srtp" || m.Suite != benchMode("srtp").Suite {
+		t.Errorf("srtp-xsk: %+v, want srtp's kind and suite", m)
 	}
 }
