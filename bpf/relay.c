@@ -236,9 +236,11 @@ struct {
  * lookup, starts them beside the lookup's own (see warm_slot). It is
  * never trusted: the program uses the slot the flow's value names, and a
  * stale or wrong hint costs a wasted load. Not pinned: relayd writes it
- * at each install and for the flows it adopts. */
+ * at each install and for the flows it adopts, through its memory mapping
+ * (a 4-byte store: a hint needs no lock), not a system call. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u32);
 	__uint(max_entries, 65536);

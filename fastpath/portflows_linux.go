@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -52,19 +53,32 @@ var (
 type portTable struct {
 	mem     []byte
 	entries *[portEntries]portEntry
+	// hints is port_slots, mapped too: each port's slot hint (see
+	// hint).
+	hintMem []byte
+	hints   *[portEntries]hintEntry
 	held    int // entries that hold a flow
 	// others are the flows of ports whose entry holds another flow, in
 	// the order they were installed or lost the entry.
 	others map[uint16][]flowKey
 }
 
+// hintEntry is an element of port_slots as the kernel lays out an array
+// map: the 4-byte value in an 8-byte element (an array's elements are
+// value_size rounded up to 8 bytes apart).
+type hintEntry struct {
+	slot uint32
+	_    uint32
+}
+
 // portTableSupported says whether this machine's memory model lets the
 // table be written (see portTable).
 const portTableSupported = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
-// mapPortTable maps the table of the map whose file descriptor is fd. It
-// returns nil, nil where the table is not used.
-func mapPortTable(fd int) (*portTable, error) {
+// mapPortTable maps the table of the map whose file descriptor is fd, and
+// the slot hints of port_slots, hintFD. It returns nil, nil where the
+// table is not used.
+func mapPortTable(fd, hintFD int) (*portTable, error) {
 	if !portTableSupported {
 		return nil, nil
 	}
@@ -73,9 +87,16 @@ func mapPortTable(fd int) (*portTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map the port table: %w", err)
 	}
+	hintMem, err := unix.Mmap(hintFD, 0, portEntries*int(unsafe.Sizeof(hintEntry{})), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("map the slot hints: %w", err)
+	}
 	return &portTable{
 		mem:     mem,
 		entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0])),
+		hintMem: hintMem,
+		hints:   (*[portEntries]hintEntry)(unsafe.Pointer(&hintMem[0])),
 		others:  make(map[uint16][]flowKey),
 	}, nil
 }
@@ -85,8 +106,19 @@ func (t *portTable) close() error {
 	if !t.mapped() {
 		return nil
 	}
-	t.entries, t.others = nil, nil
-	return unix.Munmap(t.mem)
+	t.entries, t.hints, t.others = nil, nil, nil
+	return errors.Join(unix.Munmap(t.mem), unix.Munmap(t.hintMem))
+}
+
+// hint writes slot as port's statistics slot hint and reports whether it
+// could (the table is mapped). One aligned 4-byte store: the program
+// reads the old hint or the new, and trusts neither.
+func (t *portTable) hint(port uint16, slot uint32) bool {
+	if !t.mapped() {
+		return false
+	}
+	atomic.StoreUint32(&t.hints[port].slot, slot)
+	return true
 }
 
 // mapped reports whether the table is there to be written.
