@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/relayd/relayd/dataplane"
 )
 
 // TestMonoNow: monoNow, without a system call, reads the kernel's
@@ -36,31 +34,5 @@ func TestMonoNow(t *testing.T) {
 	// A reading may be preempted between the two clocks; not most.
 	if late > 100 {
 		t.Errorf("monoNow more than 20 us after the clock in %d of 10000 readings", late)
-	}
-}
-
-// TestSlotHintMapped: a flow's slot hint is written through relayd's
-// mapping of port_slots, and the program's map holds it.
-func TestSlotHintMapped(t *testing.T) {
-	if !portTableSupported {
-		t.Skip("port_flows and port_slots are mapped on amd64 only")
-	}
-	e := newTestEnv(t)
-	fl := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000}
-	other := dataplane.Flow{Match: ap(relay4, 30004), SendFrom: ap(relay4, 30006), SendTo: ap(callee4, 5002), ClockRate: 8000}
-	for _, f := range []dataplane.Flow{other, fl} {
-		if err := e.fp.Install(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	slot := slotOf(t, e.fp, fl)
-	if slot == 0 {
-		t.Fatal("the second flow in slot 0")
-	}
-	if got := e.fp.ports.hints[30000].slot; got != slot {
-		t.Errorf("mapped hint for port 30000: %d, want %d", got, slot)
-	}
-	if got := portSlot(t, e.fp, 30000); got != slot {
-		t.Errorf("port_slots[30000] by lookup: %d, want %d", got, slot)
 	}
 }

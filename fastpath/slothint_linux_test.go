@@ -18,6 +18,16 @@ func portSlot(tb testing.TB, f *Fastpath, port uint16) uint32 {
 	return slot
 }
 
+// installFlows installs the flows in turn.
+func installFlows(tb testing.TB, f *Fastpath, fls ...dataplane.Flow) {
+	tb.Helper()
+	for _, fl := range fls {
+		if err := f.Install(fl); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // slotOf returns the statistics slot the flow's value names.
 func slotOf(tb testing.TB, f *Fastpath, fl dataplane.Flow) uint32 {
 	tb.Helper()
@@ -37,11 +47,7 @@ func TestSlotHintWrongIsHarmless(t *testing.T) {
 	e := newTestEnv(t)
 	fl4 := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000}
 	fl6 := dataplane.Flow{Match: ap(relay6, 30000), SendFrom: ap(relay6, 30002), SendTo: ap(callee6, 5000), ClockRate: 8000}
-	for _, fl := range []dataplane.Flow{fl4, fl6} {
-		if err := e.fp.Install(fl); err != nil {
-			t.Fatal(err)
-		}
-	}
+	installFlows(t, e.fp, fl4, fl6)
 	s4, s6 := slotOf(t, e.fp, fl4), slotOf(t, e.fp, fl6)
 	if s4 == s6 {
 		t.Fatalf("both flows in slot %d", s4)
@@ -122,5 +128,27 @@ func TestSlotHintAdopted(t *testing.T) {
 		if v, ok := f.ports.holds(new(keyOf(fl.Match))); portTableSupported && (!ok || v.StatsIdx != slot) {
 			t.Errorf("port %d's entry: holds the flow %v, slot %d; want slot %d", fl.Match.Port(), ok, v.StatsIdx, slot)
 		}
+	}
+}
+
+// TestSlotHintMapped: a flow's slot hint is written through relayd's
+// mapping of port_slots, and the program's map holds it.
+func TestSlotHintMapped(t *testing.T) {
+	if !portTableSupported {
+		t.Skip("port_flows and port_slots are mapped on amd64 only")
+	}
+	e := newTestEnv(t)
+	fl := dataplane.Flow{Match: ap(relay4, 30000), SendFrom: ap(relay4, 30002), SendTo: ap(callee4, 5000), ClockRate: 8000}
+	other := dataplane.Flow{Match: ap(relay4, 30004), SendFrom: ap(relay4, 30006), SendTo: ap(callee4, 5002), ClockRate: 8000}
+	installFlows(t, e.fp, other, fl)
+	slot := slotOf(t, e.fp, fl)
+	if slot == 0 {
+		t.Fatal("the second flow in slot 0")
+	}
+	if got := e.fp.ports.hints[30000].slot; got != slot {
+		t.Errorf("mapped hint for port 30000: %d, want %d", got, slot)
+	}
+	if got := portSlot(t, e.fp, 30000); got != slot {
+		t.Errorf("port_slots[30000] by lookup: %d, want %d", got, slot)
 	}
 }
