@@ -213,7 +213,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if len(cfg.sipCalls) > 0 && (slices.Contains(cfg.modes, "srtp") || slices.Contains(cfg.modes, srtpXSK)) {
+	if len(cfg.sipCalls) > 0 && slices.ContainsFunc(cfg.modes, func(m string) bool { return benchMode(m).Kind == "srtp" }) {
 		rep.Notes = append(rep.Notes, "srtp: no SIP phase with media (voipgen's per-call media is plain RTP); its sweep's SIP calls offer SDES")
 	}
 	return rep, nil
