@@ -74,6 +74,7 @@ enum relay_counter {
 	COUNTER_DROP_FLOW,            /* the flow's action is drop */
 	COUNTER_DROP_LOOP,            /* the rewritten destination is itself a flow's match */
 	COUNTER_DROP_RATE,            /* over the flow's packet-rate cap */
+	COUNTER_PUNT_USERSPACE_AFXDP,   /* the flow is handled in userspace: into its worker's AF_XDP socket */
 	COUNTER_MAX,
 };
 
@@ -283,6 +284,49 @@ struct {
 	__type(value, struct port_flow);
 	__uint(max_entries, 65536);
 } port_flows SEC(".maps");
+
+/* AF_XDP receive for the flows the userspace workers carry
+ * (dataplane.userspace_io = "afxdp" in mode xdp). A packet of a flow they
+ * hold (SRTP, transcoding: not in the flow map), or of a flow whose action
+ * is FLOW_USERSPACE (latching), is redirected into
+ * the XDP socket of the worker that owns the flow, as bpf/xsk.c does in
+ * mode userspace, instead of climbing the kernel's IP and UDP receive path
+ * to the worker's UDP socket. The three maps are the userspace data
+ * plane's, given to the loader: the worker of each flow by its match (the
+ * sk_lookup program's map), the workers' sockets, and the index of each
+ * device among the devices they have sockets on. The worker's socket for a
+ * packet is at (worker * xsk_devices + device) * XSK_QUEUES + rx queue.
+ * Without them (xsk_devices 0, the default) the branch is dead and such
+ * packets pass to the kernel as before; so do packets of a flow the
+ * workers do not steer, from a device or queue without sockets, or for a
+ * slot without a socket (bpf_redirect_map's fallback). The program's own
+ * maps are placeholders: none is pinned, a new program gets the running
+ * relayd's. */
+#define XSK_QUEUES 64 /* slowpath's xskQueues */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct flow_key); /* steer.c's steer_key */
+	__type(value, __u32);         /* worker index */
+	__uint(max_entries, 1);
+} xsk_steer SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);   /* ifindex */
+	__type(value, __u32); /* the device's index among xsk_devices */
+	__uint(max_entries, 1);
+} xsk_devs SEC(".maps");
+
+/* Devices the workers have AF_XDP sockets on; 0: none. Set by the loader. */
+volatile const __u32 xsk_devices = 0;
 
 /* Entries per CPU, a power of two; 0: no route cache. Set by the loader. */
 volatile const __u32 route_slots = 0;
@@ -658,6 +702,34 @@ static __always_inline int port_flow_read(const struct port_flow *pf, const stru
 	return *(const volatile __u32 *)&pf->seq == seq;
 }
 
+/* to_xsk redirects the packet into the AF_XDP socket of the worker that
+ * owns its flow (see xsk_steer), with its receive time in front of it (XDP
+ * metadata, copied into the socket's frame) for the worker's per-packet
+ * delay and RFC 3550 arrival times; XDP_PASS when it cannot. */
+static __always_inline int to_xsk(struct pkt *p, struct flow_key *key)
+{
+	__u32 *worker = bpf_map_lookup_elem(&xsk_steer, key);
+	if (!worker)
+		return XDP_PASS;
+	__u32 ifindex = p->ctx->ingress_ifindex;
+	__u32 *dev = bpf_map_lookup_elem(&xsk_devs, &ifindex);
+	if (!dev)
+		return XDP_PASS;
+	__u32 q = p->ctx->rx_queue_index;
+	if (q >= XSK_QUEUES)
+		return XDP_PASS;
+	__u32 slot = (*worker * xsk_devices + *dev) * XSK_QUEUES + q;
+	/* A driver without room for metadata keeps the socket path. The
+	 * packet pointers are not used after this. */
+	if (bpf_xdp_adjust_meta(p->ctx, -(int)sizeof(__u64)))
+		return XDP_PASS;
+	__u64 *meta = (void *)(long)p->ctx->data_meta;
+	if ((void *)(meta + 1) > (void *)(long)p->ctx->data)
+		return XDP_PASS;
+	*meta = bpf_ktime_get_ns();
+	return bpf_redirect_map(&xsks, slot, XDP_PASS);
+}
+
 static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,
 				       __be16 sport)
 {
@@ -679,8 +751,12 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 	struct flow_value *fv = &fvs;
 	if (!pf || !port_flow_read(pf, key, fv)) {
 		struct flow_value *m = bpf_map_lookup_elem(&flows, key);
-		if (!m)
+		if (!m) {
+			/* The flows the workers hold have no entry here. */
+			if (xsk_devices && to_xsk(p, key) == XDP_REDIRECT)
+				return count(COUNTER_PUNT_USERSPACE_AFXDP, p->frame_len, XDP_REDIRECT);
 			return count(COUNTER_PASS_NO_FLOW, p->frame_len, XDP_PASS);
+		}
 		__builtin_memcpy(fv, m, sizeof(*fv));
 	}
 
@@ -696,8 +772,11 @@ static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, cons
 		account(p, fv, 1, 0);
 		return count(COUNTER_DROP_WRONG_SOURCE, p->frame_len, XDP_DROP);
 	}
-	if (fv->action == FLOW_USERSPACE)
+	if (fv->action == FLOW_USERSPACE) {
+		if (xsk_devices && to_xsk(p, key) == XDP_REDIRECT)
+			return count(COUNTER_PUNT_USERSPACE_AFXDP, p->frame_len, XDP_REDIRECT);
 		return count(COUNTER_PUNT_USERSPACE, p->frame_len, XDP_PASS);
+	}
 	if (fv->action != FLOW_FORWARD && fv->action != FLOW_REFLECT)
 		return count(COUNTER_PUNT_USERSPACE, p->frame_len, XDP_PASS);
 

@@ -90,7 +90,8 @@ type Dataplane struct {
 	// UserspaceIO is how the userspace workers receive: "socket"
 	// (default: UDP sockets, the kernel's receive path) or "afxdp" (an
 	// XDP program on interfaces redirects their flows' packets into
-	// AF_XDP sockets; mode userspace only, see docs/architecture.md).
+	// AF_XDP sockets; in mode xdp the relay program does it for the flows
+	// it punts to the workers; see docs/architecture.md).
 	UserspaceIO string `toml:"userspace_io"`
 	// ControlProcs is how many Go Ps (GOMAXPROCS) the control plane (SIP,
 	// ng, the admin API) runs on, beside the userspace workers that hold
@@ -362,11 +363,9 @@ func (c *Config) validate(lines map[string]int) error {
 	switch d.UserspaceIO {
 	case "socket":
 	case "afxdp":
-		// In mode xdp the relay program owns the interfaces, and punts
-		// through the kernel as before.
-		if d.Mode != "userspace" {
-			bad("dataplane.userspace_io", "afxdp needs dataplane.mode userspace (mode %s punts to the workers' sockets)", d.Mode)
-		} else if len(d.Interfaces) == 0 {
+		// In mode xdp the relay program redirects into the sockets; it
+		// needs the interfaces too (checked above).
+		if d.Mode == "userspace" && len(d.Interfaces) == 0 {
 			bad("dataplane.interfaces", "userspace_io afxdp needs at least one interface: name the interfaces media arrives on")
 		}
 	default:

@@ -62,6 +62,7 @@ workers = 4
 enable_forwarding = true
 pin_path = "/sys/fs/bpf/test"
 max_flows = 1024
+userspace_io = "afxdp"
 [media]
 address = "198.18.1.1"
 address6 = "2001:2::1"
@@ -78,7 +79,7 @@ latch_window = "500ms"
 	}
 	d := c.Dataplane
 	if d.XDPMode != "generic" || len(d.Interfaces) != 2 || d.Workers != 4 || !d.EnableForwarding ||
-		d.PinPath != "/sys/fs/bpf/test" || d.MaxFlows != 1024 {
+		d.PinPath != "/sys/fs/bpf/test" || d.MaxFlows != 1024 || d.UserspaceIO != "afxdp" {
 		t.Errorf("dataplane = %+v", d)
 	}
 	m := c.Media
@@ -126,7 +127,6 @@ func TestParseErrors(t *testing.T) {
 		{"max flows", "[dataplane]\ninterfaces=[\"a\"]\nmax_flows = 0\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.max_flows", 3, "not within"},
 		{"coalesce not a duration", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"fast\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not a duration"},
 		{"userspace io", "[dataplane]\ninterfaces=[\"a\"]\nuserspace_io = \"dpdk\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.userspace_io", 3, "not one of socket, afxdp"},
-		{"afxdp in mode xdp", "[dataplane]\ninterfaces=[\"a\"]\nuserspace_io = \"afxdp\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.userspace_io", 3, "needs dataplane.mode userspace"},
 		{"afxdp needs interfaces", "[dataplane]\nmode=\"userspace\"\nuserspace_io = \"afxdp\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 0, "afxdp needs at least one interface"},
 		{"coalesce too long", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"20ms\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not within"},
 		{"no address", "[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 0, "need a relay media address"},

@@ -3,6 +3,8 @@ package fastpath
 import (
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/relayd/relayd/dataplane"
 )
 
@@ -26,11 +28,25 @@ type Config struct {
 	// the program passes to the kernel: each flow gets a shadow there.
 	Punt dataplane.PuntRelay
 
+	// XSK, when set, redirects the packets of the flows userspace carries
+	// (action Userspace) into the userspace workers' AF_XDP sockets
+	// instead of passing them to the kernel's receive path.
+	XSK *XSKTarget
+
 	// NeighbourWait is how long Install waits for the next hop of a new
 	// flow to be resolved; 0 means 100ms, negative disables resolution.
 	NeighbourWait time.Duration
 
 	now func() time.Time // test knob
+}
+
+// XSKTarget is where the program redirects the packets of the flows
+// userspace carries: the userspace data plane's maps (slowpath's
+// Pool.XSKMaps; bpf/relay.c's xsk_steer, xsks and xsk_devs) and how many
+// devices its workers have sockets on.
+type XSKTarget struct {
+	Steer, Sockets, Devices *ebpf.Map
+	NumDevices              int
 }
 
 func (c *Config) setDefaults() {
@@ -78,4 +94,5 @@ var counterInfo = [...]struct{ Verdict, Reason string }{
 	{"drop", "flow"},
 	{"drop", "loop"},
 	{"drop", "rate"},
+	{"punt", "userspace_afxdp"},
 }

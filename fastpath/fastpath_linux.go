@@ -157,6 +157,15 @@ func (f *Fastpath) load(pin bool) error {
 		return err
 	}
 	opts := &ebpf.CollectionOptions{}
+	if x := f.cfg.XSK; x != nil {
+		opts.MapReplacements = map[string]*ebpf.Map{"xsk_steer": x.Steer, "xsks": x.Sockets, "xsk_devs": x.Devices}
+		for name, m := range opts.MapReplacements {
+			spec.Maps[name].MaxEntries = m.MaxEntries()
+		}
+		if err := spec.Variables["xsk_devices"].Set(uint32(x.NumDevices)); err != nil {
+			return err
+		}
+	}
 	if pin {
 		opts.Maps.PinPath = f.dir
 	} else {

@@ -135,7 +135,8 @@ const (
 	relayRelayCounterCOUNTER_DROP_FLOW             relayRelayCounter = 21
 	relayRelayCounterCOUNTER_DROP_LOOP             relayRelayCounter = 22
 	relayRelayCounterCOUNTER_DROP_RATE             relayRelayCounter = 23
-	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 24
+	relayRelayCounterCOUNTER_PUNT_USERSPACE_AFXDP  relayRelayCounter = 24
+	relayRelayCounterCOUNTER_MAX                   relayRelayCounter = 25
 )
 
 type relayRouteEntry struct {
@@ -166,6 +167,9 @@ const (
 	relayMapRoutes             = "routes"
 	relayMapStats              = "stats"
 	relayMapTxPorts            = "tx_ports"
+	relayMapXskDevs            = "xsk_devs"
+	relayMapXskSteer           = "xsk_steer"
+	relayMapXsks               = "xsks"
 	relayProgRelayXdp          = "relay_xdp"
 	relayVarFlowActionUnused   = "flow_action_unused"
 	relayVarFlowFlagsUnused    = "flow_flags_unused"
@@ -173,6 +177,7 @@ const (
 	relayVarRouteGen           = "route_gen"
 	relayVarRouteSlots         = "route_slots"
 	relayVarRouteUntil         = "route_until"
+	relayVarXskDevices         = "xsk_devices"
 )
 
 // loadRelay returns the embedded CollectionSpec for relay.
@@ -231,6 +236,9 @@ type relayMapSpecs struct {
 	Routes    *ebpf.MapSpec `ebpf:"routes"`
 	Stats     *ebpf.MapSpec `ebpf:"stats"`
 	TxPorts   *ebpf.MapSpec `ebpf:"tx_ports"`
+	XskDevs   *ebpf.MapSpec `ebpf:"xsk_devs"`
+	XskSteer  *ebpf.MapSpec `ebpf:"xsk_steer"`
+	Xsks      *ebpf.MapSpec `ebpf:"xsks"`
 }
 
 // relayVariableSpecs contains global variables before they are loaded into the kernel.
@@ -243,6 +251,7 @@ type relayVariableSpecs struct {
 	RouteGen           *ebpf.VariableSpec `ebpf:"route_gen"`
 	RouteSlots         *ebpf.VariableSpec `ebpf:"route_slots"`
 	RouteUntil         *ebpf.VariableSpec `ebpf:"route_until"`
+	XskDevices         *ebpf.VariableSpec `ebpf:"xsk_devices"`
 }
 
 // relayObjects contains all objects after they have been loaded into the kernel.
@@ -272,6 +281,9 @@ type relayMaps struct {
 	Routes    *ebpf.Map `ebpf:"routes"`
 	Stats     *ebpf.Map `ebpf:"stats"`
 	TxPorts   *ebpf.Map `ebpf:"tx_ports"`
+	XskDevs   *ebpf.Map `ebpf:"xsk_devs"`
+	XskSteer  *ebpf.Map `ebpf:"xsk_steer"`
+	Xsks      *ebpf.Map `ebpf:"xsks"`
 }
 
 func (m *relayMaps) Close() error {
@@ -283,6 +295,9 @@ func (m *relayMaps) Close() error {
 		m.Routes,
 		m.Stats,
 		m.TxPorts,
+		m.XskDevs,
+		m.XskSteer,
+		m.Xsks,
 	)
 }
 
@@ -296,6 +311,7 @@ type relayVariables struct {
 	RouteGen           *ebpf.Variable `ebpf:"route_gen"`
 	RouteSlots         *ebpf.Variable `ebpf:"route_slots"`
 	RouteUntil         *ebpf.Variable `ebpf:"route_until"`
+	XskDevices         *ebpf.Variable `ebpf:"xsk_devices"`
 }
 
 // relayPrograms contains all programs after they have been loaded into the kernel.

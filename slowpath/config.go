@@ -38,6 +38,11 @@ type Config struct {
 	// generic (skb) mode if XDPGeneric is set, else native.
 	Interfaces []string
 	XDPGeneric bool
+	// ExternalXDP, with IOAFXDP, leaves the interfaces' XDP hook to
+	// another program that redirects into the workers' sockets: the XDP
+	// data plane's, given the pool's maps (Pool.XSKTarget). The pool
+	// opens the sockets on Interfaces and attaches nothing.
+	ExternalXDP bool
 	// OnLatched, if set, is called (from one goroutine, in order) when a
 	// latching flow learns a source (locked false) and when the window
 	// closes and the learned source is locked (locked true).

@@ -127,7 +127,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 		}
 	}
 	if cfg.IO == IOAFXDP {
-		if p.xsk, err = newXSKPlane(p.steer, p.workers, cfg.Interfaces, cfg.XDPGeneric, log); err != nil {
+		if p.xsk, err = newXSKPlane(p.steer, p.workers, cfg.Interfaces, cfg.XDPGeneric, cfg.ExternalXDP, log); err != nil {
 			p.Close()
 			return nil, err
 		}

@@ -366,21 +366,26 @@ func parseFrame(f []byte) (payload []byte, src, dst netip.AddrPort, ok bool) {
 }
 
 // xskPlane is the pool's AF_XDP receive: the program on its interfaces
-// (loaded once per interface, with its index: objs[i] is interface i's;
-// all share one XSKMAP), and every worker's sockets.
+// (loaded once per interface, with its index: objs[i] is interface i's),
+// or none when another program redirects (Config.ExternalXDP); the
+// sockets' XSKMAP and the devices' indexes (what such a program needs);
+// and every worker's sockets.
 type xskPlane struct {
-	objs   []*xskObjects
-	links  []link.Link
-	ifaces []dataplane.Interface // where the program is attached, and how
-	socks  []*xskSock            // the queues' first sockets after the others (close order)
+	objs    []*xskObjects
+	links   []link.Link
+	ifaces  []dataplane.Interface // where the program is attached, and how
+	socks   []*xskSock            // the queues' first sockets after the others (close order)
+	sockMap *ebpf.Map             // slot (see bpf/xsk.c) -> socket
+	devMap  *ebpf.Map             // ifindex -> the device's index in ifaces
 }
 
-// newXSKPlane loads bpf/xsk.c with the steering's map, opens a socket per
-// worker on every receive queue of each interface (workers[i].xsks) and
-// attaches the program, in generic mode if generic is set (or, as the XDP
-// data plane does, where the driver has no native XDP). A device has its
+// newXSKPlane opens a socket per worker on every receive queue of each
+// interface (workers[i].xsks), puts them in an XSKMAP, and, unless
+// external is set, loads bpf/xsk.c with that map and the steering's and
+// attaches it, in generic mode if generic is set (or, as the XDP data
+// plane does, where the driver has no native XDP). A device has its
 // queues 0..n-1: the first queue that refuses a bind ends its list.
-func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bool, log *zap.Logger) (_ *xskPlane, err error) {
+func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, external bool, log *zap.Logger) (_ *xskPlane, err error) {
 	x := &xskPlane{}
 	defer func() {
 		if err != nil {
@@ -396,21 +401,22 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bo
 	if err := spec.Variables["devices"].Set(uint32(len(ifaces))); err != nil {
 		return nil, err
 	}
-	repl := map[string]*ebpf.Map{"steer": steer.objs.Steer}
+	if x.sockMap, err = ebpf.NewMap(spec.Maps["xsks"]); err != nil {
+		return nil, fmt.Errorf("AF_XDP: XSKMAP: %w", err)
+	}
+	if x.devMap, err = ebpf.NewMap(&ebpf.MapSpec{Name: "xsk_devs", Type: ebpf.Hash, KeySize: 4, ValueSize: 4,
+		MaxEntries: uint32(len(ifaces))}); err != nil {
+		return nil, fmt.Errorf("AF_XDP: devices map: %w", err)
+	}
+	repl := map[string]*ebpf.Map{"steer": steer.objs.Steer, "xsks": x.sockMap}
 	for d, name := range ifaces {
 		ifi, err := net.InterfaceByName(name)
 		if err != nil {
 			return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
 		}
-		if err := spec.Variables["dev_index"].Set(uint32(d)); err != nil {
-			return nil, err
+		if err := x.devMap.Update(uint32(ifi.Index), uint32(d), ebpf.UpdateAny); err != nil {
+			return nil, fmt.Errorf("AF_XDP on %s: devices map: %w", name, err)
 		}
-		objs := &xskObjects{}
-		if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-			return nil, fmt.Errorf("load AF_XDP program for %s: %w", name, err)
-		}
-		x.objs = append(x.objs, objs)
-		repl["xsks"] = objs.Xsks
 		for q := 0; q < xskQueues; q++ {
 			first, err := openXSK(ifi.Index, q, nil)
 			if err != nil {
@@ -429,12 +435,23 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic bo
 					x.socks = append([]*xskSock{s}, x.socks...)
 				}
 				slot := uint32((i*len(ifaces)+d)*xskQueues + q)
-				if err := objs.Xsks.Update(slot, uint32(s.fd), ebpf.UpdateAny); err != nil {
+				if err := x.sockMap.Update(slot, uint32(s.fd), ebpf.UpdateAny); err != nil {
 					return nil, fmt.Errorf("AF_XDP on %s: XSKMAP: %w", name, err)
 				}
 				w.xsks = append(w.xsks, s)
 			}
 		}
+		if external {
+			continue
+		}
+		if err := spec.Variables["dev_index"].Set(uint32(d)); err != nil {
+			return nil, err
+		}
+		objs := &xskObjects{}
+		if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+			return nil, fmt.Errorf("load AF_XDP program for %s: %w", name, err)
+		}
+		x.objs = append(x.objs, objs)
 		flags := link.XDPDriverMode
 		if generic {
 			flags = link.XDPGenericMode
@@ -474,5 +491,22 @@ func (x *xskPlane) close() error {
 	for _, o := range x.objs {
 		errs = append(errs, o.Close())
 	}
+	for _, m := range []*ebpf.Map{x.sockMap, x.devMap} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// XSKMaps are what another XDP program needs to redirect packets into the
+// workers' AF_XDP sockets (Config.ExternalXDP): the steering's map (flow
+// match -> worker), the sockets' XSKMAP, each device's index by ifindex,
+// and how many devices there are. All nil without AF_XDP receive. The maps
+// stay the pool's: a program loaded with them holds its own references.
+func (p *Pool) XSKMaps() (steer, sockets, devices *ebpf.Map, n int) {
+	if p.xsk == nil {
+		return nil, nil, nil, 0
+	}
+	return p.steer.objs.Steer, p.xsk.sockMap, p.xsk.devMap, int(p.xsk.devMap.MaxEntries())
 }

@@ -128,13 +128,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// afxdpInterfaces are where the userspace data plane attaches its AF_XDP
-// program: dataplane.interfaces in userspace_io afxdp, none otherwise.
+// afxdpInterfaces are where the userspace workers open their AF_XDP
+// sockets (and, in mode userspace, attach the program that redirects into
+// them): dataplane.interfaces in userspace_io afxdp, none otherwise.
 func afxdpInterfaces(cfg *config.Config) []string {
 	if cfg.Dataplane.UserspaceIO != "afxdp" {
 		return nil
 	}
 	return cfg.Dataplane.Interfaces
+}
+
+// xskTarget is where the XDP program redirects the packets of the flows
+// the workers carry: their AF_XDP sockets in userspace_io afxdp, nil (the
+// kernel's receive path) otherwise.
+func xskTarget(pool *slowpath.Pool) *fastpath.XSKTarget {
+	steer, socks, devs, n := pool.XSKMaps()
+	if socks == nil {
+		return nil
+	}
+	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n}
 }
 
 // serve runs the daemon until ctx is done. It reports ready to systemd
@@ -168,6 +180,9 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		IO:           cfg.Dataplane.UserspaceIO,
 		XDPGeneric:   cfg.Dataplane.XDPMode == "generic",
 		Interfaces:   afxdpInterfaces(cfg),
+		// In mode xdp the relay program owns the interfaces' XDP hook
+		// and redirects the workers' flows into their sockets.
+		ExternalXDP: cfg.Dataplane.Mode == "xdp",
 		OnLatched: func(match, source netip.AddrPort, locked bool) {
 			if r := regRef.Load(); r != nil {
 				r.Latched(match, source, locked)
@@ -211,6 +226,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 			MaxFlows:         cfg.Dataplane.MaxFlows,
 			EnableForwarding: cfg.Dataplane.EnableForwarding,
 			Punt:             pool,
+			XSK:              xskTarget(pool),
 		}, log.Named("fastpath"))
 		if err != nil {
 			return fmt.Errorf("start xdp data plane: %w", err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/control/admin"
+	"github.com/relayd/relayd/lab"
 	"github.com/relayd/relayd/sdes"
 	"github.com/relayd/relayd/slowpath/srtpflow"
 )
@@ -15,9 +16,44 @@ import (
 // TestRelaySRTP: an SRTP caller and a plain callee. The relay decrypts
 // what the caller sends and encrypts what goes back, in the userspace
 // workers, for two suites; payloads are byte-exact after the round trip;
-// forged, replayed and truncated SRTP is dropped and counted.
+// forged, replayed and truncated SRTP is dropped and counted. The XDP
+// program punts the flows' packets to the workers through the kernel's
+// receive path (userspace_io socket), or redirects them into the
+// workers' AF_XDP sockets (afxdp): every packet of the test then takes
+// that way, as the program's and the workers' counters say.
 func TestRelaySRTP(t *testing.T) {
-	l, r := startRelay(t, "native")
+	for _, io := range []string{"socket", "afxdp"} {
+		t.Run(io, func(t *testing.T) {
+			l := lab.NewT(t)
+			r := startRelayIn(t, l, Options{XDPMode: "native", UserspaceIO: io})
+			testRelaySRTP(t, l, r)
+			// The caller's 2,000 and 3 attack packets, the callee's 2,000,
+			// per suite.
+			const packets = 2 * (2*2000 + 3)
+			viaXSK, err := r.Metric(`relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The workers' flows have no entry in the XDP program's
+			// flow map: through the kernel, they pass as "no flow".
+			viaKernel, err := r.Metric(`relayd_packets_total{reason="no_flow",verdict="pass"}`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read, err := r.Metric("relayd_userspace_afxdp_packets_total")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if io == "socket" && (viaXSK != 0 || viaKernel < packets || read != 0) ||
+				io == "afxdp" && (viaXSK != packets || viaKernel >= packets || read != packets) {
+				t.Errorf("XDP punted %.0f packets into AF_XDP sockets and passed %.0f of no XDP flow, the workers read %.0f from AF_XDP; "+
+					"want all %d one way", viaXSK, viaKernel, read, packets)
+			}
+		})
+	}
+}
+
+func testRelaySRTP(t *testing.T, l *lab.Lab, r *Relay) {
 	for i, suite := range []sdes.Suite{sdes.AES_CM_128_HMAC_SHA1_80, sdes.AEAD_AES_128_GCM} {
 		t.Run(suite.String(), func(t *testing.T) {
 			up, err := sdes.Generate(1, suite) // caller -> relay
