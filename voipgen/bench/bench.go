@@ -87,6 +87,10 @@ userspace and srtp with the workers receiving through AF_XDP
 (dataplane.userspace_io = afxdp) whatever --userspace-io says, so that one
 run compares both ways in: their ratios to userspace and to rtpengine,
 and srtp-xsk's to userspace-xsk, are printed beside the others.
+xdp-srtp and xdp-srtp-xsk are srtp in relayd's XDP data plane
+(dataplane.mode = xdp), as SRTP calls are relayed in production: the XDP
+program hands their packets to the workers through the kernel's receive
+path (userspace_io socket) or into the workers' AF_XDP sockets (afxdp).
 
 transcode: G.711 <-> G.729 calls, over ng for both relays (relayd with
 userspace workers and its ng listener, and rtpengine), its own sweep
@@ -114,10 +118,18 @@ const (
 	srtpXSK      = "srtp-xsk"
 )
 
+// The modes of SRTP calls through relayd's XDP data plane, which hands
+// their packets to the workers: through the kernel's receive path
+// (userspace_io socket), or into their AF_XDP sockets (afxdp).
+const (
+	xdpSRTP    = "xdp-srtp"
+	xdpSRTPXSK = "xdp-srtp-xsk"
+)
+
 // Config configures voipgen bench.
 type Config struct {
 	calls []int
-	modes []string // xdp | userspace | srtp | userspace-xsk | srtp-xsk | transcode
+	modes []string // xdp | userspace | srtp | userspace-xsk | srtp-xsk | xdp-srtp | xdp-srtp-xsk | transcode
 	// transcodeCalls are the transcode sweep's steps.
 	transcodeCalls []int
 	rtpengine      bool
@@ -175,7 +187,7 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() { fmt.Fprint(out, benchHelp); fs.PrintDefaults() }
 	calls := fs.String("calls", defaultBenchCall, "concurrent calls per step, comma-separated (k suffix; at most 13000: relayd's lab port range, 5000 with --static-flows)")
-	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, userspace-xsk, srtp-xsk, transcode")
+	modes := fs.String("modes", "xdp,userspace,srtp", "relayd modes: xdp, userspace, srtp, userspace-xsk, srtp-xsk, xdp-srtp, xdp-srtp-xsk, transcode")
 	tcalls := fs.String("transcode-calls", defaultTranscodeCalls, "concurrent calls per step of the transcode sweep, comma-separated")
 	rtpe := fs.Bool("with-rtpengine", false, "also measure Debian's rtpengine (userspace) in the same run")
 	static := fs.Bool("static-flows", false, "set the sweep's media up as static flows through relayd's admin API, not as SIP calls")
@@ -226,12 +238,12 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	for _, m := range strings.Split(*modes, ",") {
 		m = strings.TrimSpace(strings.ToLower(m))
 		switch m {
-		case "xdp", "userspace", "srtp", userspaceXSK, srtpXSK, transcodeRelayd:
+		case "xdp", "userspace", "srtp", userspaceXSK, srtpXSK, xdpSRTP, xdpSRTPXSK, transcodeRelayd:
 			if !slices.Contains(c.modes, m) {
 				c.modes = append(c.modes, m)
 			}
 		default:
-			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, userspace-xsk, srtp-xsk, transcode)", m)
+			return c, fmt.Errorf("--modes: unknown mode %q (want xdp, userspace, srtp, userspace-xsk, srtp-xsk, xdp-srtp, xdp-srtp-xsk, transcode)", m)
 		}
 	}
 	for _, e := range []struct{ flag, v string }{{"--sender", c.sender}, {"--sink", c.sink}} {
@@ -513,6 +525,7 @@ func summarizeBench(rep *Report, relays []string, ghz float64, cpus int, price f
 	}
 	for _, p := range [][2]string{{"xdp", "userspace"}, {"srtp", "userspace"}, {"userspace", "rtpengine"}, {"xdp", "rtpengine"},
 		{userspaceXSK, "userspace"}, {userspaceXSK, "rtpengine"}, {srtpXSK, userspaceXSK}, {srtpXSK, "srtp"},
+		{xdpSRTPXSK, xdpSRTP}, {xdpSRTP, "srtp"}, {xdpSRTPXSK, srtpXSK},
 		{transcodeRelayd, transcodeRtpengine}} {
 		if _, ok := byRelay[p[0]]; !ok {
 			continue

@@ -99,6 +99,8 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 			userspaceXSK: "as userspace, dataplane.userspace_io = afxdp: relayd's XDP program (bpf/xsk.c, native) on the relay's veths redirects the calls' packets into the workers' AF_XDP sockets (copy mode); " +
 				"they send as in userspace (raw-socket sendmmsg)",
 			srtpXSK:     "as srtp, with the workers receiving as in userspace-xsk",
+			xdpSRTP:     "as srtp in relayd dataplane.mode = xdp: the XDP program passes the SRTP flows' packets to the kernel, which steers them to the workers' sockets (sk_lookup)",
+			xdpSRTPXSK:  "as xdp-srtp, dataplane.userspace_io = afxdp: the XDP program (bpf/relay.c) redirects the SRTP flows' packets into the workers' AF_XDP sockets",
 			"rtpengine": "Debian's rtpengine, userspace (--table=-1), one thread per CPU, ng offer/answer per flow, deleted at the end",
 			transcodeRelayd: fmt.Sprintf("relayd dataplane.mode = userspace, workers = %d (one per CPU), ng listener; per call an ng offer (PCMU + telephone-event, "+
 				"codec: mask PCMU, transcode G729) and answer (G.729 only, annexb=no)", cpus),
@@ -238,6 +240,10 @@ func benchMode(name string) fwdMode {
 		return fwdMode{Name: "srtp", Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80}
 	case srtpXSK:
 		return fwdMode{Name: srtpXSK, Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80, IO: "afxdp"}
+	case xdpSRTP:
+		return fwdMode{Name: xdpSRTP, Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80, Plane: "xdp", IO: "socket"}
+	case xdpSRTPXSK:
+		return fwdMode{Name: xdpSRTPXSK, Kind: "srtp", Workers: w, Suite: sdes.AES_CM_128_HMAC_SHA1_80, Plane: "xdp", IO: "afxdp"}
 	case userspaceXSK:
 		return fwdMode{Name: userspaceXSK, Kind: "user", Workers: w, IO: "afxdp"}
 	case "rtpengine":
@@ -454,9 +460,7 @@ func (b *fwdBench) sipCallsRelayed(ctx context.Context, cfg Config, ua, name str
 	l := b.l
 	extra := benchSIPConfig(l) + fmt.Sprintf("[cdr]\npath = %q\nfsync_interval = \"1s\"\n", filepath.Join(dir, "cdr.jsonl"))
 	o := labrelay.Options{Bin: bin, Dir: dir, LogLevel: "warn", ExtraMedia: extra}
-	if m := cfg.relaydMode(name); m.Kind != "xdp" {
-		o.Mode, o.Workers, o.UserspaceIO = "userspace", m.Workers, m.IO
-	}
+	cfg.relaydMode(name).setRelayd(&o)
 	r, err := labrelay.New(l, o)
 	if err != nil {
 		return err

@@ -121,6 +121,10 @@ type fwdMode struct {
 	// IO is relayd's dataplane.userspace_io (user, srtp): "afxdp" for a
 	// mode name's "-xsk" before -wN (user-xsk-w1); "" relayd's default.
 	IO string `json:"io,omitempty"`
+	// Plane is relayd's dataplane.mode for the srtp kind: "xdp" for the
+	// XDP data plane, whose program hands the SRTP flows' packets to the
+	// workers; "" mode userspace.
+	Plane string `json:"plane,omitempty"`
 }
 
 func (m fwdMode) relayd() bool { return m.Kind != "kernel" && m.Kind != "xdpmin" && m.Kind != "cmmsg" }

@@ -886,9 +886,7 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 	}
 	// warn: relayd logs every idle flow at info level.
 	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps}
-	if m.Kind != "xdp" {
-		o.Mode, o.Workers, o.Coalesce, o.UserspaceIO = "userspace", m.Workers, m.Coalesce, m.IO
-	}
+	m.setRelayd(&o)
 	r, err := labrelay.New(b.l, o)
 	if err != nil {
 		return err
@@ -924,6 +922,17 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 		fmt.Fprintf(b.log, "  %d %s keys and sender contexts made in %v\n", n, m.Suite, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// setRelayd sets relayd's data plane options for mode m in o.
+func (m fwdMode) setRelayd(o *labrelay.Options) {
+	if m.Kind == "xdp" {
+		return
+	}
+	o.Workers, o.Coalesce, o.UserspaceIO = m.Workers, m.Coalesce, m.IO
+	if m.Plane != "xdp" {
+		o.Mode = "userspace"
+	}
 }
 
 // openProg opens the XDP program relayd attached to the caller side.

@@ -1,10 +1,16 @@
 package bench
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/relayd/relayd/lab/labrelay"
+)
 
 // TestRelaydModeIO: --userspace-io reaches relayd's userspace workers in
 // the modes that have them (userspace, srtp, transcode), not XDP's or
-// rtpengine's, nor those of the modes that name their own (-xsk).
+// rtpengine's, nor those of the modes that name their own (-xsk,
+// xdp-srtp). The xdp-srtp modes run relayd's XDP data plane with its
+// workers.
 func TestRelaydModeIO(t *testing.T) {
 	cfg := Config{userspaceIO: "afxdp"}
 	for name, want := range map[string]string{"userspace": "afxdp", "srtp": "afxdp", transcodeRelayd: "afxdp", "xdp": "", "rtpengine": ""} {
@@ -25,5 +31,18 @@ func TestRelaydModeIO(t *testing.T) {
 	}
 	if m := benchMode(srtpXSK); m.Kind != "srtp" || m.Suite != benchMode("srtp").Suite {
 		t.Errorf("srtp-xsk: %+v, want srtp's kind and suite", m)
+	}
+	for _, c := range []struct{ name, io, mode string }{
+		{"srtp", "afxdp", "userspace"}, {xdpSRTP, "socket", ""}, {xdpSRTPXSK, "afxdp", ""}, {"xdp", "", ""},
+	} {
+		m := cfg.relaydMode(c.name)
+		var o labrelay.Options
+		m.setRelayd(&o)
+		if o.UserspaceIO != c.io || o.Mode != c.mode || (c.name != "xdp") != (o.Workers > 0) {
+			t.Errorf("mode %s, --userspace-io afxdp: relayd's options %+v, want io %q, mode %q (\"\": xdp), workers unless xdp", c.name, o, c.io, c.mode)
+		}
+		if c.name != "xdp" && (m.Kind != "srtp" || m.Suite != benchMode("srtp").Suite) {
+			t.Errorf("%s: %+v, want srtp's kind and suite", c.name, m)
+		}
 	}
 }
