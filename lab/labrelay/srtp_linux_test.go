@@ -16,16 +16,21 @@ import (
 // TestRelaySRTP: an SRTP caller and a plain callee. The relay decrypts
 // what the caller sends and encrypts what goes back, in the userspace
 // workers, for two suites; payloads are byte-exact after the round trip;
-// forged, replayed and truncated SRTP is dropped and counted. The XDP
-// program punts the flows' packets to the workers through the kernel's
-// receive path (userspace_io socket), or redirects them into the
-// workers' AF_XDP sockets (afxdp): every packet of the test then takes
-// that way, as the program's and the workers' counters say.
+// forged, replayed and truncated SRTP is dropped and counted; the first
+// suite's call is over IPv4, the second's over IPv6. The XDP program
+// hands the flows' packets to the workers through the kernel's receive
+// path (userspace_io socket), or redirects them into the workers' AF_XDP
+// sockets (afxdp, with the program in native and in generic mode): every
+// packet of the test then takes that way, as the program's and the
+// workers' counters say.
 func TestRelaySRTP(t *testing.T) {
-	for _, io := range []string{"socket", "afxdp"} {
-		t.Run(io, func(t *testing.T) {
+	for _, c := range []struct{ name, io, xdpMode string }{
+		{"socket", "socket", "native"}, {"afxdp", "afxdp", "native"}, {"afxdp-generic", "afxdp", "generic"},
+	} {
+		io := c.io
+		t.Run(c.name, func(t *testing.T) {
 			l := lab.NewT(t)
-			r := startRelayIn(t, l, Options{XDPMode: "native", UserspaceIO: io})
+			r := startRelayIn(t, l, Options{XDPMode: c.xdpMode, UserspaceIO: io})
 			testRelaySRTP(t, l, r)
 			// The caller's 2,000 and 3 attack packets, the callee's 2,000,
 			// per suite.
@@ -68,9 +73,13 @@ func testRelaySRTP(t *testing.T, l *lab.Lab, r *Relay) {
 				return base64.StdEncoding.EncodeToString(append(bytes.Clone(c.Key), c.Salt...))
 			}
 			port := uint16(32000 + 8*i)
-			a, b := netip.AddrPortFrom(l.RelayMedia4, port), netip.AddrPortFrom(l.RelayMedia4, port+2)
-			callerEP := netip.AddrPortFrom(l.CallerAddr4, 4100+port%1000)
-			calleeEP := netip.AddrPortFrom(l.CalleeAddr4, 5100+port%1000)
+			media, callerA, calleeA := l.RelayMedia4, l.CallerAddr4, l.CalleeAddr4
+			if i == 1 {
+				media, callerA, calleeA = l.RelayMedia6, l.CallerAddr6, l.CalleeAddr6
+			}
+			a, b := netip.AddrPortFrom(media, port), netip.AddrPortFrom(media, port+2)
+			callerEP := netip.AddrPortFrom(callerA, 4100+port%1000)
+			calleeEP := netip.AddrPortFrom(calleeA, 5100+port%1000)
 			f0, err := r.AddFlow(admin.FlowRequest{Match: a.String(), ExpectSource: callerEP.String(), SendFrom: b.String(), SendTo: calleeEP.String(),
 				Decrypt: &admin.Crypto{Suite: suite.String(), Key: b64(up)}})
 			if err != nil {
