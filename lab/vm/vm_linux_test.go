@@ -218,6 +218,10 @@ func TestRelayOnDebianKernel(t *testing.T) {
 				// The fastpath binary's failure would have ended the
 				// script; the sink's test is named.
 				names = append(names, "TestSinkCounts")
+				// The relay program's AF_XDP redirect (userspace_io
+				// "afxdp" in mode xdp) through 6.1's verifier, native
+				// and generic.
+				names = append(names, "TestRelaySRTP/afxdp", "TestRelaySRTP/afxdp-generic")
 			}
 			if g.slowpath {
 				// AF_XDP receive (dataplane.userspace_io = "afxdp"):
