@@ -23,12 +23,21 @@ import (
 // going to the signalled port; when the window ends without a packet from
 // there, the caller's port is learned and locked, the callee's media goes
 // there, and the flow goes back to XDP, which keeps dropping the attacker.
+// Within the window the XDP program hands the flows' packets to the
+// workers through the kernel (userspace_io socket) or into their AF_XDP
+// sockets (afxdp).
 func TestRelayLatching(t *testing.T) {
+	for _, io := range []string{"socket", "afxdp"} {
+		t.Run(io, func(t *testing.T) { testRelayLatching(t, io) })
+	}
+}
+
+func testRelayLatching(t *testing.T, io string) {
 	l := lab.NewT(t)
 	if err := l.AddAttacker(); err != nil {
 		t.Fatal(err)
 	}
-	r := startRelayIn(t, l, Options{ExtraMedia: `latch_window = "1s"`})
+	r := startRelayIn(t, l, Options{ExtraMedia: `latch_window = "1s"`, UserspaceIO: io})
 
 	a, b := netip.AddrPortFrom(l.RelayMedia4, 33000), netip.AddrPortFrom(l.RelayMedia4, 33002)
 	signalled := netip.AddrPortFrom(l.CallerAddr4, 9000) // what the SDP said
@@ -129,6 +138,21 @@ func TestRelayLatching(t *testing.T) {
 	}
 	if !strings.Contains(r.Log(), "source latched") {
 		t.Error("no 'source latched' in the log")
+	}
+	// The caller's 20 packets in the window and the one that locked its
+	// flow went to the workers one way only (the callee's flow is not
+	// latching: XDP forwards it).
+	viaXSK, err := r.Metric(`relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	viaKernel, err := r.Metric(`relayd_packets_total{reason="userspace",verdict="punt"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if io == "socket" && (viaXSK != 0 || viaKernel != 21) || io == "afxdp" && (viaXSK != 21 || viaKernel != 0) {
+		t.Errorf("XDP handed %.0f packets of the latching flow to the workers' AF_XDP sockets and %.0f to the kernel; want 21, all one way",
+			viaXSK, viaKernel)
 	}
 }
 
