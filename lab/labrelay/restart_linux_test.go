@@ -188,9 +188,18 @@ func (c *labCall) stream(stop <-chan struct{}) <-chan echoStats {
 // relayd is stopped with SIGTERM and started again, then killed with
 // SIGKILL and started again. Both calls stay up; the caller's BYE after
 // the restarts ends each with a complete CDR; XDP loses no packet; SRTP
-// resumes under the same keys.
+// resumes under the same keys. The SRTP call's packets reach the workers
+// through the kernel (userspace_io socket) or, redirected by the XDP
+// program, through their AF_XDP sockets (afxdp), before and after each
+// restart.
 func TestSIPCallsSurviveRestart(t *testing.T) {
 	needSIPp(t)
+	for _, io := range []string{"socket", "afxdp"} {
+		t.Run(io, func(t *testing.T) { testSIPCallsSurviveRestart(t, io) })
+	}
+}
+
+func testSIPCallsSurviveRestart(t *testing.T, io string) {
 	l := lab.NewT(t)
 	uas := l.CalleeAddr4.String()
 	dir := t.TempDir()
@@ -209,7 +218,7 @@ fsync_interval = "100ms"
 [state]
 path = %q
 `, l.RelayMedia4, uas, cdrPath, filepath.Join(dir, "state", "state.db"))
-	r := startRelayIn(t, l, Options{Dir: dir, ExtraMedia: extra, LogLevel: "debug"})
+	r := startRelayIn(t, l, Options{Dir: dir, ExtraMedia: extra, LogLevel: "debug", UserspaceIO: io})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	uasDone := make(chan map[string]string, 1)
@@ -241,6 +250,14 @@ path = %q
 			t.Errorf("after %s: no calls restored", step.name)
 		}
 		time.Sleep(2 * time.Second)
+		// 2 s of the SRTP call both ways since the start: 200 packets.
+		viaXSK, err := r.Metric("relayd_userspace_afxdp_packets_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if io == "socket" && viaXSK != 0 || io == "afxdp" && viaXSK < 150 {
+			t.Errorf("after %s: the workers read %.0f packets from AF_XDP sockets (io %s)", step.name, viaXSK, io)
+		}
 	}
 	close(stop)
 	ps, ks := <-plainStats, <-keyedStats
