@@ -74,7 +74,7 @@ enum relay_counter {
 	COUNTER_DROP_FLOW,            /* the flow's action is drop */
 	COUNTER_DROP_LOOP,            /* the rewritten destination is itself a flow's match */
 	COUNTER_DROP_RATE,            /* over the flow's packet-rate cap */
-	COUNTER_PUNT_USERSPACE_AFXDP,   /* the flow is handled in userspace: into its worker's AF_XDP socket */
+	COUNTER_PUNT_USERSPACE_AFXDP, /* the flow is handled in userspace: into its worker's AF_XDP socket */
 	COUNTER_MAX,
 };
 
@@ -288,20 +288,19 @@ struct {
 /* AF_XDP receive for the flows the userspace workers carry
  * (dataplane.userspace_io = "afxdp" in mode xdp). A packet of a flow they
  * hold (SRTP, transcoding: not in the flow map), or of a flow whose action
- * is FLOW_USERSPACE (latching), is redirected into
- * the XDP socket of the worker that owns the flow, as bpf/xsk.c does in
- * mode userspace, instead of climbing the kernel's IP and UDP receive path
- * to the worker's UDP socket. The three maps are the userspace data
- * plane's, given to the loader: the worker of each flow by its match (the
- * sk_lookup program's map), the workers' sockets, and the index of each
- * device among the devices they have sockets on. The worker's socket for a
- * packet is at (worker * xsk_devices + device) * XSK_QUEUES + rx queue.
- * Without them (xsk_devices 0, the default) the branch is dead and such
- * packets pass to the kernel as before; so do packets of a flow the
- * workers do not steer, from a device or queue without sockets, or for a
- * slot without a socket (bpf_redirect_map's fallback). The program's own
- * maps are placeholders: none is pinned, a new program gets the running
- * relayd's. */
+ * is FLOW_USERSPACE (latching), is redirected into the XDP socket of the
+ * worker that owns the flow, as bpf/xsk.c does in mode userspace, instead
+ * of climbing the kernel's IP and UDP receive path to the worker's UDP
+ * socket. The three maps are the userspace data plane's, given to the
+ * loader: the worker of each flow by its match (the sk_lookup program's
+ * map), the workers' sockets, and the index of each device among the
+ * devices they have sockets on. The worker's socket for a packet is at
+ * (worker * xsk_devices + device) * XSK_QUEUES + rx queue. Without them
+ * (xsk_devices 0, the default) the branch is dead and such packets pass to
+ * the kernel as before; so do packets of a flow the workers do not steer,
+ * from a device or queue without sockets, or for a slot without a socket
+ * (bpf_redirect_map's fallback). The program's own maps are placeholders:
+ * none is pinned, a new program gets the running relayd's. */
 #define XSK_QUEUES 64 /* slowpath's xskQueues */
 
 struct {

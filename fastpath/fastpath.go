@@ -28,9 +28,10 @@ type Config struct {
 	// the program passes to the kernel: each flow gets a shadow there.
 	Punt dataplane.PuntRelay
 
-	// XSK, when set, redirects the packets of the flows userspace carries
-	// (action Userspace) into the userspace workers' AF_XDP sockets
-	// instead of passing them to the kernel's receive path.
+	// XSK, when set, redirects into the userspace workers' AF_XDP sockets,
+	// instead of passing them to the kernel's receive path, the packets of
+	// the flows the workers hold (which have no XDP flow) and of XDP flows
+	// of action Userspace (latching).
 	XSK *XSKTarget
 
 	// NeighbourWait is how long Install waits for the next hop of a new

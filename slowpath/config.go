@@ -40,7 +40,7 @@ type Config struct {
 	XDPGeneric bool
 	// ExternalXDP, with IOAFXDP, leaves the interfaces' XDP hook to
 	// another program that redirects into the workers' sockets: the XDP
-	// data plane's, given the pool's maps (Pool.XSKTarget). The pool
+	// data plane's, given the pool's maps (Pool.XSKMaps). The pool
 	// opens the sockets on Interfaces and attaches nothing.
 	ExternalXDP bool
 	// OnLatched, if set, is called (from one goroutine, in order) when a
