@@ -142,14 +142,8 @@ func testRelayLatching(t *testing.T, io string) {
 	// The caller's 20 packets in the window and the one that locked its
 	// flow went to the workers one way only (the callee's flow is not
 	// latching: XDP forwards it).
-	viaXSK, err := r.Metric(`relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	viaKernel, err := r.Metric(`relayd_packets_total{reason="userspace",verdict="punt"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := metrics(t, r, `relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`, `relayd_packets_total{reason="userspace",verdict="punt"}`)
+	viaXSK, viaKernel := m[0], m[1]
 	if io == "socket" && (viaXSK != 0 || viaKernel != 21) || io == "afxdp" && (viaXSK != 21 || viaKernel != 0) {
 		t.Errorf("XDP handed %.0f packets of the latching flow to the workers' AF_XDP sockets and %.0f to the kernel; want 21, all one way",
 			viaXSK, viaKernel)

@@ -35,20 +35,11 @@ func TestRelaySRTP(t *testing.T) {
 			// The caller's 2,000 and 3 attack packets, the callee's 2,000,
 			// per suite.
 			const packets = 2 * (2*2000 + 3)
-			viaXSK, err := r.Metric(`relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`)
-			if err != nil {
-				t.Fatal(err)
-			}
 			// The workers' flows have no entry in the XDP program's
 			// flow map: through the kernel, they pass as "no flow".
-			viaKernel, err := r.Metric(`relayd_packets_total{reason="no_flow",verdict="pass"}`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			read, err := r.Metric("relayd_userspace_afxdp_packets_total")
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := metrics(t, r, `relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`,
+				`relayd_packets_total{reason="no_flow",verdict="pass"}`, "relayd_userspace_afxdp_packets_total")
+			viaXSK, viaKernel, read := m[0], m[1], m[2]
 			if io == "socket" && (viaXSK != 0 || viaKernel < packets || read != 0) ||
 				io == "afxdp" && (viaXSK != packets || viaKernel >= packets || read != packets) {
 				t.Errorf("XDP punted %.0f packets into AF_XDP sockets and passed %.0f of no XDP flow, the workers read %.0f from AF_XDP; "+
@@ -187,4 +178,18 @@ func testRelaySRTP(t *testing.T, l *lab.Lab, r *Relay) {
 			t.Errorf("metric %s = %v (%v), want > 0", reason, v, err)
 		}
 	}
+}
+
+// metrics reads relayd's metrics by name (with labels), in order.
+func metrics(t *testing.T, r *Relay, names ...string) []float64 {
+	t.Helper()
+	vs := make([]float64, len(names))
+	for i, name := range names {
+		v, err := r.Metric(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vs[i] = v
+	}
+	return vs
 }
