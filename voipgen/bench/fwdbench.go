@@ -1134,6 +1134,7 @@ type relayCounters struct {
 	delay         map[float64]uint64
 	wakeups, naps uint64
 	batches       uint64
+	afxdp         uint64 // packets the workers read from AF_XDP sockets
 }
 
 // WorkerDelay is what relayd's userspace workers added to a run's packets
@@ -1152,6 +1153,10 @@ type WorkerDelay struct {
 	Naps     uint64  `json:"naps"`
 	Batches  uint64  `json:"batches"`
 	PerBatch float64 `json:"packets_per_batch"`
+	// AFXDP is how many of the packets the workers read from their AF_XDP
+	// sockets (dataplane.userspace_io afxdp): all but a few in an -xsk
+	// mode, or the XDP program did not redirect them.
+	AFXDP uint64 `json:"afxdp_packets"`
 }
 
 // workerDelay returns the workers' delay between before and c, nil if
@@ -1169,7 +1174,8 @@ func (c relayCounters) workerDelay(before relayCounters) *WorkerDelay {
 	if total == 0 {
 		return nil
 	}
-	d := &WorkerDelay{Packets: total, Wakeups: c.wakeups - before.wakeups, Naps: c.naps - before.naps, Batches: c.batches - before.batches}
+	d := &WorkerDelay{Packets: total, Wakeups: c.wakeups - before.wakeups, Naps: c.naps - before.naps, Batches: c.batches - before.batches,
+		AFXDP: c.afxdp - before.afxdp}
 	if d.Batches > 0 {
 		d.PerBatch = float64(total) / float64(d.Batches)
 	}
@@ -1260,6 +1266,8 @@ func parseWorkerLine(c *relayCounters, line string) bool {
 		c.naps = uint64(v)
 	case name == "relayd_userspace_batches_total":
 		c.batches = uint64(v)
+	case name == "relayd_userspace_afxdp_packets_total":
+		c.afxdp = uint64(v)
 	default:
 		return false
 	}

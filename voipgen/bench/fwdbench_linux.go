@@ -1910,8 +1910,12 @@ func delayText(d *WorkerDelay) string {
 	if d == nil {
 		return ""
 	}
-	return fmt.Sprintf("; worker delay p50 %s, p99 %s, %.1f packets per read, %d wake-ups + %d naps",
-		usText(d.P50US, d.P50Over), usText(d.P99US, d.P99Over), d.PerBatch, d.Wakeups, d.Naps)
+	afxdp := ""
+	if d.AFXDP > 0 {
+		afxdp = fmt.Sprintf(", %.0f%% through AF_XDP", 100*float64(d.AFXDP)/float64(d.Packets))
+	}
+	return fmt.Sprintf("; worker delay p50 %s, p99 %s, %.1f packets per read, %d wake-ups + %d naps%s",
+		usText(d.P50US, d.P50Over), usText(d.P99US, d.P99Over), d.PerBatch, d.Wakeups, d.Naps, afxdp)
 }
 
 // usText is a quantile of a histogram: at most us, or more than us past

@@ -302,7 +302,8 @@ relayd_userspace_delay_seconds_count %d
 relayd_userspace_wakeups_total{kind="nap"} %d
 relayd_userspace_wakeups_total{kind="socket"} %d
 relayd_userspace_batches_total %d
-`, b50, b100, b200, inf, inf, naps, wakes, batches)
+relayd_userspace_afxdp_packets_total %d
+`, b50, b100, b200, inf, inf, naps, wakes, batches, inf-10) // from the first reading on, every packet through AF_XDP
 	}
 	before, err := parseRelayCounters(metrics(10, 10, 10, 10, 5, 0, 5))
 	if err != nil {
@@ -314,7 +315,7 @@ relayd_userspace_batches_total %d
 		t.Fatal(err)
 	}
 	got := after.workerDelay(before)
-	want := &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5}
+	want := &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5, AFXDP: 100}
 	if got == nil || *got != *want {
 		t.Errorf("workerDelay = %+v, want %+v", got, want)
 	}
@@ -328,7 +329,7 @@ relayd_userspace_batches_total %d
 		t.Fatal(err)
 	}
 	got = late.workerDelay(after)
-	want = &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, P99Over: true, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5}
+	want = &WorkerDelay{Packets: 100, P50US: 100, P99US: 200, P99Over: true, Wakeups: 2, Naps: 18, Batches: 20, PerBatch: 5, AFXDP: 100}
 	if got == nil || *got != *want {
 		t.Errorf("workerDelay past the last bucket = %+v, want %+v", got, want)
 	}
