@@ -374,7 +374,7 @@ type xskPlane struct {
 	objs    []*xskObjects
 	links   []link.Link
 	ifaces  []dataplane.Interface // where the program is attached, and how
-	socks   []*xskSock            // the queues' first sockets after the others (close order)
+	socks   []*xskSock            // the queues' first sockets after the others
 	sockMap *ebpf.Map             // slot (see bpf/xsk.c) -> socket
 	devMap  *ebpf.Map             // ifindex -> the device's index in ifaces
 }
@@ -485,8 +485,25 @@ func (x *xskPlane) close() error {
 	for _, l := range x.links {
 		errs = append(errs, l.Close())
 	}
-	for _, s := range x.socks {
-		errs = append(errs, s.close())
+	// Closing a socket waits for the kernel's RCU grace period of its
+	// unbind (5-30 ms each on a VM); closed together, the waits overlap
+	// (8 sockets: 31 ms against 95 one after the other). The queues'
+	// first sockets, which own the UMEMs, close after the others.
+	var mu sync.Mutex
+	for _, owners := range []bool{false, true} {
+		var wg sync.WaitGroup
+		for _, s := range x.socks {
+			if s.own != owners {
+				continue
+			}
+			wg.Go(func() {
+				err := s.close()
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
 	}
 	for _, o := range x.objs {
 		errs = append(errs, o.Close())
