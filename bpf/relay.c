@@ -15,6 +15,7 @@
 #include <bpf_helpers.h>
 #include <bpf_endian.h>
 #include "net.h"
+#include "xsk.h"
 
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
@@ -301,8 +302,6 @@ struct {
  * from a device or queue without sockets, or for a slot without a socket
  * (bpf_redirect_map's fallback). The program's own maps are placeholders:
  * none is pinned, a new program gets the running relayd's. */
-#define XSK_QUEUES 64 /* slowpath's xskQueues */
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct flow_key); /* steer.c's steer_key */
@@ -702,9 +701,8 @@ static __always_inline int port_flow_read(const struct port_flow *pf, const stru
 }
 
 /* to_xsk redirects the packet into the AF_XDP socket of the worker that
- * owns its flow (see xsk_steer), with its receive time in front of it (XDP
- * metadata, copied into the socket's frame) for the worker's per-packet
- * delay and RFC 3550 arrival times; XDP_PASS when it cannot. */
+ * owns its flow (see xsk_steer); XDP_PASS when it cannot. The packet's
+ * pointers are stale after it. */
 static __always_inline int to_xsk(struct pkt *p, struct flow_key *key)
 {
 	__u32 *worker = bpf_map_lookup_elem(&xsk_steer, key);
@@ -714,19 +712,7 @@ static __always_inline int to_xsk(struct pkt *p, struct flow_key *key)
 	__u32 *dev = bpf_map_lookup_elem(&xsk_devs, &ifindex);
 	if (!dev)
 		return XDP_PASS;
-	__u32 q = p->ctx->rx_queue_index;
-	if (q >= XSK_QUEUES)
-		return XDP_PASS;
-	__u32 slot = (*worker * xsk_devices + *dev) * XSK_QUEUES + q;
-	/* A driver without room for metadata keeps the socket path. The
-	 * packet pointers are not used after this. */
-	if (bpf_xdp_adjust_meta(p->ctx, -(int)sizeof(__u64)))
-		return XDP_PASS;
-	__u64 *meta = (void *)(long)p->ctx->data_meta;
-	if ((void *)(meta + 1) > (void *)(long)p->ctx->data)
-		return XDP_PASS;
-	*meta = bpf_ktime_get_ns();
-	return bpf_redirect_map(&xsks, slot, XDP_PASS);
+	return xsk_redirect(p->ctx, &xsks, *worker, *dev, xsk_devices);
 }
 
 static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,

@@ -24,15 +24,13 @@
 #include <linux/bpf.h>
 #include <bpf_helpers.h>
 #include "net.h"
+#include "xsk.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 #define IPPROTO_UDP 17
 #define AF_INET 2
 #define AF_INET6 10
-
-/* Device queues a worker can have a socket on; the Go side's xskQueues. */
-#define XSK_QUEUES 64
 
 /* Same layout as steer.c's steer_key (and the XDP program's flow_key). */
 struct steer_key {
@@ -101,19 +99,7 @@ int relay_xsk(struct xdp_md *ctx)
 	__u32 *worker = bpf_map_lookup_elem(&steer, &k);
 	if (!worker)
 		return XDP_PASS;
-	__u32 q = ctx->rx_queue_index;
-	if (q >= XSK_QUEUES)
-		return XDP_PASS;
-	__u32 slot = (*worker * devices + dev_index) * XSK_QUEUES + q;
-	/* The receive time in front of the packet; a driver without room
-	 * for metadata keeps the socket path. */
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u64)))
-		return XDP_PASS;
-	__u64 *meta = (void *)(long)ctx->data_meta;
-	if ((void *)(meta + 1) > (void *)(long)ctx->data)
-		return XDP_PASS;
-	*meta = bpf_ktime_get_ns();
-	return bpf_redirect_map(&xsks, slot, XDP_PASS);
+	return xsk_redirect(ctx, &xsks, *worker, dev_index, devices);
 }
 
 char __license[] SEC("license") = "GPL";

@@ -37,7 +37,7 @@ import (
 // (not steered, IPv4 options, fragments, IPv6 extension headers, VLAN
 // tags, no socket for the slot) take the socket path as before.
 const (
-	xskQueues    = 64   // bpf/xsk.c XSK_QUEUES: queues per device a worker can have a socket on
+	xskQueues    = 64   // bpf/xsk.h XSK_QUEUES: queues per device a worker can have a socket on
 	xskFrameSize = 2048 // a UMEM frame; XDP_PACKET_HEADROOM (256) of it is in front of the packet
 	// xskFrames are a (device, queue)'s frames (16 MiB), also its fill
 	// ring's size, and xskRxRing each socket's RX ring: about what the
