@@ -228,25 +228,19 @@ struct {
 	__uint(max_entries, 1); /* the loader's: CPUs times route_slots */
 } routes SEC(".maps");
 
-/* Statistics slots by relay port, a hint: the slot of a flow whose match
- * has the port (the last installed, when flows on several addresses share
- * it). With a flow's state spread over the flow map's bucket and element,
- * its statistics slot and its route cache entry, a packet of one of many
- * flows finds each of them out of the CPU's caches, and one after the
- * other: the flow's value names the slot, so the slot's cache misses wait
- * for the lookup's. The hint, read from the packet's port before the
- * lookup, starts them beside the lookup's own (see warm_slot). It is
- * never trusted: the program uses the slot the flow's value names, and a
- * stale or wrong hint costs a wasted load. Not pinned: relayd writes it
- * at each install and for the flows it adopts, through its memory mapping
- * (a 4-byte store: a hint needs no lock), not a system call. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__type(key, __u32);
-	__type(value, __u32);
-	__uint(max_entries, 65536);
-} port_slots SEC(".maps");
+/* The statistics slot of the flows on relay port P: P - slot_port_base.
+ * With a flow's state spread over its port's entry (or the flow map's
+ * bucket and element), its statistics slot and its route cache entry, a
+ * packet of one of many flows finds each of them out of the CPU's caches;
+ * the flow's value names its slot, so the slot's cache misses would wait
+ * for the value's. relayd gives a flow its port's slot when that is free
+ * (fastpath/slots.go), so the program starts loading the slot and the
+ * route cache entry from the packet's port alone, beside the port entry
+ * (see warm_slot). It never trusts that: it uses the slot the flow's
+ * value names, and a flow in another slot (a second flow on the port, a
+ * flow adopted from a previous relayd) costs a wasted load. Set by the
+ * loader: the lowest relay port. */
+volatile const __u32 slot_port_base = 0;
 
 /* Flows by relay port: a copy of the flow map's entry of one flow on each
  * port (the last installed there), read before the flow map. A hash lookup
@@ -255,7 +249,7 @@ struct {
  * so the lookup was most of the program's time at thousands of flows. An
  * entry here is one array index from the packet's port: its two cache
  * lines are loaded at once, beside the statistics slot's (see
- * port_slots). The flow map stays what relayd installs into and adopts
+ * slot_port_base). The flow map stays what relayd installs into and adopts
  * from, and what the program falls back to: for a port with no entry, an
  * entry of another address on the port, one being written, and every
  * packet when relayd does not fill the table.
@@ -718,18 +712,15 @@ static __always_inline int to_xsk(struct pkt *p, struct flow_key *key)
 static __always_inline int handle_flow(struct pkt *p, struct flow_key *key, const __u8 *saddr,
 				       __be16 sport)
 {
-	/* The port's entry and its slot hint first: their cache misses and
-	 * the statistics slot's are under way together (see port_flows and
-	 * port_slots). */
+	/* The port's entry and its statistics slot first: their cache misses
+	 * are under way together (see port_flows and slot_port_base). */
 	__u32 port = bpf_ntohs(key->port);
 	struct port_flow *pf = bpf_map_lookup_elem(&port_flows, &port);
 	if (pf) {
 		touch(&pf->seq);
 		touch(&pf->value.expect_addr);
 	}
-	__u32 *hint = bpf_map_lookup_elem(&port_slots, &port);
-	if (hint)
-		warm_slot(*hint);
+	warm_slot(port - slot_port_base);
 
 	/* The flow, copied: from its port's entry, else from the flow map. */
 	struct flow_value fvs;

@@ -145,7 +145,7 @@ func TestFlowAPI(t *testing.T) {
 
 func TestFlowTableFull(t *testing.T) {
 	e := newTestEnv(t)
-	e.fp.cfg.MaxFlows = 3 // the slot allocator's limit; the maps are larger
+	e.fp.slots = newSlotAlloc(3, 0, 3) // the limit; the maps are larger
 	for i := range 4 {
 		fl := dataplane.Flow{Match: ap(relay4, uint16(30000+2*i)), SendFrom: ap(relay4, 31000), SendTo: ap(callee4, 5000)}
 		err := e.fp.Install(fl)

@@ -170,7 +170,7 @@ var farPrefix = netip.MustParsePrefix("198.18.64.0/18")
 // packet's flow state is out of the caches (hundreds to thousands of
 // runs, each a syscall, pass before a flow's next packet), and the
 // difference is the program's cache misses, most of all those that wait
-// for one another (see port_flows and port_slots in bpf/relay.c).
+// for one another (see port_flows and slot_port_base in bpf/relay.c).
 //
 //	go test -run '^$' -bench XDPFlows -count 5 ./fastpath/
 func BenchmarkXDPFlows(b *testing.B) {

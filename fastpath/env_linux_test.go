@@ -86,6 +86,13 @@ func newTestEnv(tb testing.TB) *testEnv {
 // newTestEnvFlows is newTestEnv with maps sized for maxFlows flows.
 func newTestEnvFlows(tb testing.TB, maxFlows int) *testEnv {
 	tb.Helper()
+	return newTestEnvConfig(tb, Config{MaxFlows: maxFlows})
+}
+
+// newTestEnvConfig is newTestEnv with the Fastpath's configuration cfg
+// (its neighbour resolution off).
+func newTestEnvConfig(tb testing.TB, cfg Config) *testEnv {
+	tb.Helper()
 	requireBPF(tb)
 	e := &testEnv{neighMAC: net.HardwareAddr{0x02, 0xaa, 0, 0, 0, 0x02}}
 
@@ -116,9 +123,10 @@ func newTestEnvFlows(tb testing.TB, maxFlows int) *testEnv {
 	// Private maps, no pinning, no attachment: BPF_PROG_TEST_RUN only.
 	e.fp = &Fastpath{
 		log:       zaptest.NewLogger(tb),
-		cfg:       Config{MaxFlows: maxFlows, NeighbourWait: -1},
+		cfg:       cfg,
 		installed: map[flowKey]installedFlow{},
 	}
+	e.fp.cfg.NeighbourWait = -1
 	e.fp.cfg.setDefaults()
 	if err := e.fp.load(false); err != nil {
 		tb.Fatal(err)

@@ -34,6 +34,14 @@ type Config struct {
 	// of action Userspace (latching).
 	XSK *XSKTarget
 
+	// PortMin and PortMax bound the relay ports of the flows to come (of
+	// every media interface): the flow on port P takes statistics slot
+	// P - PortMin when it is free, which the program then starts loading
+	// from the packet's port alone, before it has read the flow. Flows on
+	// other ports are forwarded all the same, a little slower. 0, 0:
+	// every port, slot P (as far as MaxFlows goes).
+	PortMin, PortMax uint16
+
 	// NeighbourWait is how long Install waits for the next hop of a new
 	// flow to be resolved; 0 means 100ms, negative disables resolution.
 	NeighbourWait time.Duration
@@ -66,6 +74,15 @@ func (c *Config) setDefaults() {
 	if c.now == nil {
 		c.now = time.Now
 	}
+}
+
+// slotAlloc returns the statistics slots' allocator for c.
+func (c *Config) slotAlloc() *slotAlloc {
+	span := uint32(1) << 16
+	if c.PortMin != 0 || c.PortMax != 0 {
+		span = uint32(c.PortMax) - uint32(c.PortMin) + 1
+	}
+	return newSlotAlloc(uint32(c.MaxFlows), uint32(c.PortMin), span)
 }
 
 // counterInfo names the global counters of enum relay_counter, in order.

@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -39,8 +38,7 @@ type Fastpath struct {
 	mu        sync.Mutex // guards the following
 	ifaces    []dataplane.Interface
 	links     []link.Link
-	free      slotHeap                  // released stats slots, reused first, lowest first
-	nextSlot  uint32                    // lowest never-used stats slot
+	slots     *slotAlloc                // the stats slots
 	installed map[flowKey]installedFlow // every flow installed or adopted
 	loops     loopIndex                 // which flows send to which flows' matches
 	closed    bool
@@ -156,6 +154,10 @@ func (f *Fastpath) load(pin bool) error {
 	if f.routeSlots, err = sizeRouteCache(spec, f.cfg.MaxFlows); err != nil {
 		return err
 	}
+	f.slots = f.cfg.slotAlloc()
+	if err := spec.Variables["slot_port_base"].Set(f.slots.base); err != nil {
+		return err
+	}
 	opts := &ebpf.CollectionOptions{}
 	if x := f.cfg.XSK; x != nil {
 		opts.MapReplacements = map[string]*ebpf.Map{"xsk_steer": x.Steer, "xsks": x.Sockets, "xsk_devs": x.Devices}
@@ -193,7 +195,7 @@ func (f *Fastpath) load(pin bool) error {
 	if err := old.moveTo(f.objs.Counters); err != nil {
 		f.log.Warn("global counters of the previous run not carried over", zap.Error(err))
 	}
-	if f.ports, err = mapPortTable(f.objs.PortFlows.FD(), f.objs.PortSlots.FD()); err != nil {
+	if f.ports, err = mapPortTable(f.objs.PortFlows.FD()); err != nil {
 		f.objs.Close()
 		return err
 	}
@@ -289,27 +291,14 @@ func (f *Fastpath) adopt() error {
 	if err != nil {
 		return err
 	}
-	used := make(map[uint32]bool, len(flows))
-	var max uint32
 	now := f.cfg.now()
 	for _, e := range flows {
-		used[e.v.StatsIdx] = true
-		if e.v.StatsIdx+1 > max {
-			max = e.v.StatsIdx + 1
-		}
+		f.slots.take(e.v.StatsIdx)
 		f.installed[e.k] = installedFlow{at: now.UnixNano(), slot: e.v.StatsIdx}
-	}
-	f.nextSlot = max
-	for i := range max {
-		if !used[i] {
-			f.free = append(f.free, i) // ascending: a heap already
-		}
 	}
 	f.adoptLoops(flows)
 	for i := range flows {
-		e := &flows[i]
-		f.hintSlot(ntohs(e.k.Port), e.v.StatsIdx)
-		f.ports.install(&e.k, &e.v)
+		f.ports.install(&flows[i].k, &flows[i].v)
 	}
 	if len(flows) > 0 {
 		f.log.Info("adopted pinned flows", zap.Int("flows", len(flows)), zap.String("pin_path", f.dir))
@@ -757,13 +746,13 @@ func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 	if f.closed {
 		return errClosed
 	}
-	slot, err := f.allocSlot()
-	if err != nil {
-		return err
+	slot, ok := f.slots.alloc(fl.Match.Port())
+	if !ok {
+		return dataplane.ErrFull
 	}
 	// A fresh slot starts from zero whatever its previous flow left.
 	if err := f.objs.Stats.Update(&slot, &zeroStats, ebpf.UpdateLock); err != nil {
-		heap.Push(&f.free, slot)
+		f.slots.release(slot)
 		return fmt.Errorf("reset flow statistics: %w", err)
 	}
 	v := valueOf(fl, slot)
@@ -773,12 +762,12 @@ func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 		// The flows that send to k loop once it is installed: flagged
 		// before.
 		if err := f.loopsTo(k, true); err != nil {
-			heap.Push(&f.free, slot)
+			f.slots.release(slot)
 			return errors.Join(fmt.Errorf("install flow %s: %w", fl.Match, err), f.loopsTo(k, false))
 		}
 	}
 	if err := f.objs.Flows.Update(&k, &v, ebpf.UpdateNoExist); err != nil {
-		heap.Push(&f.free, slot)
+		f.slots.release(slot)
 		if !exists && !errors.Is(err, ebpf.ErrKeyExist) {
 			err = errors.Join(err, f.loopsTo(k, false))
 		}
@@ -792,23 +781,9 @@ func (f *Fastpath) InstallShared(fl *dataplane.Flow) error {
 	}
 	f.installed[k] = installedFlow{at: f.cfg.now().UnixNano(), slot: slot}
 	f.loops.set(k, &v)
-	f.hintSlot(fl.Match.Port(), slot)
 	f.ports.install(&k, &v)
 	f.shadow(fl)
 	return nil
-}
-
-// hintSlot records slot as the statistics slot of the flows on port, for
-// the program's early loads (port_slots in bpf/relay.c): through the
-// mapped table where there is one, else with a system call. The hint only
-// saves time: a failure to write it is logged, and changes nothing else.
-func (f *Fastpath) hintSlot(port uint16, slot uint32) {
-	if f.ports.hint(port, slot) {
-		return
-	}
-	if err := f.objs.PortSlots.Put(uint32(port), slot); err != nil {
-		f.log.Debug("statistics slot hint not written", zap.Uint16("port", port), zap.Error(err))
-	}
 }
 
 // lookupFlow reads k's entry of the flow map into v and reports whether
@@ -833,34 +808,6 @@ type installedFlow struct {
 // it is, where a value would be encoded by reflection (encoding/binary),
 // allocating, at every install, update and removal.
 var zeroStats relayFlowStats
-
-// allocSlot returns the lowest free stats slot: the slots in use stay
-// at the bottom of the array, which List and EachStats read only up to
-// the highest slot in use, however many flows there were before.
-func (f *Fastpath) allocSlot() (uint32, error) {
-	if len(f.free) > 0 {
-		return heap.Pop(&f.free).(uint32), nil
-	}
-	if int(f.nextSlot) >= f.cfg.MaxFlows {
-		return 0, dataplane.ErrFull
-	}
-	f.nextSlot++
-	return f.nextSlot - 1, nil
-}
-
-// slotHeap is a min-heap of stats slots (container/heap).
-type slotHeap []uint32
-
-func (h slotHeap) Len() int           { return len(h) }
-func (h slotHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *slotHeap) Push(x any)        { *h = append(*h, x.(uint32)) }
-func (h *slotHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
 
 // resolve resolves the next hop of a forwarded flow before its first
 // packet, so that packet is not punted for want of a neighbour entry.
@@ -939,12 +886,8 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 	defer f.mu.Unlock()
 	var v relayFlowValue
 	// The program finds the flow in the flow map until it goes from there.
-	// Another flow on its port takes its entry, and the port's slot hint.
-	if next, ok := f.ports.remove(&k, f.lookupFlow); ok {
-		if in, ok := f.installed[next]; ok {
-			f.hintSlot(ntohs(next.Port), in.slot)
-		}
-	}
+	// Another flow on its port takes its entry.
+	f.ports.remove(&k, f.lookupFlow)
 	if err := f.objs.Flows.LookupAndDelete(&k, &v); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return dataplane.Stats{}, dataplane.ErrNotFound
@@ -965,7 +908,7 @@ func (f *Fastpath) Remove(match netip.AddrPort) (dataplane.Stats, error) {
 			zap.Stringer("match", match), zap.Error(err))
 	}
 	st, err := f.readStats(v.StatsIdx)
-	heap.Push(&f.free, v.StatsIdx)
+	f.slots.release(v.StatsIdx)
 	if f.cfg.Punt != nil {
 		if sh, err := f.cfg.Punt.RemoveShadow(match); err == nil {
 			st.Add(sh)

@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -53,32 +52,19 @@ var (
 type portTable struct {
 	mem     []byte
 	entries *[portEntries]portEntry
-	// hints is port_slots, mapped too: each port's slot hint (see
-	// hint).
-	hintMem []byte
-	hints   *[portEntries]hintEntry
 	held    int // entries that hold a flow
 	// others are the flows of ports whose entry holds another flow, in
 	// the order they were installed or lost the entry.
 	others map[uint16][]flowKey
 }
 
-// hintEntry is an element of port_slots as the kernel lays out an array
-// map: the 4-byte value in an 8-byte element (an array's elements are
-// value_size rounded up to 8 bytes apart).
-type hintEntry struct {
-	slot uint32
-	_    uint32
-}
-
 // portTableSupported says whether this machine's memory model lets the
 // table be written (see portTable).
 const portTableSupported = runtime.GOARCH == "amd64" || runtime.GOARCH == "386"
 
-// mapPortTable maps the table of the map whose file descriptor is fd, and
-// the slot hints of port_slots, hintFD. It returns nil, nil where the
-// table is not used.
-func mapPortTable(fd, hintFD int) (*portTable, error) {
+// mapPortTable maps the table of the map whose file descriptor is fd. It
+// returns nil, nil where the table is not used.
+func mapPortTable(fd int) (*portTable, error) {
 	if !portTableSupported {
 		return nil, nil
 	}
@@ -87,16 +73,9 @@ func mapPortTable(fd, hintFD int) (*portTable, error) {
 	if err != nil {
 		return nil, fmt.Errorf("map the port table: %w", err)
 	}
-	hintMem, err := unix.Mmap(hintFD, 0, portEntries*int(unsafe.Sizeof(hintEntry{})), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		unix.Munmap(mem)
-		return nil, fmt.Errorf("map the slot hints: %w", err)
-	}
 	return &portTable{
 		mem:     mem,
 		entries: (*[portEntries]portEntry)(unsafe.Pointer(&mem[0])),
-		hintMem: hintMem,
-		hints:   (*[portEntries]hintEntry)(unsafe.Pointer(&hintMem[0])),
 		others:  make(map[uint16][]flowKey),
 	}, nil
 }
@@ -106,19 +85,8 @@ func (t *portTable) close() error {
 	if !t.mapped() {
 		return nil
 	}
-	t.entries, t.hints, t.others = nil, nil, nil
-	return errors.Join(unix.Munmap(t.mem), unix.Munmap(t.hintMem))
-}
-
-// hint writes slot as port's statistics slot hint and reports whether it
-// could (the table is mapped). One aligned 4-byte store: the program
-// reads the old hint or the new, and trusts neither.
-func (t *portTable) hint(port uint16, slot uint32) bool {
-	if !t.mapped() {
-		return false
-	}
-	atomic.StoreUint32(&t.hints[port].slot, slot)
-	return true
+	t.entries, t.others = nil, nil
+	return unix.Munmap(t.mem)
 }
 
 // mapped reports whether the table is there to be written.
@@ -153,30 +121,29 @@ func (t *portTable) update(k *flowKey, v *relayFlowValue) {
 
 // remove takes k out of the table. When k's port entry holds k, the
 // flow of others installed last on the port takes the entry, with the
-// value lookup gives for it (the flow map's), and remove returns it;
-// with none (or none lookup finds), the entry is emptied.
-func (t *portTable) remove(k *flowKey, lookup func(*flowKey, *relayFlowValue) bool) (next flowKey, ok bool) {
+// value lookup gives for it (the flow map's); with none (or none lookup
+// finds), the entry is emptied.
+func (t *portTable) remove(k *flowKey, lookup func(*flowKey, *relayFlowValue) bool) {
 	if !t.mapped() {
-		return flowKey{}, false
+		return
 	}
 	port := ntohs(k.Port)
 	e := &t.entries[port]
 	if e.key != *k {
 		t.dropOther(port, k)
-		return flowKey{}, false
+		return
 	}
 	for q := t.others[port]; len(q) > 0; q = t.others[port] {
-		next = q[len(q)-1]
+		next := q[len(q)-1]
 		t.setOthers(port, q[:len(q)-1])
 		var v relayFlowValue
 		if lookup(&next, &v) {
 			t.write(e, &next, &v)
-			return next, true
+			return
 		}
 	}
 	t.write(e, &flowKey{}, &relayFlowValue{})
 	t.held--
-	return flowKey{}, false
 }
 
 // dropOther takes k out of port's others.

@@ -119,16 +119,13 @@ func TestPortTable(t *testing.T) {
 	wantDst(frame4, fl4.SendTo)
 
 	// Removing the entry's flow gives the entry to the other flow on the
-	// port, with its value and its statistics slot as the port's hint.
+	// port, with its value and its statistics slot.
 	if _, err := e.fp.Remove(fl6.Match); err != nil {
 		t.Fatal(err)
 	}
-	if held, ok := e.fp.ports.holds(&k4); !ok || held.DstPort != htons(5006) {
-		t.Fatalf("port 30000's entry after its flow went: holds the other flow %v, destination port %d, want 5006", ok, ntohs(held.DstPort))
-	}
-	var hint uint32
-	if err := e.fp.objs.PortSlots.Lookup(uint32(30000), &hint); err != nil || hint != e.fp.installed[k4].slot {
-		t.Fatalf("port 30000's slot hint %d (%v), want the other flow's slot %d", hint, err, e.fp.installed[k4].slot)
+	if held, ok := e.fp.ports.holds(&k4); !ok || held.DstPort != htons(5006) || held.StatsIdx != e.fp.installed[k4].slot {
+		t.Fatalf("port 30000's entry after its flow went: holds the other flow %v, destination port %d, slot %d; want 5006, slot %d",
+			ok, ntohs(held.DstPort), held.StatsIdx, e.fp.installed[k4].slot)
 	}
 	wantByPort(1)
 	if v, _ := e.run(t, frame6); v != xdpPass {

@@ -163,7 +163,6 @@ const (
 	relayMapCounters           = "counters"
 	relayMapFlows              = "flows"
 	relayMapPortFlows          = "port_flows"
-	relayMapPortSlots          = "port_slots"
 	relayMapRoutes             = "routes"
 	relayMapStats              = "stats"
 	relayMapTxPorts            = "tx_ports"
@@ -177,6 +176,7 @@ const (
 	relayVarRouteGen           = "route_gen"
 	relayVarRouteSlots         = "route_slots"
 	relayVarRouteUntil         = "route_until"
+	relayVarSlotPortBase       = "slot_port_base"
 	relayVarXskDevices         = "xsk_devices"
 )
 
@@ -232,7 +232,6 @@ type relayMapSpecs struct {
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Flows     *ebpf.MapSpec `ebpf:"flows"`
 	PortFlows *ebpf.MapSpec `ebpf:"port_flows"`
-	PortSlots *ebpf.MapSpec `ebpf:"port_slots"`
 	Routes    *ebpf.MapSpec `ebpf:"routes"`
 	Stats     *ebpf.MapSpec `ebpf:"stats"`
 	TxPorts   *ebpf.MapSpec `ebpf:"tx_ports"`
@@ -251,6 +250,7 @@ type relayVariableSpecs struct {
 	RouteGen           *ebpf.VariableSpec `ebpf:"route_gen"`
 	RouteSlots         *ebpf.VariableSpec `ebpf:"route_slots"`
 	RouteUntil         *ebpf.VariableSpec `ebpf:"route_until"`
+	SlotPortBase       *ebpf.VariableSpec `ebpf:"slot_port_base"`
 	XskDevices         *ebpf.VariableSpec `ebpf:"xsk_devices"`
 }
 
@@ -277,7 +277,6 @@ type relayMaps struct {
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Flows     *ebpf.Map `ebpf:"flows"`
 	PortFlows *ebpf.Map `ebpf:"port_flows"`
-	PortSlots *ebpf.Map `ebpf:"port_slots"`
 	Routes    *ebpf.Map `ebpf:"routes"`
 	Stats     *ebpf.Map `ebpf:"stats"`
 	TxPorts   *ebpf.Map `ebpf:"tx_ports"`
@@ -291,7 +290,6 @@ func (m *relayMaps) Close() error {
 		m.Counters,
 		m.Flows,
 		m.PortFlows,
-		m.PortSlots,
 		m.Routes,
 		m.Stats,
 		m.TxPorts,
@@ -311,6 +309,7 @@ type relayVariables struct {
 	RouteGen           *ebpf.Variable `ebpf:"route_gen"`
 	RouteSlots         *ebpf.Variable `ebpf:"route_slots"`
 	RouteUntil         *ebpf.Variable `ebpf:"route_until"`
+	SlotPortBase       *ebpf.Variable `ebpf:"slot_port_base"`
 	XskDevices         *ebpf.Variable `ebpf:"xsk_devices"`
 }
 

@@ -149,6 +149,23 @@ func xskTarget(pool *slowpath.Pool) *fastpath.XSKTarget {
 	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n}
 }
 
+// mediaPorts returns the lowest and highest relay port of every media
+// interface: the XDP data plane gives the flows on them their statistics
+// slots by port. A reload that moves the ranges leaves the slots as they
+// are until the next start (flows outside are only forwarded a little
+// slower).
+func mediaPorts(cfg *config.Config) (lo, hi uint16) {
+	ifaces := cfg.MediaInterfaces()
+	if len(ifaces) == 0 {
+		return cfg.Media.PortMin, cfg.Media.PortMax
+	}
+	lo, hi = ifaces[0].PortMin, ifaces[0].PortMax
+	for _, in := range ifaces[1:] {
+		lo, hi = min(lo, in.PortMin), max(hi, in.PortMax)
+	}
+	return lo, hi
+}
+
 // serve runs the daemon until ctx is done. It reports ready to systemd
 // once every listener is bound and the data planes are up, pets the
 // watchdog while the probes answer, and reloads on SIGHUP.
@@ -219,11 +236,14 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 	}
 	switch cfg.Dataplane.Mode {
 	case "xdp":
+		portMin, portMax := mediaPorts(cfg)
 		fp, err := fastpath.New(fastpath.Config{
 			Interfaces:       cfg.Dataplane.Interfaces,
 			XDPMode:          cfg.Dataplane.XDPMode,
 			PinPath:          cfg.Dataplane.PinPath,
 			MaxFlows:         cfg.Dataplane.MaxFlows,
+			PortMin:          portMin,
+			PortMax:          portMax,
 			EnableForwarding: cfg.Dataplane.EnableForwarding,
 			Punt:             pool,
 			XSK:              xskTarget(pool),

@@ -54,6 +54,10 @@ ports = "40000-40003"
 		t.Fatalf("mediaInterfaces (-got +want):\n%s", diff)
 	}
 
+	if lo, hi := mediaPorts(cfg); lo != 20000 || hi != 40003 {
+		t.Errorf("media ports %d-%d, want 20000-40003 (every interface's)", lo, hi)
+	}
+
 	reg, err := registry.New(registry.Config{Interfaces: got}, zaptest.NewLogger(t), dataplanetest.New(dataplane.PathUserspace))
 	if err != nil {
 		t.Fatalf("registry refuses the config's interfaces: %v", err)
@@ -110,6 +114,9 @@ address = "198.18.20.1"
 	reg, err := registry.New(registry.Config{Interfaces: mediaInterfaces(cfg)}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if lo, hi := mediaPorts(cfg); lo != 30000 || hi != 39999 {
+		t.Errorf("media ports %d-%d, want the default 30000-39999", lo, hi)
 	}
 	def, err := reg.Interface("")
 	if err != nil || def.Name != "internal" || def.Addr != netip.MustParseAddr("198.18.10.1") {
