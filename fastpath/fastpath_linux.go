@@ -36,7 +36,7 @@ type Fastpath struct {
 	objs relayObjects
 
 	mu        sync.Mutex // guards the following
-	ifaces    []dataplane.Interface
+	ifaces    []ifaceState
 	links     []link.Link
 	slots     *slotAlloc                // the stats slots
 	installed map[flowKey]installedFlow // every flow installed or adopted
@@ -47,7 +47,8 @@ type Fastpath struct {
 	nh   map[netip.Addr]time.Time // destinations whose next hop was resolved, and when
 
 	mon     *redirMon     // nil when redirect failures cannot be watched
-	monDone chan struct{} // closed once the monitor started, or failed to
+	monDone chan struct{} // closed once the monitor and the link watch started, or failed to
+	lw      *linkWatch    // nil when the interfaces are not followed
 
 	ports      *portTable  // the program's flows by port; nil where not used
 	routeSlots uint32      // the program's route cache entries per CPU; 0: none
@@ -124,17 +125,36 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 	// restart, while which the userspace flows wait. Close waits for it.
 	f.monDone = make(chan struct{})
 	ifaces := f.Interfaces()
+	ns, nsErr := netns.Get()
 	go func() {
 		defer close(f.monDone)
-		mon, err := startRedirMon(f.objs.TxPorts, ifaces, log.Named("redirmon"))
+		var mon *redirMon
+		err := nsErr
+		if err == nil {
+			err = inNamespace(ns, func() (err error) {
+				mon, err = startRedirMon(f.objs.TxPorts, ifaces, log.Named("redirmon"))
+				return err
+			})
+		}
 		if err != nil {
 			log.Warn("redirect failures are not watched: frames a device refuses after the XDP redirect are lost unnoticed, "+
 				"and flows toward it are not moved to userspace", zap.Error(err))
-			return
+		} else {
+			f.mu.Lock()
+			f.mon = mon
+			f.mu.Unlock()
 		}
-		f.mu.Lock()
-		f.mon = mon
-		f.mu.Unlock()
+		// After the monitor: a device re-created from now on is handed
+		// to it.
+		if nsErr == nil {
+			err = f.watchLinks(ns)
+			ns.Close()
+		} else {
+			err = nsErr
+		}
+		if err != nil && len(ifaces) > 0 {
+			log.Warn("interfaces are not followed: one deleted and re-created goes without XDP until relayd restarts", zap.Error(err))
+		}
 	}()
 	return f, nil
 }
@@ -323,13 +343,27 @@ func (f *Fastpath) shadow(fl *dataplane.Flow) {
 func (f *Fastpath) linkPath(name string) string { return filepath.Join(f.dir, "link_"+name) }
 
 func (f *Fastpath) attach(name string) error {
+	iface, l, err := f.attachIface(name)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.ifaces = append(f.ifaces, ifaceState{Interface: iface})
+	f.links = append(f.links, l)
+	f.mu.Unlock()
+	return nil
+}
+
+// attachIface attaches the program to interface name (or takes over its
+// pinned link) and makes it an egress of the redirect map.
+func (f *Fastpath) attachIface(name string) (dataplane.Interface, link.Link, error) {
 	nl, err := netlink.LinkByName(name)
 	if err != nil {
-		return fmt.Errorf("interface %s: %w", name, err)
+		return dataplane.Interface{}, nil, fmt.Errorf("interface %s: %w", name, err)
 	}
 	attrs := nl.Attrs()
 	if max := f.objs.TxPorts.MaxEntries(); uint32(attrs.Index) >= max {
-		return fmt.Errorf("interface %s: ifindex %d is beyond the redirect map (%d entries)", name, attrs.Index, max)
+		return dataplane.Interface{}, nil, fmt.Errorf("interface %s: ifindex %d is beyond the redirect map (%d entries)", name, attrs.Index, max)
 	}
 	iface := dataplane.Interface{Name: name, Index: attrs.Index}
 	log := f.log.With(zap.String("interface", name))
@@ -338,7 +372,7 @@ func (f *Fastpath) attach(name string) error {
 	path := f.linkPath(name)
 	old, err := f.adoptLink(path, name, attrs.Index, log)
 	if err != nil {
-		return err
+		return dataplane.Interface{}, nil, err
 	}
 	if old != nil {
 		l = old
@@ -354,11 +388,11 @@ func (f *Fastpath) attach(name string) error {
 			l, err = link.AttachXDP(link.XDPOptions{Program: f.objs.RelayXdp, Interface: attrs.Index, Flags: link.XDPGenericMode})
 		}
 		if err != nil {
-			return fmt.Errorf("attach XDP to %s: %w", name, err)
+			return dataplane.Interface{}, nil, fmt.Errorf("attach XDP to %s: %w", name, err)
 		}
 		if err := l.Pin(path); err != nil {
 			l.Close()
-			return fmt.Errorf("pin link of %s: %w", name, err)
+			return dataplane.Interface{}, nil, fmt.Errorf("pin link of %s: %w", name, err)
 		}
 	}
 	iface.Mode = "native"
@@ -366,17 +400,13 @@ func (f *Fastpath) attach(name string) error {
 		iface.Mode = "generic"
 	}
 	if err := f.objs.TxPorts.Put(uint32(attrs.Index), relayBpfDevmapVal{Ifindex: uint32(attrs.Index)}); err != nil {
-		return fmt.Errorf("add %s to the redirect map: %w", name, err)
+		l.Close()
+		return dataplane.Interface{}, nil, fmt.Errorf("add %s to the redirect map: %w", name, err)
 	}
 	f.checkForwarding(name, log)
 	log.Info("XDP attached", zap.Int("ifindex", attrs.Index), zap.String("mode", iface.Mode),
 		zap.Int("mtu", attrs.MTU), zap.Bool("adopted", iface.Adopted))
-
-	f.mu.Lock()
-	f.ifaces = append(f.ifaces, iface)
-	f.links = append(f.links, l)
-	f.mu.Unlock()
-	return nil
+	return iface, l, nil
 }
 
 // adoptLink takes over the link pinned at path for interface name (index
@@ -394,7 +424,7 @@ func (f *Fastpath) adoptLink(path, name string, ifindex int, log *zap.Logger) (l
 		return nil, fmt.Errorf("load pinned link %s: %w", path, err)
 	}
 	var stale string
-	const severed = "severed: the interface was deleted (and re-created) while relayd was stopped"
+	const severed = "severed: the interface was deleted (and re-created)"
 	if info, err := old.Info(); err == nil && info.XDP() != nil && int(info.XDP().Ifindex) != ifindex {
 		stale = fmt.Sprintf("pinned for ifindex %d, the interface now has %d", info.XDP().Ifindex, ifindex)
 		if info.XDP().Ifindex == 0 {
@@ -502,6 +532,12 @@ func (f *Fastpath) Close() error {
 	}
 	f.closed = true
 	var errs []error
+	if f.lw != nil {
+		// Not under mu: a re-attachment under way takes it.
+		f.mu.Unlock()
+		f.lw.close()
+		f.mu.Lock()
+	}
 	if f.mon != nil {
 		errs = append(errs, f.mon.close())
 	}
@@ -585,7 +621,11 @@ func (f *Fastpath) Path() dataplane.Path { return dataplane.PathXDP }
 func (f *Fastpath) Interfaces() []dataplane.Interface {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]dataplane.Interface(nil), f.ifaces...)
+	out := make([]dataplane.Interface, len(f.ifaces))
+	for i := range f.ifaces {
+		out[i] = f.ifaces[i].Interface
+	}
+	return out
 }
 
 // Egress implements dataplane.EgressObserver: nil when the redirect

@@ -130,18 +130,11 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 		return nil, fmt.Errorf("configure the redirect monitor: %w", err)
 	}
 	for _, i := range ifaces {
-		d, err := newEgressDevice(i)
-		if err != nil {
-			return nil, err
+		// One device gone (deleted since its attachment: the link watch
+		// hands the monitor its successor) leaves the others watched.
+		if _, err := m.add(i); err != nil {
+			log.Warn("redirect refusals of this device are not watched", zap.String("device", i.Name), zap.Error(err))
 		}
-		if err := m.objs.ProbePorts.Put(uint32(i.Index), redirmonBpfDevmapVal{Ifindex: uint32(i.Index)}); err != nil {
-			return nil, fmt.Errorf("add %s to the probe's redirect map: %w", i.Name, err)
-		}
-		if err := m.objs.Devices.Put(uint32(i.Index), uint32(redirmonDevFlagsDEV_F_ARMED)); err != nil {
-			return nil, fmt.Errorf("arm the redirect monitor for %s: %w", i.Name, err)
-		}
-		d.interval = probeInterval
-		m.devs[i.Index] = d
 	}
 
 	// xdp_redirect_map_err is gone from 6.18 (see redirmon.c).
@@ -195,6 +188,51 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	log.Info("watching XDP redirect refusals", zap.Strings("tracepoints", tracepoints),
 		zap.Duration("took", time.Since(began).Round(time.Millisecond)))
 	return m, nil
+}
+
+// add starts watching device i. Called before the monitor runs or with
+// m.mu held.
+func (m *redirMon) add(i dataplane.Interface) (*egressDevice, error) {
+	d, err := newEgressDevice(i)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.objs.ProbePorts.Put(uint32(i.Index), redirmonBpfDevmapVal{Ifindex: uint32(i.Index)}); err != nil {
+		return nil, fmt.Errorf("add %s to the probe's redirect map: %w", i.Name, err)
+	}
+	if err := m.objs.Devices.Put(uint32(i.Index), uint32(redirmonDevFlagsDEV_F_ARMED)); err != nil {
+		return nil, fmt.Errorf("arm the redirect monitor for %s: %w", i.Name, err)
+	}
+	d.interval = probeInterval
+	m.devs[i.Index] = d
+	return d, nil
+}
+
+// replace follows device i, re-created since it had ifindex old: the old
+// device's state goes, the new one starts afresh and is probed at once
+// (one that refuses from the start goes into fallback now). Called on a
+// thread in m's namespace.
+func (m *redirMon) replace(old int, i dataplane.Interface) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := m.devs[old]; d != nil && d.name == i.Name {
+		delete(m.devs, old)
+		m.objs.ProbePorts.Delete(uint32(old))
+		m.objs.Devices.Delete(uint32(old))
+	}
+	d, err := m.add(i)
+	if err != nil {
+		m.log.Warn("redirect refusals of the re-created device are not watched", zap.String("device", i.Name), zap.Error(err))
+		return
+	}
+	accepted, err := m.probe(d)
+	if err != nil {
+		m.log.Warn("redirect probe failed", zap.String("device", d.name), zap.Error(err))
+		return
+	}
+	if !accepted {
+		m.fallbackLocked(d, m.lastProbe.Err)
+	}
 }
 
 func mapID(m *ebpf.Map) (uint32, error) {
