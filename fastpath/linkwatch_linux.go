@@ -181,37 +181,37 @@ func (f *Fastpath) markGone(name string) {
 }
 
 // reattach attaches the program to interface name, re-created since it
-// was attached to ifindex old, and makes it the egress in its place. It
-// runs on a thread in relayd's namespace.
+// was attached to ifindex old, and makes it the egress in its place, the
+// redirect monitor's device too; the interface's new ifindex is published
+// (Interfaces) last. It runs on a thread in relayd's namespace.
 func (f *Fastpath) reattach(name string, old int) error {
 	iface, l, err := f.attachIface(name)
 	if err != nil {
 		return err
 	}
+	// Under mu: Close, which waits for the watch, has either not begun or
+	// marked f closed.
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.closed {
-		f.mu.Unlock()
 		l.Close()
 		return nil
 	}
 	i := slices.IndexFunc(f.ifaces, func(in ifaceState) bool { return in.Name == name })
-	prev := f.links[i]
-	f.ifaces[i] = ifaceState{Interface: iface}
-	f.links[i] = l
-	mon := f.mon
-	inUse := slices.ContainsFunc(f.ifaces, func(in ifaceState) bool { return in.Index == old })
-	f.mu.Unlock()
-	prev.Close()
 	// The kernel drops a deleted device's redirect entry; the old ifindex
 	// may be another device's by now, which must not stay an egress.
+	inUse := slices.ContainsFunc(f.ifaces, func(in ifaceState) bool { return in.Name != name && in.Index == old })
 	if !inUse {
 		if err := f.objs.TxPorts.Delete(uint32(old)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			f.log.Warn("old ifindex left in the redirect map", zap.Int("ifindex", old), zap.Error(err))
 		}
 	}
-	if mon != nil {
-		mon.replace(old, iface)
+	if f.mon != nil {
+		f.mon.replace(old, iface)
 	}
+	f.links[i].Close()
+	f.ifaces[i] = ifaceState{Interface: iface}
+	f.links[i] = l
 	f.log.Info("interface re-created: XDP attached again", zap.String("interface", name),
 		zap.Int("old_ifindex", old), zap.Int("ifindex", iface.Index), zap.String("mode", iface.Mode))
 	return nil

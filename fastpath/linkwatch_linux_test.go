@@ -141,8 +141,11 @@ func TestInterfaceRecreated(t *testing.T) {
 		t.Errorf("redirect monitor's devices %+v, want %s alone, not in fallback", eg, name)
 	}
 	f.mu.Lock()
-	_, watched := f.mon.devs[second]
+	mon := f.mon
 	f.mu.Unlock()
+	mon.mu.Lock()
+	_, watched := mon.devs[second]
+	mon.mu.Unlock()
 	if !watched {
 		t.Errorf("the redirect monitor does not watch ifindex %d", second)
 	}

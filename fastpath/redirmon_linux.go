@@ -172,14 +172,7 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	// a device that refuses from the start goes into fallback now.
 	m.mu.Lock()
 	for _, d := range m.devs {
-		accepted, err := m.probe(d)
-		if err != nil {
-			m.log.Warn("redirect probe failed", zap.String("device", d.name), zap.Error(err))
-			continue
-		}
-		if !accepted {
-			m.fallbackLocked(d, m.lastProbe.Err)
-		}
+		m.firstProbeLocked(d)
 	}
 	m.mu.Unlock()
 
@@ -225,6 +218,13 @@ func (m *redirMon) replace(old int, i dataplane.Interface) {
 		m.log.Warn("redirect refusals of the re-created device are not watched", zap.String("device", i.Name), zap.Error(err))
 		return
 	}
+	m.firstProbeLocked(d)
+}
+
+// firstProbeLocked probes a device the monitor just took on: it learns
+// the device's address for xdp_devmap_xmit, and a device that refuses
+// from the start goes into fallback now.
+func (m *redirMon) firstProbeLocked(d *egressDevice) {
 	accepted, err := m.probe(d)
 	if err != nil {
 		m.log.Warn("redirect probe failed", zap.String("device", d.name), zap.Error(err))

@@ -57,14 +57,20 @@ func TestRelayInterfaceRecreated(t *testing.T) {
 			t.Errorf("flow %d after the restart: %+v, want the same addresses and its 100 packets", want.ID, f)
 		}
 	}
-	// The caller's sockets lost their address with c0: open new ones on
-	// the same addresses.
+	exchangeAgain(t, l, r, caller, callee, flows[0].ID)
+}
+
+// exchangeAgain sends 100 packets each way on the call once more, the
+// caller's sockets opened again (they lost their address with c0), and
+// checks that the caller's flow counted them in XDP's path.
+func exchangeAgain(t *testing.T, l *lab.Lab, r *Relay, caller, callee *leg, callerFlow uint64) {
+	t.Helper()
 	caller.conn.Close()
 	caller2 := openLeg(t, l.Caller, caller.local, caller.relay)
 	if a, b := exchange(t, caller2, callee, 100, 5000); a != 100 || b != 100 {
 		t.Errorf("after: %d and %d packets, want 100", a, b)
 	}
-	f := flowByID(t, r, flows[0].ID)
+	f := flowByID(t, r, callerFlow)
 	if f.Path != "xdp" || f.Packets != 200 {
 		t.Errorf("caller's flow after: path %s, %d packets; want xdp and 200", f.Path, f.Packets)
 	}
@@ -124,15 +130,7 @@ func TestRelayInterfaceRecreatedWhileRunning(t *testing.T) {
 		return v
 	}
 	fwd0 := forwarded()
-	caller.conn.Close()
-	caller2 := openLeg(t, l.Caller, caller.local, caller.relay)
-	if a, b := exchange(t, caller2, callee, 100, 5000); a != 100 || b != 100 {
-		t.Errorf("after: %d and %d packets, want 100", a, b)
-	}
-	f := flowByID(t, r, flows[0].ID)
-	if f.Path != "xdp" || f.Packets != 200 {
-		t.Errorf("caller's flow after: path %s, %d packets; want xdp and 200", f.Path, f.Packets)
-	}
+	exchangeAgain(t, l, r, caller, callee, flows[0].ID)
 	// Both ways through XDP, but for the first packets toward the caller
 	// (its neighbour entry went with the old device, and is resolved by
 	// the kernel on their way through userspace).
