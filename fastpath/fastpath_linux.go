@@ -146,11 +146,13 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		}
 		// After the monitor: a device re-created from now on is handed
 		// to it.
-		if nsErr == nil {
-			err = f.watchLinks(ns)
-			ns.Close()
-		} else {
+		if nsErr != nil {
 			err = nsErr
+		} else if len(ifaces) > 0 {
+			err = f.watchLinks(ns)
+		}
+		if nsErr == nil {
+			ns.Close()
 		}
 		if err != nil && len(ifaces) > 0 {
 			log.Warn("interfaces are not followed: one deleted and re-created goes without XDP until relayd restarts", zap.Error(err))
