@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"go.uber.org/zap/zaptest"
@@ -60,13 +61,33 @@ func TestSlotsByPort(t *testing.T) {
 			sent[k]++
 		}
 	}
+	// Read alone, with every flow (List) and with every flow's
+	// statistics (EachStats): 3 slots of 34 in use, which those two read
+	// one at a time.
+	listed, err := e.fp.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	each := map[netip.AddrPort]dataplane.Stats{}
+	if err := e.fp.EachStats(func(m netip.AddrPort, st dataplane.Stats) { each[m] = st }); err != nil {
+		t.Fatal(err)
+	}
 	for k, fl := range []dataplane.Flow{fl4, fl6, low} {
 		st, err := e.fp.Stats(fl.Match)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Packets != sent[k] || st.Received != sent[k] {
-			t.Errorf("flow %s: %d packets (%d RTP), want %d", fl.Match, st.Packets, st.Received, sent[k])
+		i := slices.IndexFunc(listed, func(fs dataplane.FlowStats) bool { return fs.Flow.Match == fl.Match })
+		if i < 0 {
+			t.Fatalf("flow %s not listed", fl.Match)
+		}
+		for _, got := range []struct {
+			how string
+			st  dataplane.Stats
+		}{{"Stats", st}, {"List", listed[i].Stats}, {"EachStats", each[fl.Match]}} {
+			if got.st.Packets != sent[k] || got.st.Received != sent[k] {
+				t.Errorf("flow %s by %s: %d packets (%d RTP), want %d", fl.Match, got.how, got.st.Packets, got.st.Received, sent[k])
+			}
 		}
 	}
 }
