@@ -15,7 +15,7 @@ import "math/bits"
 // taken: such a flow is only forwarded a little slower.
 //
 // The slots in use stay within the port range's span and the lowest
-// slots above it, which the reads of every flow's statistics go up to.
+// slots above it (see readSlots for reading them).
 // Not safe for concurrent use (the Fastpath's mu guards it).
 type slotAlloc struct {
 	used       []uint64 // bit s: slot s is taken
