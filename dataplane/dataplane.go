@@ -477,6 +477,9 @@ type Interface struct {
 	Index   int
 	Mode    string // "native" or "generic" for XDP
 	Adopted bool   // attachment taken over from a previous run
+	// Gone: the interface was deleted while relayd runs; the program is
+	// on it again when it comes back.
+	Gone bool
 }
 
 // Observer is implemented by data planes that expose global counters and

@@ -626,6 +626,7 @@ func (f *Fastpath) Interfaces() []dataplane.Interface {
 	out := make([]dataplane.Interface, len(f.ifaces))
 	for i := range f.ifaces {
 		out[i] = f.ifaces[i].Interface
+		out[i].Gone = f.ifaces[i].gone
 	}
 	return out
 }

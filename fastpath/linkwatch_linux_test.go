@@ -114,11 +114,7 @@ func TestInterfaceRecreated(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the deletion noticed", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.ifaces[0].gone
-	})
+	waitFor(t, "the deletion noticed", func() bool { return f.Interfaces()[0].Gone })
 	second := create()
 	if second == first {
 		t.Fatalf("re-created %s on the same ifindex %d", name, first)
@@ -126,6 +122,9 @@ func TestInterfaceRecreated(t *testing.T) {
 	waitFor(t, "the program on the re-created interface", func() bool {
 		return progOn() == uint32(progID) && inTxPorts(f, second) && f.Interfaces()[0].Index == second
 	})
+	if f.Interfaces()[0].Gone {
+		t.Errorf("%s still reported gone after the re-attachment", name)
+	}
 	if inTxPorts(f, first) {
 		t.Errorf("the old ifindex %d is still in the redirect map", first)
 	}
@@ -155,7 +154,7 @@ func TestInterfaceRecreated(t *testing.T) {
 	if err := inNS(e.ns, func() (err error) { f, err = New(cfg, log); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if in := f.Interfaces(); len(in) != 1 || in[0].Index != second || !in[0].Adopted {
+	if in := f.Interfaces(); len(in) != 1 || in[0].Index != second || !in[0].Adopted || in[0].Gone {
 		t.Errorf("after a restart: %+v, want %s on ifindex %d, its link adopted", in, name, second)
 	}
 }

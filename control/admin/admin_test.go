@@ -283,7 +283,7 @@ func TestMetrics(t *testing.T) {
 		{Verdict: "forward", Reason: "tx", Packets: 10, Bytes: 2000},
 		{Verdict: "drop", Reason: "wrong_source", Packets: 2, Bytes: 400},
 	})
-	f.xdp.SetInterfaces([]dataplane.Interface{{Name: "veth0", Index: 3, Mode: "native"}})
+	f.xdp.SetInterfaces([]dataplane.Interface{{Name: "veth0", Index: 3, Mode: "native"}, {Name: "vlan7", Index: 4, Mode: "native", Gone: true}})
 	resp, err := http.Get(f.srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -298,6 +298,7 @@ func TestMetrics(t *testing.T) {
 		`relayd_flows{path="xdp"} 1`,
 		`relayd_flows{path="userspace"} 0`,
 		`relayd_xdp_attached{interface="veth0",mode="native"} 1`,
+		`relayd_xdp_attached{interface="vlan7",mode="native"} 0`, // deleted while relayd runs
 		`go_goroutines`,
 		"\ngo_gc_heap_live_bytes ",
 	} {

@@ -21,7 +21,7 @@ var (
 	flowsDesc = prometheus.NewDesc("relayd_flows",
 		"Flows installed (static and call flows), by data path.", []string{"path"}, nil)
 	attachedDesc = prometheus.NewDesc("relayd_xdp_attached",
-		"1 for each interface the XDP program is attached to, with its mode.", []string{"interface", "mode"}, nil)
+		"1 for each interface the XDP program is attached to, with its mode; 0 for one deleted while relayd runs, until it comes back.", []string{"interface", "mode"}, nil)
 	redirectErrorsDesc = prometheus.NewDesc("relayd_xdp_redirect_errors_total",
 		"Frames XDP redirected toward a device that the kernel refused to send (and dropped), by egress device.", []string{"device"}, nil)
 	fallbackDesc = prometheus.NewDesc("relayd_xdp_egress_fallback",
@@ -123,7 +123,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	packets := make(map[key]uint64)
 	bytes := make(map[key]uint64)
 	var order []key
-	attached := make(map[[2]string]bool)
+	attached := make(map[[2]string]float64)
 	byPort, havePortTable := 0, false
 	for _, o := range c.observers {
 		if cp, ok := o.(capacity); ok {
@@ -149,7 +149,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			bytes[k] += ct.Bytes
 		}
 		for _, i := range o.Interfaces() {
-			attached[[2]string{i.Name, i.Mode}] = true
+			v := 1.0
+			if i.Gone {
+				v = 0
+			}
+			attached[[2]string{i.Name, i.Mode}] = v
 		}
 		if wo, ok := o.(dataplane.WorkerObserver); ok {
 			collectWorkers(ch, wo.WorkerStats())
@@ -169,8 +173,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(packets[k]), k.verdict, k.reason)
 		ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(bytes[k]), k.verdict, k.reason)
 	}
-	for k := range attached {
-		ch <- prometheus.MustNewConstMetric(attachedDesc, prometheus.GaugeValue, 1, k[0], k[1])
+	for k, v := range attached {
+		ch <- prometheus.MustNewConstMetric(attachedDesc, prometheus.GaugeValue, v, k[0], k[1])
 	}
 	if havePortTable {
 		ch <- prometheus.MustNewConstMetric(portTableDesc, prometheus.GaugeValue, float64(byPort))

@@ -105,6 +105,9 @@ func TestRelayInterfaceRecreatedWhileRunning(t *testing.T) {
 	if log := r.Log()[before:]; !strings.Contains(log, "interface re-created: XDP attached again") {
 		t.Errorf("no re-attachment logged:\n%s", log)
 	}
+	if v, err := r.Metric(`relayd_xdp_attached{interface="` + lab.RelayCallerIfName + `",mode="native"}`); err != nil || v != 1 {
+		t.Errorf("relayd_xdp_attached for %s: %v, %v; want 1", lab.RelayCallerIfName, v, err)
+	}
 	// The redirect monitor probed the new device at once, maybe before
 	// the lab had set its peer up (a veth takes redirected frames only
 	// then): it probes again every second until the device takes them.
