@@ -51,17 +51,7 @@ func (f *Fastpath) watchLinks(ns netns.NsHandle) error {
 		return err
 	}
 	w := &linkWatch{f: f, log: f.log, ns: ns, stop: make(chan struct{}), done: make(chan struct{})}
-	err = inNamespace(ns, func() (err error) {
-		w.sock, err = nl.Subscribe(unix.NETLINK_ROUTE, unix.RTNLGRP_LINK)
-		return err
-	})
-	if err != nil {
-		ns.Close()
-		return fmt.Errorf("subscribe to link events: %w", err)
-	}
-	tv := unix.NsecToTimeval(linkPoll.Nanoseconds())
-	if err := w.sock.SetReceiveTimeout(&tv); err != nil {
-		w.sock.Close()
+	if w.sock, err = subscribe(ns, linkPoll, unix.RTNLGRP_LINK); err != nil {
 		ns.Close()
 		return fmt.Errorf("link events: %w", err)
 	}

@@ -125,29 +125,15 @@ func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log 
 	}
 	w := &routeWatch{log: log, ns: ns, g: g, refresh: refresh, stop: make(chan struct{}), done: make(chan struct{})}
 	// Subscribed before the neighbours are read: a change in between is
-	// in what is read or in an event after it. The sockets are opened on
-	// a thread in ns (inNamespace), which enters it only when it is
-	// another than relayd's own: setns takes CAP_SYS_ADMIN, which relayd
-	// has not got under the unit, and netlink's SubscribeAt and
-	// NewHandleAt call it even for the current namespace.
-	err = inNamespace(ns, func() (err error) {
-		w.sock, err = nl.Subscribe(unix.NETLINK_ROUTE, routeGroups...)
-		return err
-	})
-	if err != nil {
+	// in what is read or in an event after it.
+	if w.sock, err = subscribe(ns, refresh, routeGroups...); err != nil {
 		ns.Close()
-		return nil, fmt.Errorf("subscribe to routing events: %w", err)
+		return nil, fmt.Errorf("routing events: %w", err)
 	}
 	// Room for a burst (a routing daemon installing a table): an overflow
 	// costs a rescan of the neighbours and, until then, events.
 	if err := w.sock.SetReceiveBufferSize(4<<20, true); err != nil {
 		log.Debug("routing events: receive buffer stays the default", zap.Error(err))
-	}
-	tv := unix.NsecToTimeval(refresh.Nanoseconds())
-	if err := w.sock.SetReceiveTimeout(&tv); err != nil {
-		w.sock.Close()
-		ns.Close()
-		return nil, fmt.Errorf("routing events: %w", err)
 	}
 	if err := w.scanNeighbours(); err != nil {
 		w.sock.Close()
@@ -161,6 +147,29 @@ func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log 
 	}
 	go w.run()
 	return w, nil
+}
+
+// subscribe opens a socket on the rtnetlink groups of ns, whose reads
+// return EAGAIN after timeout without an event. The socket is opened on
+// a thread in ns (inNamespace), which enters it only when it is another
+// than relayd's own: setns takes CAP_SYS_ADMIN, which relayd has not got
+// under the unit, and netlink's SubscribeAt and NewHandleAt call it even
+// for the current namespace.
+func subscribe(ns netns.NsHandle, timeout time.Duration, groups ...uint) (*nl.NetlinkSocket, error) {
+	var sock *nl.NetlinkSocket
+	err := inNamespace(ns, func() (err error) {
+		sock, err = nl.Subscribe(unix.NETLINK_ROUTE, groups...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := sock.SetReceiveTimeout(&tv); err != nil {
+		sock.Close()
+		return nil, err
+	}
+	return sock, nil
 }
 
 func dupNS(ns netns.NsHandle) (netns.NsHandle, error) {
