@@ -131,7 +131,7 @@ func (w *linkWatch) check() {
 		switch {
 		case errors.As(err, &notFound):
 			if !was.gone {
-				w.log.Warn("interface deleted: its media goes through userspace if it returns, until XDP is attached to it again",
+				w.log.Warn("interface deleted: XDP is attached again when it comes back",
 					zap.String("interface", name), zap.Int("ifindex", was.Index))
 				w.f.markGone(name)
 			}
