@@ -15,6 +15,7 @@
 package appliance
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -210,16 +211,80 @@ func (img Image) Boot(ctx context.Context, o BootOptions) error {
 		"-drive", "file=" + o.Disk + ",format=raw,if=virtio,cache=unsafe",
 		"-virtfs", "local,path=" + o.Share + ",mount_tag=share,security_model=none,id=share",
 	}
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	qctx, kill := context.WithCancel(ctx)
+	defer kill()
+	cmd := exec.CommandContext(qctx, "qemu-system-x86_64", args...)
 	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("qemu-system-x86_64: %w", err)
+	}
+	stalled := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if watchBoot(qctx, o.Console, bootStall) {
+			close(stalled)
+			kill()
+		}
+	}()
+	err := cmd.Wait()
+	kill()
+	<-watched
+	select {
+	case <-stalled:
+		return fmt.Errorf("%w: no console output for %s before the kernel ran init", ErrBootStalled, bootStall)
+	default:
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("guest did not power off in time: %w", ctx.Err())
 	}
 	if err != nil {
-		return fmt.Errorf("qemu-system-x86_64: %w\n%s", err, out)
+		return fmt.Errorf("qemu-system-x86_64: %w\n%s", err, out.Bytes())
 	}
 	return nil
+}
+
+// ErrBootStalled is Boot's error for a guest whose kernel stopped before
+// it ran init: Debian 6.1's kernel under TCG has hung in early boot now
+// and then (its console ending at the ACPI devices, both vCPUs spinning),
+// before the lockup detectors could panic it.
+var ErrBootStalled = errors.New("the guest's boot stalled")
+
+// bootStall is how long the console may stay silent before the kernel
+// runs init (a boot prints its lines a few milliseconds apart, and is at
+// init in about 10 s under TCG).
+const bootStall = 90 * time.Second
+
+// watchBoot polls the console file until the kernel runs init, and
+// reports true when it went stall without a new line before that.
+func watchBoot(ctx context.Context, console string, stall time.Duration) bool {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	size, grew := int64(-1), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case now := <-t.C:
+			con, _ := os.ReadFile(console)
+			if BootReachedInit(con) {
+				return false
+			}
+			if int64(len(con)) != size {
+				size, grew = int64(len(con)), now
+			} else if now.Sub(grew) >= stall {
+				return true
+			}
+		}
+	}
+}
+
+// BootReachedInit reports whether the console shows the kernel running
+// init (its own line, whatever init prints after it).
+func BootReachedInit(console []byte) bool {
+	return bytes.Contains(console, []byte(" as init process"))
 }
 
 // Packages are the .debs the appliance test installs, by package name.

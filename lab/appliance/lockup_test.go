@@ -1,6 +1,12 @@
 package appliance
 
-import "testing"
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+)
 
 func TestGuestLockup(t *testing.T) {
 	for _, tc := range []struct {
@@ -13,5 +19,43 @@ func TestGuestLockup(t *testing.T) {
 		if got := GuestLockup([]byte(tc.console)); got != tc.want {
 			t.Errorf("GuestLockup(%q) = %q, want %q", tc.console, got, tc.want)
 		}
+	}
+}
+
+func TestWatchBoot(t *testing.T) {
+	dir := t.TempDir()
+	console := dir + "/console.log"
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(console, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Stopped at the ACPI devices: stalled.
+	write("[    1.072025] pnp: PnP ACPI: found 6 devices\n")
+	if !watchBoot(context.Background(), console, 2*time.Second) {
+		t.Error("a console silent before init: not reported stalled")
+	}
+	// At init: not stalled, however long it is silent after.
+	write("[    9.1] Run /init as init process\n")
+	if watchBoot(context.Background(), console, 2*time.Second) {
+		t.Error("a console that reached init: reported stalled")
+	}
+	// A console that keeps growing is not stalled either.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	write("")
+	go func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			f, err := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				fmt.Fprintf(f, "[ %d.0] line\n", i)
+				f.Close()
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	if watchBoot(ctx, console, 2*time.Second) {
+		t.Error("a growing console: reported stalled")
 	}
 }
