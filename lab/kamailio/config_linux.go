@@ -21,6 +21,13 @@ import (
 //     are logged first, and the MOS the module read from the delete reply
 //     after.
 //
+// Options.Fallbacks are tried in turn when the destination before fails
+// (a final response of 300 or more, or no final response within
+// fr_inv_timer), as a B2BUA's route with several destinations does; the
+// call's media is deleted only when the last has failed. With
+// Options.NoMedia the configuration is the same proxy without the
+// rtpengine module: SIP only.
+//
 // Log lines the package parses start with a word in capitals: OFFER,
 // ANSWER, RTPSTAT, MOS, DELETE, NOMEDIA.
 var cfgTemplate = template.Must(template.New("kamailio.cfg").Parse(`#!KAMAILIO
@@ -46,12 +53,15 @@ loadmodule "textops.so"
 loadmodule "siputils.so"
 loadmodule "pv.so"
 loadmodule "xlog.so"
+{{- if .Media}}
 loadmodule "rtpengine.so"
+{{- end}}
 
 modparam("tm", "fr_timer", {{.FinalResponseTimeoutMS}})
 modparam("tm", "fr_inv_timer", {{.InviteTimeoutMS}})
 modparam("rr", "append_fromtag", 1)
 
+{{- if .Media}}
 modparam("rtpengine", "rtpengine_sock", "{{.Sock}}")
 modparam("rtpengine", "rtpengine_disable_tout", {{.DisableTimeout}})
 modparam("rtpengine", "rtpengine_tout_ms", {{.TimeoutMS}})
@@ -64,6 +74,7 @@ modparam("rtpengine", "rtp_inst_pvar", "$avp(rtp_inst)")
 modparam("rtpengine", "mos_average_pv", "$avp(mos_average)")
 modparam("rtpengine", "mos_min_pv", "$avp(mos_min)")
 modparam("rtpengine", "mos_max_pv", "$avp(mos_max)")
+{{- end}}
 
 request_route {
 	if (!mf_process_maxfwd_header("10")) {
@@ -76,8 +87,10 @@ request_route {
 	}
 	if (is_method("CANCEL")) {
 		if (t_check_trans()) {
+{{- if .Media}}
 			xlog("L_NOTICE", "DELETE ci=$ci cause=CANCEL\n");
 			rtpengine_delete();
+{{- end}}
 			t_relay();
 		}
 		exit;
@@ -96,6 +109,7 @@ request_route {
 		exit;
 	}
 	record_route();
+{{- if .Media}}
 	if (has_body("application/sdp")) {
 		if (!rtpengine_offer("{{.Flags}} {{.CalleeFlags}}")) {
 			xlog("L_ERR", "NOMEDIA ci=$ci offer\n");
@@ -106,7 +120,9 @@ request_route {
 	} else {
 		setflag(1);
 	}
+{{- end}}
 	$du = "sip:{{.Destination}}";
+	$avp(next) = 0;
 	t_on_reply("REPLY");
 	t_on_failure("FAILED");
 	if (!t_relay()) {
@@ -124,6 +140,7 @@ route[WITHINDLG] {
 		sl_send_reply("404", "Not Here");
 		exit;
 	}
+{{- if .Media}}
 	if (is_method("BYE")) {
 		$var(stat) = $rtpstat;
 		xlog("L_NOTICE", "RTPSTAT ci=$ci node=$avp(rtp_inst) $var(stat)\n");
@@ -136,6 +153,7 @@ route[WITHINDLG] {
 	} else if (is_method("INVITE") && has_body("application/sdp")) {
 		rtpengine_offer("{{.Flags}} {{.CalleeFlags}}");
 	}
+{{- end}}
 	if (is_method("INVITE")) {
 		t_on_reply("REPLY");
 	}
@@ -146,6 +164,7 @@ route[WITHINDLG] {
 }
 
 onreply_route[REPLY] {
+{{- if .Media}}
 	if (!is_method("INVITE") || !has_body("application/sdp") || $rs < 180 || $rs >= 300) {
 		return;
 	}
@@ -158,11 +177,27 @@ onreply_route[REPLY] {
 	} else if (rtpengine_answer("{{.Flags}} {{.CallerFlags}}")) {
 		xlog("L_NOTICE", "ANSWER ci=$ci node=$avp(rtp_inst) in=$rs\n");
 	}
+{{- else}}
+	return;
+{{- end}}
 }
 
 failure_route[FAILED] {
+{{- range $i, $d := .Fallbacks}}
+	if (!t_is_canceled() && $avp(next) == {{$i}}) {
+		$avp(next) = {{$i}} + 1;
+		$du = "sip:{{$d}}";
+		t_on_reply("REPLY");
+		t_on_failure("FAILED");
+		if (t_relay()) {
+			exit;
+		}
+	}
+{{- end}}
+{{- if .Media}}
 	xlog("L_NOTICE", "DELETE ci=$ci cause=$T_reply_code\n");
 	rtpengine_delete();
+{{- end}}
 }
 `))
 
@@ -180,6 +215,8 @@ func config(o *Options, modulePath string) ([]byte, error) {
 		FinalResponseTimeoutMS                int
 		InviteTimeoutMS                       int
 		Flags, CalleeFlags, CallerFlags       string
+		Media                                 bool
+		Fallbacks                             []string
 	}{
 		Debug: o.Debug, Children: o.Children,
 		Listen: o.Listen.String(), ModulePath: modulePath, Destination: o.Destination.String(),
@@ -188,6 +225,10 @@ func config(o *Options, modulePath string) ([]byte, error) {
 		QueriedNodesLimit:      o.QueriedNodesLimit,
 		FinalResponseTimeoutMS: o.FinalResponseTimeoutMS, InviteTimeoutMS: o.InviteTimeoutMS,
 		Flags: strings.Join(o.Flags, " "), CalleeFlags: strings.Join(o.CalleeFlags, " "), CallerFlags: strings.Join(o.CallerFlags, " "),
+		Media: !o.NoMedia,
+	}
+	for _, f := range o.Fallbacks {
+		data.Fallbacks = append(data.Fallbacks, f.String())
 	}
 	for _, f := range [][]string{o.Flags, o.CalleeFlags, o.CallerFlags} {
 		for _, s := range f {

@@ -41,6 +41,42 @@ func TestConfig(t *testing.T) {
 			t.Errorf("configuration lacks %s:\n%s", want, cfg)
 		}
 	}
+	checkSyntax(t, cfg)
+}
+
+// TestConfigFallbacksNoMedia: fallback destinations are tried in turn from
+// the failure route, and without media no rtpengine call is left.
+func TestConfigFallbacksNoMedia(t *testing.T) {
+	o := Options{
+		Destination: netip.MustParseAddrPort("198.18.2.2:5062"),
+		Fallbacks:   []netip.AddrPort{netip.MustParseAddrPort("198.18.2.2:5064"), netip.MustParseAddrPort("198.18.2.2:5060")},
+		NoMedia:     true,
+	}
+	if err := o.validate(testLab()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config(&o, DefaultModulePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`$du = "sip:198.18.2.2:5062";`,
+		"$avp(next) == 0) {\n\t\t$avp(next) = 0 + 1;\n\t\t$du = \"sip:198.18.2.2:5064\";",
+		"$avp(next) == 1) {\n\t\t$avp(next) = 1 + 1;\n\t\t$du = \"sip:198.18.2.2:5060\";",
+	} {
+		if !strings.Contains(string(cfg), want) {
+			t.Errorf("configuration lacks %s:\n%s", want, cfg)
+		}
+	}
+	if strings.Contains(string(cfg), "rtpengine") {
+		t.Errorf("configuration without media names rtpengine:\n%s", cfg)
+	}
+	checkSyntax(t, cfg)
+}
+
+// checkSyntax runs Kamailio's syntax check (-c) on cfg.
+func checkSyntax(t *testing.T, cfg []byte) {
+	t.Helper()
 	if Available("", "") != nil {
 		t.Skip("kamailio not installed: configuration not checked")
 	}
@@ -59,6 +95,7 @@ func TestOptionsValidate(t *testing.T) {
 	for name, o := range map[string]Options{
 		"no destination":   {RTPEngines: node},
 		"no node":          {Destination: dest},
+		"fallback outside": {Destination: dest, RTPEngines: node, Fallbacks: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:5060")}},
 		"outside the lab":  {Destination: netip.MustParseAddrPort("192.0.2.1:5060"), RTPEngines: node},
 		"node outside":     {Destination: dest, RTPEngines: []Node{{Addr: netip.MustParseAddrPort("192.0.2.1:2223")}}},
 		"negative weight":  {Destination: dest, RTPEngines: []Node{{Addr: node[0].Addr, Weight: -1}}},

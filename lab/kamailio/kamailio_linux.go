@@ -86,8 +86,14 @@ type Options struct {
 	Listen netip.AddrPort
 	// Destination is where every new INVITE goes (the callee), required.
 	Destination netip.AddrPort
-	// RTPEngines is the module's set, at least one node (rtpengine_sock).
+	// Fallbacks are tried in turn, each when the destination before it
+	// failed (a final response of 300 or more, or none in time).
+	Fallbacks []netip.AddrPort
+	// RTPEngines is the module's set, at least one node (rtpengine_sock),
+	// unless NoMedia.
 	RTPEngines []Node
+	// NoMedia leaves the rtpengine module out: a SIP-only proxy.
+	NoMedia bool
 	// DisableTimeout is how long, in seconds, the module leaves a node
 	// that did not answer disabled before it pings it again
 	// (rtpengine_disable_tout); default 2. The module's own default is 60.
@@ -116,6 +122,9 @@ type Options struct {
 	Children int
 	// Debug is Kamailio's log level (debug=; 2 info, 3 debug); default 2.
 	Debug int
+	// SharedMemoryMB is its shared memory (-m), which holds the
+	// transactions; default 32, too little for hundreds of calls a second.
+	SharedMemoryMB int
 }
 
 func (o *Options) validate(l *lab.Lab) error {
@@ -131,7 +140,7 @@ func (o *Options) validate(l *lab.Lab) error {
 	if !o.Destination.IsValid() {
 		return errors.New("no destination")
 	}
-	if len(o.RTPEngines) == 0 {
+	if len(o.RTPEngines) == 0 && !o.NoMedia {
 		return errors.New("no rtpengine node")
 	}
 	for _, n := range o.RTPEngines {
@@ -139,8 +148,8 @@ func (o *Options) validate(l *lab.Lab) error {
 			return fmt.Errorf("rtpengine node %+v: want an address and a weight >= 0", n)
 		}
 	}
-	for _, a := range []netip.Addr{o.Listen.Addr(), o.Destination.Addr()} {
-		if !labAddr(a) {
+	for _, a := range append([]netip.AddrPort{o.Listen, o.Destination}, o.Fallbacks...) {
+		if !a.IsValid() || !labAddr(a.Addr()) {
 			return fmt.Errorf("address %s: not loopback or in 198.18.0.0/15, 2001:2::/48", a)
 		}
 	}
@@ -161,6 +170,7 @@ func (o *Options) validate(l *lab.Lab) error {
 	def(&o.InviteTimeoutMS, 10000)
 	def(&o.Children, 2)
 	def(&o.Debug, 2)
+	def(&o.SharedMemoryMB, 32)
 	if o.Flags == nil {
 		o.Flags = DefaultFlags
 	}
@@ -291,7 +301,7 @@ func Start(l *lab.Lab, ns *lab.NS, o Options) (_ *Kamailio, err error) {
 		"-Y", runDir,
 		"-P", filepath.Join(runDir, "kamailio.pid"),
 		"-w", o.Dir,
-		"-m", "32", "-M", "4",
+		"-m", strconv.Itoa(o.SharedMemoryMB), "-M", "4",
 	}
 	logf, err := os.OpenFile(k.LogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -361,6 +371,46 @@ func (k *Kamailio) tail(n int) string {
 
 // Log returns Kamailio's log so far.
 func (k *Kamailio) Log() string { return k.tail(1 << 30) }
+
+// CPU returns the user and system time of every process of Kamailio's:
+// the main process and its children.
+func (k *Kamailio) CPU() (time.Duration, error) {
+	main := k.cmd.Process.Pid
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var ticks int64
+	found := false
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue // gone
+		}
+		// After "pid (comm) ": state, ppid, ... utime and stime are the
+		// 12th and 13th fields.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		if pid, _ := strconv.Atoi(d.Name()); pid == main {
+			found = true
+		} else if ppid, _ := strconv.Atoi(f[1]); ppid != main {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	if !found {
+		return 0, fmt.Errorf("kamailio (%d) is gone", main)
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil // USER_HZ is 100
+}
 
 // Exited returns a channel closed when Kamailio has exited.
 func (k *Kamailio) Exited() <-chan struct{} { return k.exited }

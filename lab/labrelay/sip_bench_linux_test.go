@@ -3,6 +3,7 @@ package labrelay
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/relayd/relayd/lab"
+	"github.com/relayd/relayd/lab/kamailio"
+	"github.com/relayd/relayd/lab/rtpengine"
 )
 
 // TestSIPBench measures the B2BUA with SIPp in the lab (set
@@ -32,6 +35,13 @@ import (
 //
 // RELAYD_TEST_BIN runs another relayd (one built with -tags relaydpprof
 // for the heap figures: an older one to compare).
+// Then, unless RELAYD_SIP_YARDSTICK=0, the same CPS run goes through the
+// field's equivalent of relayd's job on the same address, relayd stopped:
+// Kamailio (a stateful proxy trying the same three destinations in turn)
+// with rtpengine anchoring the media over ng (offer, answer, delete), and
+// Kamailio alone (no media); their CPU per call and relayd's ratios to
+// them are logged.
+//
 // RELAYD_SIP_STATE=1 gives relayd a [state] file (calls persisted);
 // RELAYD_SIP_CONTROL_PROCS=N sets dataplane.control_procs,
 // RELAYD_SIP_WAIT_TIMER=D sip.wait_timer;
@@ -92,7 +102,7 @@ path = %[3]q
 		rej := scenarioArgs(t, "reject.xml", map[string]string{"code": "503"}, "-i", uas, "-p", port, "-max_socket", "60000")
 		go runSIPp(t, ctx, l.Callee, rej...)
 	}
-	go runSIPp(t, ctx, l.Callee, "-sn", "uas", "-i", uas, "-p", "5060", "-max_socket", "60000")
+	go runSIPp(t, ctx, l.Callee, scenarioArgs(t, "uas_bench.xml", nil, "-i", uas, "-p", "5060", "-max_socket", "60000")...)
 	time.Sleep(500 * time.Millisecond)
 
 	heap0 := heapAfterGC(t, r)
@@ -187,10 +197,15 @@ path = %[3]q
 	procsBefore, _ := r.Metric("relayd_control_procs")
 	state0 := stateWrites(r)
 	cpuBefore := procCPU(t, r.Pid())
-	start := time.Now()
-	st, out := runSIPp(t, ctx, l.Caller, l.RelayMedia4.String()+":5060", "-sn", "uac", "-s", "100", "-i", l.CallerAddr4.String(), "-p", "5080",
-		"-r", strconv.Itoa(cps), "-m", strconv.Itoa(cps*secs), "-d", "0", "-l", strconv.Itoa(cps*4), "-recv_timeout", "10000")
-	took := time.Since(start)
+	// cpsRun offers the CPS load to whatever listens on the relay's SIP
+	// address, from SIPp's local port port.
+	cpsRun := func(port int) (st map[string]string, out string, took time.Duration) {
+		start := time.Now()
+		st, out = runSIPp(t, ctx, l.Caller, scenarioArgs(t, "uac_bench.xml", nil, l.RelayMedia4.String()+":5060", "-s", "100", "-i", l.CallerAddr4.String(), "-p", strconv.Itoa(port),
+			"-r", strconv.Itoa(cps), "-m", strconv.Itoa(cps*secs), "-d", "0", "-l", strconv.Itoa(cps*4), "-recv_timeout", "10000")...)
+		return st, out, time.Since(start)
+	}
+	st, out, took := cpsRun(5080)
 	cpu := procCPU(t, r.Pid()) - cpuBefore
 	procsAfter, _ := r.Metric("relayd_control_procs")
 	// What the last 64*T1 of calls still hold (their transactions), as
@@ -223,8 +238,78 @@ path = %[3]q
 			d["put"]/calls, d["bytes"]/max(d["put"], 1), d["delete"]/calls, d["commits"]/calls, d["disk"]*1e6/calls,
 			1e3*d["wait"]/max(d["put"]+d["delete"], 1))
 	}
+	if os.Getenv("RELAYD_SIP_YARDSTICK") != "0" {
+		r.Close() // its SIP address and media ports go to the yardstick
+		sipYardstick(t, l, uas, cpu.Seconds()*1e6/float64(max(ok, 1)), cpsRun)
+	}
 
 	cancel()
+}
+
+// sipYardstick runs cpsRun through Kamailio with rtpengine, then through
+// Kamailio alone, each listening on the relay's SIP address with the
+// bench's three destinations in the same order, and logs their CPU per
+// call beside relayd's (relayd, µs per call). Kamailio logs errors only
+// and rtpengine warnings, as relayd logs warnings.
+func sipYardstick(t *testing.T, l *lab.Lab, uas string, relayd float64,
+	cpsRun func(port int) (map[string]string, string, time.Duration)) {
+	t.Helper()
+	if err := kamailio.Available("", ""); err != nil {
+		lab.SkipOrFail(t, fmt.Sprintf("yardstick: %v (RELAYD_SIP_YARDSTICK=0 runs without it)", err))
+	}
+	dest := func(port uint16) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(uas), port) }
+	perCall := make(map[bool]float64)
+	for i, media := range []bool{true, false} {
+		o := kamailio.Options{
+			Destination: dest(5062), Fallbacks: []netip.AddrPort{dest(5064), dest(5060)},
+			NoMedia: !media, Children: 2, Debug: -1, SharedMemoryMB: 512, Dir: t.TempDir(),
+		}
+		var e *rtpengine.Engine
+		if media {
+			e = rtpengine.StartT(t, l, rtpengine.Options{Threads: 1, PortMin: 20000, PortMax: 59999, LogLevel: 4})
+			o.RTPEngines = []kamailio.Node{{Addr: rtpengine.DefaultNGAddr}}
+		}
+		k := kamailio.StartT(t, l, nil, o)
+		cpu0, err := k.CPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ecpu0 time.Duration
+		if e != nil {
+			ecpu0 = procCPU(t, e.Pid())
+		}
+		st, out, took := cpsRun(5084 + 2*i)
+		if st == nil {
+			t.Fatalf("sipp through kamailio: %s", out)
+		}
+		cpu1, err := k.CPU()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, _ := strconv.Atoi(st["SuccessfulCall(C)"])
+		failed, _ := strconv.Atoi(st["FailedCall(C)"])
+		calls := float64(max(ok, 1))
+		kus := (cpu1 - cpu0).Seconds() * 1e6 / calls
+		if media {
+			eus := (procCPU(t, e.Pid()) - ecpu0).Seconds() * 1e6 / calls
+			perCall[media] = kus + eus
+			t.Logf("yardstick, Kamailio with rtpengine: %d calls ok, %d failed in %.1fs = %.0f CPS; Kamailio %.0f us + rtpengine %.0f us = %.0f us per call",
+				ok, failed, took.Seconds(), float64(ok)/took.Seconds(), kus, eus, kus+eus)
+		} else {
+			perCall[media] = kus
+			t.Logf("yardstick, Kamailio alone (no media): %d calls ok, %d failed in %.1fs = %.0f CPS; %.0f us per call",
+				ok, failed, took.Seconds(), float64(ok)/took.Seconds(), kus)
+		}
+		if failed > 0 {
+			t.Logf("kamailio's log (the start):\n%s\nsipp:\n%s", k.Log()[:min(len(k.Log()), 3000)], tail([]byte(out)))
+		}
+		k.Close()
+		if e != nil {
+			e.Close()
+		}
+	}
+	t.Logf("Ratios, same run: relayd / (Kamailio + rtpengine) %.2f, relayd / Kamailio alone %.2f (relayd %.0f us per call)",
+		relayd/perCall[true], relayd/perCall[false], relayd)
 }
 
 // waitActive waits up to d for relayd to have 97% of want calls (SIPp's

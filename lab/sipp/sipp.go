@@ -30,6 +30,8 @@
 //	uas_pcmu.xml      a callee answering PCMU and telephone-event that plays a pcap
 //	uac_refused.xml   a call relayd refuses before routing it with {{.code}} (403, 401)
 //	uac_auth.xml      a call that answers relayd's digest challenge, then expects {{.final}}
+//	uac_bench.xml     a call without media, hung up after -d, for SIP benchmarks through a proxy or a B2BUA
+//	uas_bench.xml     its callee: rings and answers, as SIPp's built-in uas does, behind a proxy too
 //
 // WAV makes the audio file the callers' rtp_stream plays; lab/audio's
 // WritePcap the captures play_pcap_audio plays (which needs root: SIPp
