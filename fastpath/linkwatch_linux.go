@@ -142,9 +142,17 @@ func (w *linkWatch) check() {
 		case cur == was.Index && !was.gone:
 			continue
 		}
-		if err := inNamespace(w.ns, func() error { return w.f.reattach(name, was.Index) }); err != nil {
+		var now int
+		if err := inNamespace(w.ns, func() (err error) { now, err = w.f.reattach(name, was.Index); return err }); err != nil {
 			w.log.Error("interface re-created, XDP not attached to it: its media goes through userspace",
 				zap.String("interface", name), zap.Error(err))
+			continue
+		}
+		if x := w.f.cfg.XSK; x != nil && x.Recreated != nil && now != 0 {
+			if err := inNamespace(w.ns, func() error { return x.Recreated(name, was.Index, now) }); err != nil {
+				w.log.Error("interface re-created, AF_XDP receive not moved to it: the workers' packets on it take the kernel's receive path",
+					zap.String("interface", name), zap.Error(err))
+			}
 		}
 	}
 }
@@ -173,11 +181,12 @@ func (f *Fastpath) markGone(name string) {
 // reattach attaches the program to interface name, re-created since it
 // was attached to ifindex old, and makes it the egress in its place, the
 // redirect monitor's device too; the interface's new ifindex is published
-// (Interfaces) last. It runs on a thread in relayd's namespace.
-func (f *Fastpath) reattach(name string, old int) error {
+// (Interfaces) last, and returned (0 when f is closed). It runs on a
+// thread in relayd's namespace.
+func (f *Fastpath) reattach(name string, old int) (int, error) {
 	iface, l, err := f.attachIface(name)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// Under mu: Close, which waits for the watch, has either not begun or
 	// marked f closed.
@@ -185,7 +194,7 @@ func (f *Fastpath) reattach(name string, old int) error {
 	defer f.mu.Unlock()
 	if f.closed {
 		l.Close()
-		return nil
+		return 0, nil
 	}
 	i := slices.IndexFunc(f.ifaces, func(in ifaceState) bool { return in.Name == name })
 	// The kernel drops a deleted device's redirect entry; the old ifindex
@@ -204,7 +213,7 @@ func (f *Fastpath) reattach(name string, old int) error {
 	f.links[i] = l
 	f.log.Info("interface re-created: XDP attached again", zap.String("interface", name),
 		zap.Int("old_ifindex", old), zap.Int("ifindex", iface.Index), zap.String("mode", iface.Mode))
-	return nil
+	return iface.Index, nil
 }
 
 // ifaceState is an interface the program is attached to, and whether it

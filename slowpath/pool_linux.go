@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -446,7 +447,30 @@ func (p *Pool) Interfaces() []dataplane.Interface {
 	if p.xsk == nil {
 		return nil
 	}
+	p.xsk.mu.Lock()
+	defer p.xsk.mu.Unlock()
 	return append([]dataplane.Interface(nil), p.xsk.ifaces...)
+}
+
+// InterfaceRecreated moves AF_XDP receive (Config.IO "afxdp") on
+// interface name from ifindex old to now: the interface was deleted and
+// created again under its name (ifupdown does that to VLAN and bond
+// devices when networking restarts). The workers get sockets on the new
+// device's queues, each between two batches, and the old sockets are
+// closed; without Config.ExternalXDP the pool's program is attached to
+// the new device too. Calls in progress keep their flows. It must run on
+// a thread in the namespace the pool was started in (a socket binds to an
+// ifindex of its own namespace). Without AF_XDP receive it does nothing.
+func (p *Pool) InterfaceRecreated(name string, old, now int) error {
+	if p.xsk == nil {
+		return nil
+	}
+	if err := p.xsk.recreated(p.workers, name, old, now, p.cfg.XDPGeneric, p.log); err != nil {
+		return err
+	}
+	p.log.Info("interface re-created: AF_XDP receive moved to it", zap.String("interface", name),
+		zap.Int("old_ifindex", old), zap.Int("ifindex", now))
+	return nil
 }
 
 type ctrlOp uint8
@@ -461,6 +485,10 @@ const (
 	// shadows that carried or dropped a packet (shadow true), by match.
 	opStats
 	opPing // answers nothing: the worker's loop is alive
+	// opSwapXSK: the worker's AF_XDP sockets on ifindex xskOld are
+	// replaced by xsks (the device was created again), between batches;
+	// the answer comes once the old ones are no longer read.
+	opSwapXSK
 )
 
 type ctrl struct {
@@ -470,6 +498,9 @@ type ctrl struct {
 	dec    *srtpflow.Decrypter
 	enc    *srtpflow.Encrypter
 	reply  chan ctrlReply
+	// opSwapXSK
+	xskOld int
+	xsks   []*xskSock
 }
 
 type ctrlReply struct {
@@ -513,6 +544,9 @@ type worker struct {
 	xsks      []*xskSock
 	xb        *xskBatch
 	xskRounds uint
+	// xskSwap is an opSwapXSK request waiting for the loop's next round,
+	// where no socket is being read. Worker goroutine only.
+	xskSwap *ctrl
 
 	// ppoll's arguments, allocated once: the UDP socket, the eventfd,
 	// then xsks. Worker goroutine only.
@@ -885,6 +919,11 @@ func (w *worker) drainCtrl() {
 	w.ctrlQ = w.ctrlSpare
 	w.ctrlMu.Unlock()
 	for i := range q {
+		if q[i].op == opSwapXSK {
+			// Answered by swapXSK, at the top of the loop.
+			w.xskSwap = &ctrl{op: opSwapXSK, xskOld: q[i].xskOld, xsks: q[i].xsks, reply: q[i].reply}
+			continue
+		}
 		r := w.handleCtrl(q[i])
 		switch {
 		case q[i].reply != nil:
@@ -1055,6 +1094,9 @@ func (w *worker) run() {
 			w.drainCtrl()
 			return
 		}
+		if w.xskSwap != nil {
+			w.swapXSK()
+		}
 		if read, drained := w.relayXSK(tx4, tx6); read {
 			got, fresh = true, true
 			w.afterBatch()
@@ -1122,6 +1164,25 @@ func (w *worker) run() {
 		if w.pending.Load() {
 			w.drainCtrl()
 		}
+	}
+}
+
+// swapXSK replaces the AF_XDP sockets of a re-created device (xskSwap)
+// and answers the request: from then on the old sockets are not read, and
+// the pool closes them.
+func (w *worker) swapXSK() {
+	c := w.xskSwap
+	w.xskSwap = nil
+	w.xsks = append(slices.DeleteFunc(w.xsks, func(s *xskSock) bool { return s.u.ifindex == c.xskOld }), c.xsks...)
+	w.pollFDs = w.pollFDs[:2]
+	for _, s := range w.xsks {
+		w.pollFDs = append(w.pollFDs, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+	}
+	if w.xb == nil && len(w.xsks) > 0 {
+		w.xb = newXSKBatch()
+	}
+	if c.reply != nil {
+		c.reply <- ctrlReply{}
 	}
 }
 

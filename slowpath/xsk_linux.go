@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -371,12 +372,16 @@ func parseFrame(f []byte) (payload []byte, src, dst netip.AddrPort, ok bool) {
 // sockets' XSKMAP and the devices' indexes (what such a program needs);
 // and every worker's sockets.
 type xskPlane struct {
+	names   []string // the devices (Config.Interfaces), by their index
 	objs    []*xskObjects
-	links   []link.Link
-	ifaces  []dataplane.Interface // where the program is attached, and how
-	socks   []*xskSock            // the queues' first sockets after the others
-	sockMap *ebpf.Map             // slot (see bpf/xsk.c) -> socket
-	devMap  *ebpf.Map             // ifindex -> the device's index in ifaces
+	sockMap *ebpf.Map // slot (see bpf/xsk.c) -> socket
+	devMap  *ebpf.Map // ifindex -> the device's index in names
+
+	mu     sync.Mutex // guards what follows: a device re-created replaces them (recreated)
+	closed bool
+	links  []link.Link           // by device, without ExternalXDP
+	ifaces []dataplane.Interface // where the program is attached, and how
+	socks  []*xskSock            // the queues' first sockets after the others
 }
 
 // newXSKPlane opens a socket per worker on every receive queue of each
@@ -386,7 +391,7 @@ type xskPlane struct {
 // plane does, where the driver has no native XDP). A device has its
 // queues 0..n-1: the first queue that refuses a bind ends its list.
 func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, external bool, log *zap.Logger) (_ *xskPlane, err error) {
-	x := &xskPlane{}
+	x := &xskPlane{names: ifaces}
 	defer func() {
 		if err != nil {
 			x.close()
@@ -404,8 +409,10 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 	if x.sockMap, err = ebpf.NewMap(spec.Maps["xsks"]); err != nil {
 		return nil, fmt.Errorf("AF_XDP: XSKMAP: %w", err)
 	}
+	// Room for every device's ifindex twice: a device created again
+	// gets its new one before its old one goes (recreated).
 	if x.devMap, err = ebpf.NewMap(&ebpf.MapSpec{Name: "xsk_devs", Type: ebpf.Hash, KeySize: 4, ValueSize: 4,
-		MaxEntries: uint32(len(ifaces))}); err != nil {
+		MaxEntries: uint32(2 * len(ifaces))}); err != nil {
 		return nil, fmt.Errorf("AF_XDP: devices map: %w", err)
 	}
 	repl := map[string]*ebpf.Map{"steer": steer.objs.Steer, "xsks": x.sockMap}
@@ -417,29 +424,12 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 		if err := x.devMap.Update(uint32(ifi.Index), uint32(d), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("AF_XDP on %s: devices map: %w", name, err)
 		}
-		for q := 0; q < xskQueues; q++ {
-			first, err := openXSK(ifi.Index, q, nil)
-			if err != nil {
-				if q > 0 && errors.Is(err, unix.EINVAL) {
-					break // no such queue
-				}
-				return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
-			}
-			x.socks = append(x.socks, first) // closed last: see close
-			for i, w := range workers {
-				s := first
-				if i > 0 {
-					if s, err = openXSK(ifi.Index, q, first.u); err != nil {
-						return nil, fmt.Errorf("AF_XDP on %s, worker %d: %w", name, i, err)
-					}
-					x.socks = append([]*xskSock{s}, x.socks...)
-				}
-				slot := uint32((i*len(ifaces)+d)*xskQueues + q)
-				if err := x.sockMap.Update(slot, uint32(s.fd), ebpf.UpdateAny); err != nil {
-					return nil, fmt.Errorf("AF_XDP on %s: XSKMAP: %w", name, err)
-				}
-				w.xsks = append(w.xsks, s)
-			}
+		byWorker, err := x.openDevice(d, ifi.Index, len(workers))
+		if err != nil {
+			return nil, err
+		}
+		for i, w := range workers {
+			w.xsks = append(w.xsks, byWorker[i]...)
 		}
 		if external {
 			continue
@@ -475,24 +465,143 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 	return x, nil
 }
 
-// close detaches the program and closes the sockets; the workers must
-// have stopped.
-func (x *xskPlane) close() error {
-	if x == nil {
-		return nil
+// openDevice opens a socket per worker on every receive queue of device
+// d (ifindex) and puts them in the XSKMAP: byWorker[i] are worker i's. A
+// device has its queues 0..n-1: the first queue that refuses a bind ends
+// its list. The sockets join x.socks.
+func (x *xskPlane) openDevice(d, ifindex, workers int) (byWorker [][]*xskSock, err error) {
+	name := x.names[d]
+	byWorker = make([][]*xskSock, workers)
+	var opened []*xskSock // the queues' first sockets after the others
+	defer func() {
+		if err != nil {
+			closeXSKs(opened)
+		}
+	}()
+	for q := 0; q < xskQueues; q++ {
+		first, err := openXSK(ifindex, q, nil)
+		if err != nil {
+			if q > 0 && errors.Is(err, unix.EINVAL) {
+				break // no such queue
+			}
+			return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
+		}
+		opened = append(opened, first) // closed last: see closeXSKs
+		for i := range workers {
+			s := first
+			if i > 0 {
+				if s, err = openXSK(ifindex, q, first.u); err != nil {
+					return nil, fmt.Errorf("AF_XDP on %s, worker %d: %w", name, i, err)
+				}
+				opened = append([]*xskSock{s}, opened...)
+			}
+			slot := uint32((i*len(x.names)+d)*xskQueues + q)
+			if err := x.sockMap.Update(slot, uint32(s.fd), ebpf.UpdateAny); err != nil {
+				return nil, fmt.Errorf("AF_XDP on %s: XSKMAP: %w", name, err)
+			}
+			byWorker[i] = append(byWorker[i], s)
+		}
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil, errors.New("AF_XDP: closed")
+	}
+	x.socks = append(opened, x.socks...)
+	return byWorker, nil
+}
+
+// recreated moves device name's sockets (and, without ExternalXDP, its
+// program) from ifindex old to now: the device was deleted and created
+// again under its name. New sockets go into the XSKMAP and the device map
+// first, then to the workers in place of the old ones (each swaps them
+// between batches and answers then), and the old sockets are closed last:
+// closing a socket takes it out of the XSKMAP.
+func (x *xskPlane) recreated(workers []*worker, name string, old, now int, generic bool, log *zap.Logger) error {
+	d := slices.Index(x.names, name)
+	if d < 0 {
+		return fmt.Errorf("AF_XDP: %s is not one of the interfaces", name)
+	}
+	byWorker, err := x.openDevice(d, now, len(workers))
+	if err != nil {
+		return err
+	}
+	if err := x.devMap.Update(uint32(now), uint32(d), ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("AF_XDP on %s: devices map: %w", name, err)
+	}
+	// The old ifindex may be another device's by now; it stays only if
+	// that device is one of ours and holds it (its own re-creation wrote
+	// it).
+	var was uint32
+	if err := x.devMap.Lookup(uint32(old), &was); err == nil && was == uint32(d) && old != now {
+		if err := x.devMap.Delete(uint32(old)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			log.Warn("old ifindex left in the AF_XDP devices map", zap.Int("ifindex", old), zap.Error(err))
+		}
+	}
+	if len(x.objs) > d {
+		// The program is relayd's own (no ExternalXDP): attach it to the
+		// new device.
+		mode := "native"
+		flags := link.XDPDriverMode
+		if generic || x.ifaces[d].Mode == "generic" {
+			mode, flags = "generic", link.XDPGenericMode
+		}
+		l, err := link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: flags})
+		if err != nil && flags == link.XDPDriverMode {
+			log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
+			l, err = link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: link.XDPGenericMode})
+			mode = "generic"
+		}
+		if err != nil {
+			return fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
+		}
+		x.mu.Lock()
+		x.links[d].Close()
+		x.links[d] = l
+		x.ifaces[d] = dataplane.Interface{Name: name, Index: now, Mode: mode}
+		x.mu.Unlock()
 	}
 	var errs []error
-	for _, l := range x.links {
-		errs = append(errs, l.Close())
+	for i, w := range workers {
+		if _, err := w.call(ctrl{op: opSwapXSK, xskOld: old, xsks: byWorker[i]}); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	// Closing a socket waits for the kernel's RCU grace period of its
-	// unbind (5-30 ms each on a VM); closed together, the waits overlap
-	// (8 sockets: 31 ms against 95 one after the other). The queues'
-	// first sockets, which own the UMEMs, close after the others.
+	if len(errs) > 0 {
+		// A worker that did not answer (closing, or stuck) may still
+		// read the old sockets: they stay open until the pool closes.
+		return errors.Join(errs...)
+	}
+	fresh := make(map[*xskSock]bool)
+	for _, socks := range byWorker {
+		for _, s := range socks {
+			fresh[s] = true
+		}
+	}
+	x.mu.Lock()
+	var gone []*xskSock
+	x.socks = slices.DeleteFunc(x.socks, func(s *xskSock) bool {
+		if s.u.ifindex == old && !fresh[s] {
+			gone = append(gone, s)
+			return true
+		}
+		return false
+	})
+	x.mu.Unlock()
+	errs = append(errs, closeXSKs(gone))
+	return errors.Join(errs...)
+}
+
+// closeXSKs closes socks. Closing a socket waits for the kernel's RCU
+// grace period of its unbind (5-30 ms each on a VM); closed together, the
+// waits overlap (8 sockets: 31 ms against 95 one after the other). The
+// queues' first sockets, which own the UMEMs, close after the others.
+func closeXSKs(socks []*xskSock) error {
+	var errs []error
 	var mu sync.Mutex
 	for _, owners := range []bool{false, true} {
 		var wg sync.WaitGroup
-		for _, s := range x.socks {
+		for _, s := range socks {
 			if s.own != owners {
 				continue
 			}
@@ -505,6 +614,23 @@ func (x *xskPlane) close() error {
 		}
 		wg.Wait()
 	}
+	return errors.Join(errs...)
+}
+
+// close detaches the program and closes the sockets; the workers must
+// have stopped.
+func (x *xskPlane) close() error {
+	if x == nil {
+		return nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.closed = true
+	var errs []error
+	for _, l := range x.links {
+		errs = append(errs, l.Close())
+	}
+	errs = append(errs, closeXSKs(x.socks))
 	for _, o := range x.objs {
 		errs = append(errs, o.Close())
 	}
@@ -525,5 +651,5 @@ func (p *Pool) XSKMaps() (steer, sockets, devices *ebpf.Map, n int) {
 	if p.xsk == nil {
 		return nil, nil, nil, 0
 	}
-	return p.steer.objs.Steer, p.xsk.sockMap, p.xsk.devMap, int(p.xsk.devMap.MaxEntries())
+	return p.steer.objs.Steer, p.xsk.sockMap, p.xsk.devMap, len(p.xsk.names)
 }

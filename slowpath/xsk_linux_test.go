@@ -109,6 +109,60 @@ func TestPoolIO(t *testing.T) {
 	}
 }
 
+// TestPoolInterfaceRecreated: once the caller's side interface was
+// deleted and created again, InterfaceRecreated moves AF_XDP receive to
+// the new device: its program attached there, the workers reading new
+// sockets (every packet of a flow through AF_XDP again, none lost, plain
+// and SRTP), the old sockets closed; the pool closes cleanly after.
+// Without it the flows' packets would take the socket path.
+func TestPoolInterfaceRecreated(t *testing.T) {
+	l := lab.NewT(t)
+	p := startLabPool(t, l, IOAFXDP, false, []int{0, 1 % runtime.NumCPU()})
+	// A flow on worker 0: the test's flows go to worker 1, whose sockets
+	// share worker 0's UMEMs.
+	hold := netip.AddrPortFrom(l.RelayMedia4, 29998)
+	if err := p.Install(dataplane.Flow{Match: hold, SendFrom: netip.AddrPortFrom(l.RelayCalleeAddr4, 29998),
+		SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9)}); err != nil {
+		t.Fatal(err)
+	}
+	testPoolIOFlow(t, l, p, IOAFXDP, 30000, false, false)
+	old, socks := l.RelayCallerIf.Index, len(p.xsk.socks)
+	if err := l.RecreateCallerLink(); err != nil {
+		t.Fatal(err)
+	}
+	now := l.RelayCallerIf.Index
+	if err := l.Relay.Do(func() error { return p.InterfaceRecreated(lab.RelayCallerIfName, old, now) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Interfaces(); len(got) != 2 || got[0].Index != now || got[0].Name != lab.RelayCallerIfName || got[0].Mode != "native" {
+		t.Errorf("Interfaces() = %+v, want %s at ifindex %d (was %d), native", got, lab.RelayCallerIfName, now, old)
+	}
+	if len(p.xsk.socks) != socks {
+		t.Errorf("%d sockets open after the move, want %d", len(p.xsk.socks), socks)
+	}
+	for _, s := range p.xsk.socks {
+		if s.u.ifindex == old {
+			t.Errorf("a socket on the old ifindex %d is still open", old)
+		}
+	}
+	for _, w := range p.workers {
+		for _, s := range w.xsks {
+			if s.u.ifindex == old {
+				t.Errorf("worker %d still reads a socket on the old ifindex %d", w.id, old)
+			}
+		}
+	}
+	var dev uint32
+	if err := p.xsk.devMap.Lookup(uint32(now), &dev); err != nil || dev != 0 {
+		t.Errorf("devices map: ifindex %d -> %d, %v; want 0", now, dev, err)
+	}
+	if err := p.xsk.devMap.Lookup(uint32(old), &dev); err == nil {
+		t.Errorf("devices map still holds the old ifindex %d", old)
+	}
+	t.Run("v4", func(t *testing.T) { testPoolIOFlow(t, l, p, IOAFXDP, 30004, false, false) })
+	t.Run("v6-srtp", func(t *testing.T) { testPoolIOFlow(t, l, p, IOAFXDP, 30008, true, true) })
+}
+
 func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v6, srtp bool) {
 	media, gw, caller, callee, network := l.RelayMedia4, l.RelayCalleeAddr4, l.CallerAddr4, l.CalleeAddr4, "udp4"
 	if v6 {

@@ -1,6 +1,7 @@
 package labrelay
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,52 @@ func TestRelayInterfaceRecreatedWhileRunning(t *testing.T) {
 	// the kernel on their way through userspace).
 	if got := forwarded() - fwd0; got < 190 {
 		t.Errorf("%.0f of the 200 packets redirected by XDP after the interface came back", got)
+	}
+}
+
+// TestRelayInterfaceRecreatedAFXDP: with userspace_io afxdp, the
+// caller-side interface deleted and re-created while relayd runs gets its
+// AF_XDP receive back too: a latching flow's packets (which XDP hands to
+// the workers within the latch window) reach the workers through their
+// AF_XDP sockets before and after, none through the kernel, all relayed.
+func TestRelayInterfaceRecreatedAFXDP(t *testing.T) {
+	l := lab.NewT(t)
+	r := startRelayIn(t, l, Options{ExtraMedia: `latch_window = "60s"`, UserspaceIO: "afxdp"})
+	a, b := netip.AddrPortFrom(l.RelayMedia4, 33000), netip.AddrPortFrom(l.RelayMedia4, 33002)
+	from := netip.AddrPortFrom(l.CallerAddr4, 4000)
+	_, _, caller, callee := latchingCall(t, l, r, a, b, from, from, netip.AddrPortFrom(l.CalleeAddr4, 5000))
+	punted := func() (viaXSK, viaKernel float64) {
+		t.Helper()
+		m := metrics(t, r, `relayd_packets_total{reason="userspace_afxdp",verdict="punt"}`, `relayd_packets_total{reason="userspace",verdict="punt"}`)
+		return m[0], m[1]
+	}
+	if err := caller.send(20, 1000, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := callee.recv(20, 1, 0, time.Second); got != 20 {
+		t.Fatalf("before: callee received %d of 20 (%v)", got, err)
+	}
+	if x, k := punted(); x != 20 || k != 0 {
+		t.Fatalf("before: %.0f packets to the AF_XDP sockets, %.0f to the kernel; want 20 and 0", x, k)
+	}
+	before := len(r.Log())
+	if err := l.RecreateCallerLink(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(r.Log()[before:], "interface re-created: AF_XDP receive moved to it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("AF_XDP receive not moved to the re-created %s:\n%s", lab.RelayCallerIfName, r.Log()[before:])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := caller.send(50, 1000, 1, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := callee.recv(50, 1, 20, time.Second); got != 50 {
+		t.Fatalf("after: callee received %d of 50 (%v)", got, err)
+	}
+	if x, k := punted(); x != 70 || k != 0 {
+		t.Errorf("after: %.0f packets to the AF_XDP sockets, %.0f to the kernel; want 70 and 0", x, k)
 	}
 }
