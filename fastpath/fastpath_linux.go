@@ -23,6 +23,7 @@ import (
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/internal/bpffs"
 	"github.com/relayd/relayd/internal/flowkey"
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 // Fastpath is the XDP data plane: the loaded program, its pinned maps and
@@ -131,7 +132,7 @@ func New(cfg Config, log *zap.Logger) (*Fastpath, error) {
 		var mon *redirMon
 		err := nsErr
 		if err == nil {
-			err = inNamespace(ns, func() (err error) {
+			err = rtnl.InNamespace(ns, func() (err error) {
 				mon, err = startRedirMon(f.objs.TxPorts, ifaces, log.Named("redirmon"))
 				return err
 			})

@@ -2,20 +2,14 @@ package fastpath
 
 import (
 	"errors"
-	"fmt"
 	"slices"
-	"sync"
-	"syscall"
-	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 // linkWatch follows the configured interfaces while relayd runs. An
@@ -26,97 +20,40 @@ import (
 // kernel's stack to the userspace shadows, relayed but at the workers'
 // cost. The watch attaches the program to the new device (its pinned link
 // replacing the severed one), makes it an egress again and hands it to
-// the redirect monitor, without a restart. It runs on a thread in the
+// the redirect monitor, without a restart, then has the workers' AF_XDP
+// sockets moved to it (XSKTarget.Recreated). It runs on a thread in the
 // namespace relayd started in, as the route cache's watch does.
 type linkWatch struct {
-	f    *Fastpath
-	log  *zap.Logger
-	ns   netns.NsHandle
-	sock *nl.NetlinkSocket
-
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	f   *Fastpath
+	log *zap.Logger
+	lw  *rtnl.LinkWatch
 }
-
-// linkPoll is how often the watch checks whether it is to stop while
-// no event arrives.
-const linkPoll = time.Second
 
 // watchLinks starts following the configured interfaces in ns (which it
 // duplicates: the caller keeps its handle).
 func (f *Fastpath) watchLinks(ns netns.NsHandle) error {
-	ns, err := dupNS(ns)
+	w := &linkWatch{f: f, log: f.log}
+	lw, err := rtnl.WatchLinks(ns, f.cfg.Interfaces, w.check, f.log,
+		"one deleted and re-created goes without XDP until relayd restarts")
 	if err != nil {
 		return err
 	}
-	w := &linkWatch{f: f, log: f.log, ns: ns, stop: make(chan struct{}), done: make(chan struct{})}
-	if w.sock, err = subscribe(ns, linkPoll, unix.RTNLGRP_LINK); err != nil {
-		ns.Close()
-		return fmt.Errorf("link events: %w", err)
-	}
+	w.lw = lw
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		lw.Close()
+		return nil
+	}
 	f.lw = w
-	f.mu.Unlock()
-	// An interface re-created between its attachment and the
-	// subscription is found by this first check.
-	w.check()
-	go w.run()
 	return nil
-}
-
-func (w *linkWatch) run() {
-	defer close(w.done)
-	for {
-		msgs, _, err := w.sock.Receive()
-		select {
-		case <-w.stop:
-			return
-		default:
-		}
-		switch {
-		case err == nil, errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EINTR):
-		case errors.Is(err, unix.ENOBUFS):
-			// Events were lost: look at every interface.
-			w.check()
-			continue
-		default:
-			w.log.Error("interfaces are no longer followed: one deleted and re-created goes without XDP until relayd restarts",
-				zap.Error(err))
-			return
-		}
-		if slices.ContainsFunc(msgs, w.concerns) {
-			w.check()
-		}
-	}
-}
-
-// concerns reports whether the event m is about a configured interface.
-func (w *linkWatch) concerns(m syscall.NetlinkMessage) bool {
-	if m.Header.Type != unix.RTM_NEWLINK && m.Header.Type != unix.RTM_DELLINK {
-		return false
-	}
-	h := unix.NlMsghdr{Len: m.Header.Len, Type: m.Header.Type, Flags: m.Header.Flags, Seq: m.Header.Seq, Pid: m.Header.Pid}
-	l, err := netlink.LinkDeserialize(&h, m.Data)
-	if err != nil {
-		return true // look anyway
-	}
-	return slices.Contains(w.f.cfg.Interfaces, l.Attrs().Name)
 }
 
 // check compares each configured interface's ifindex with the one the
 // program is attached to, and attaches it again where they differ.
-func (w *linkWatch) check() {
+func (w *linkWatch) check(lw *rtnl.LinkWatch) {
 	for _, name := range w.f.cfg.Interfaces {
-		var cur int
-		err := inNamespace(w.ns, func() error {
-			l, err := netlink.LinkByName(name)
-			if err != nil {
-				return err
-			}
-			cur = l.Attrs().Index
-			return nil
-		})
+		cur, gone, err := lw.LinkIndex(name)
 		w.f.mu.Lock()
 		i := slices.IndexFunc(w.f.ifaces, func(in ifaceState) bool { return in.Name == name })
 		var was ifaceState
@@ -127,29 +64,28 @@ func (w *linkWatch) check() {
 		if i < 0 {
 			continue
 		}
-		var notFound netlink.LinkNotFoundError
 		switch {
-		case errors.As(err, &notFound):
+		case err != nil:
+			w.log.Warn("cannot read interface", zap.String("interface", name), zap.Error(err))
+			continue
+		case gone:
 			if !was.gone {
 				w.log.Warn("interface deleted: XDP is attached again when it comes back",
 					zap.String("interface", name), zap.Int("ifindex", was.Index))
 				w.f.markGone(name)
 			}
 			continue
-		case err != nil:
-			w.log.Warn("cannot read interface", zap.String("interface", name), zap.Error(err))
-			continue
 		case cur == was.Index && !was.gone:
 			continue
 		}
 		var now int
-		if err := inNamespace(w.ns, func() (err error) { now, err = w.f.reattach(name, was.Index); return err }); err != nil {
+		if err := rtnl.InNamespace(lw.NS(), func() (err error) { now, err = w.f.reattach(name, was.Index); return err }); err != nil {
 			w.log.Error("interface re-created, XDP not attached to it: its media goes through userspace",
 				zap.String("interface", name), zap.Error(err))
 			continue
 		}
 		if x := w.f.cfg.XSK; x != nil && x.Recreated != nil && now != 0 {
-			if err := inNamespace(w.ns, func() error { return x.Recreated(name, was.Index, now) }); err != nil {
+			if err := rtnl.InNamespace(lw.NS(), func() error { return x.Recreated(name, was.Index, now) }); err != nil {
 				w.log.Error("interface re-created, AF_XDP receive not moved to it: the workers' packets on it take the kernel's receive path",
 					zap.String("interface", name), zap.Error(err))
 			}
@@ -158,14 +94,7 @@ func (w *linkWatch) check() {
 }
 
 // close stops the watch.
-func (w *linkWatch) close() {
-	w.once.Do(func() {
-		close(w.stop)
-		w.sock.Close()
-		<-w.done
-		w.ns.Close()
-	})
-}
+func (w *linkWatch) close() { w.lw.Close() }
 
 // markGone records that interface name was deleted.
 func (f *Fastpath) markGone(name string) {

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/dataplane"
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 // The redirect monitor (bpf/redirmon.c) sees the frames the kernel
@@ -501,7 +502,7 @@ func (m *redirMon) close() error {
 	}
 	var errs []error
 	m.mu.Lock()
-	errs = append(errs, inNamespace(m.ns, func() error {
+	errs = append(errs, rtnl.InNamespace(m.ns, func() error {
 		for _, d := range m.devs {
 			if d.fallback {
 				if err := m.txPorts.Put(uint32(d.ifindex), relayBpfDevmapVal{Ifindex: uint32(d.ifindex)}); err != nil {
@@ -519,23 +520,4 @@ func (m *redirMon) close() error {
 	}
 	errs = append(errs, m.objs.Close())
 	return errors.Join(errs...)
-}
-
-// inNamespace runs fn on a thread in ns.
-func inNamespace(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	if orig.Equal(ns) {
-		return fn()
-	}
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return fn()
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 // The XDP program caches each flow's bpf_fib_lookup result (bpf/relay.c,
@@ -119,14 +121,14 @@ type routeWatch struct {
 // cache on. Until it returns without an error the cache stays off. refresh
 // is routeRefresh but in tests.
 func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log *zap.Logger) (*routeWatch, error) {
-	ns, err := dupNS(ns)
+	ns, err := rtnl.DupNS(ns)
 	if err != nil {
 		return nil, err
 	}
 	w := &routeWatch{log: log, ns: ns, g: g, refresh: refresh, stop: make(chan struct{}), done: make(chan struct{})}
 	// Subscribed before the neighbours are read: a change in between is
 	// in what is read or in an event after it.
-	if w.sock, err = subscribe(ns, refresh, routeGroups...); err != nil {
+	if w.sock, err = rtnl.Subscribe(ns, refresh, routeGroups...); err != nil {
 		ns.Close()
 		return nil, fmt.Errorf("routing events: %w", err)
 	}
@@ -149,41 +151,10 @@ func startRouteWatch(g *routeGen, ns netns.NsHandle, refresh time.Duration, log 
 	return w, nil
 }
 
-// subscribe opens a socket on the rtnetlink groups of ns, whose reads
-// return EAGAIN after timeout without an event. The socket is opened on
-// a thread in ns (inNamespace), which enters it only when it is another
-// than relayd's own: setns takes CAP_SYS_ADMIN, which relayd has not got
-// under the unit, and netlink's SubscribeAt and NewHandleAt call it even
-// for the current namespace.
-func subscribe(ns netns.NsHandle, timeout time.Duration, groups ...uint) (*nl.NetlinkSocket, error) {
-	var sock *nl.NetlinkSocket
-	err := inNamespace(ns, func() (err error) {
-		sock, err = nl.Subscribe(unix.NETLINK_ROUTE, groups...)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe: %w", err)
-	}
-	tv := unix.NsecToTimeval(timeout.Nanoseconds())
-	if err := sock.SetReceiveTimeout(&tv); err != nil {
-		sock.Close()
-		return nil, err
-	}
-	return sock, nil
-}
-
-func dupNS(ns netns.NsHandle) (netns.NsHandle, error) {
-	fd, err := unix.FcntlInt(uintptr(ns), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return netns.None(), fmt.Errorf("network namespace: %w", err)
-	}
-	return netns.NsHandle(fd), nil
-}
-
 // scanNeighbours reads the valid neighbours the program's lookups may use.
 func (w *routeWatch) scanNeighbours() error {
 	var h *netlink.Handle
-	err := inNamespace(w.ns, func() (err error) {
+	err := rtnl.InNamespace(w.ns, func() (err error) {
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -28,7 +29,8 @@ type Pool struct {
 	log     *zap.Logger
 	cfg     Config
 	steer   *Steering
-	xsk     *xskPlane // Config.IO "afxdp"
+	xsk     *xskPlane  // Config.IO "afxdp"
+	links   *linkWatch // the AF_XDP interfaces, followed without ExternalXDP
 	workers []*worker
 	wg      sync.WaitGroup
 	// procs keeps GOMAXPROCS at the program's own count plus one per
@@ -133,6 +135,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			return nil, err
 		}
 	}
+
 	// A worker with packets keeps its P while it waits (see ppoll): the
 	// rest of the program needs as many as it had besides.
 	p.procs = newProcGauge()
@@ -153,12 +156,26 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			}
 		}
 	}()
+	if p.xsk != nil && !cfg.ExternalXDP {
+		// After the workers started: the watch's first check may move a
+		// device at once, by a request each worker answers in its loop.
+		ns, err := netns.Get()
+		if err == nil {
+			p.links, err = p.watchLinks(ns)
+			ns.Close()
+		}
+		if err != nil {
+			log.Warn("interfaces are not followed: one deleted and created again keeps its AF_XDP receive on the old device until relayd restarts",
+				zap.Error(err))
+		}
+	}
 	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs), zap.String("io", cfg.IO), zap.Strings("interfaces", cfg.Interfaces))
 	return p, nil
 }
 
 // Close stops the workers and detaches the steering program.
 func (p *Pool) Close() error {
+	p.links.close()
 	var errs []error
 	for _, w := range p.workers {
 		errs = append(errs, w.close())

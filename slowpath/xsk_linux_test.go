@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,11 +111,12 @@ func TestPoolIO(t *testing.T) {
 }
 
 // TestPoolInterfaceRecreated: once the caller's side interface was
-// deleted and created again, InterfaceRecreated moves AF_XDP receive to
-// the new device: its program attached there, the workers reading new
-// sockets (every packet of a flow through AF_XDP again, none lost, plain
-// and SRTP), the old sockets closed; the pool closes cleanly after.
-// Without it the flows' packets would take the socket path.
+// deleted and created again, the pool (whose program is its own, as in
+// mode userspace) notices and moves AF_XDP receive to the new device
+// (InterfaceRecreated): its program attached there, the workers reading
+// new sockets (every packet of a flow through AF_XDP again, none lost,
+// plain and SRTP), the old sockets closed; the pool closes cleanly
+// after. Without it the flows' packets would take the socket path.
 func TestPoolInterfaceRecreated(t *testing.T) {
 	l := lab.NewT(t)
 	p := startLabPool(t, l, IOAFXDP, false, []int{0, 1 % runtime.NumCPU()})
@@ -131,16 +133,31 @@ func TestPoolInterfaceRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := l.RelayCallerIf.Index
-	if err := l.Relay.Do(func() error { return p.InterfaceRecreated(lab.RelayCallerIfName, old, now) }); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(5 * time.Second); p.Interfaces()[0].Index != now; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("AF_XDP receive still on ifindex %d, not moved to %d", p.Interfaces()[0].Index, now)
+		}
+	}
+	// The old sockets close after the interface's new index is
+	// published.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		p.xsk.mu.Lock()
+		n := len(p.xsk.socks)
+		p.xsk.mu.Unlock()
+		if n == socks || time.Now().After(deadline) {
+			break
+		}
 	}
 	if got := p.Interfaces(); len(got) != 2 || got[0].Index != now || got[0].Name != lab.RelayCallerIfName || got[0].Mode != "native" {
 		t.Errorf("Interfaces() = %+v, want %s at ifindex %d (was %d), native", got, lab.RelayCallerIfName, now, old)
 	}
-	if len(p.xsk.socks) != socks {
-		t.Errorf("%d sockets open after the move, want %d", len(p.xsk.socks), socks)
+	p.xsk.mu.Lock()
+	open := slices.Clone(p.xsk.socks)
+	p.xsk.mu.Unlock()
+	if len(open) != socks {
+		t.Errorf("%d sockets open after the move, want %d", len(open), socks)
 	}
-	for _, s := range p.xsk.socks {
+	for _, s := range open {
 		if s.u.ifindex == old {
 			t.Errorf("a socket on the old ifindex %d is still open", old)
 		}
