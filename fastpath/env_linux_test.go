@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
+	"github.com/relayd/relayd/internal/rtnl"
 	"github.com/relayd/relayd/lab"
 )
 
@@ -62,21 +63,8 @@ func requireBPF(tb testing.TB) {
 	}
 }
 
-// inNS runs fn on a thread switched into ns.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return fn()
-}
+// inNS runs fn on a thread in ns.
+var inNS = rtnl.InNamespace
 
 func newTestEnv(tb testing.TB) *testEnv {
 	tb.Helper()

@@ -37,6 +37,17 @@ func InNamespace(ns netns.NsHandle, fn func() error) error {
 	return fn()
 }
 
+// InNamespacePath runs fn on a thread in the namespace at path (such as
+// /run/netns/NAME).
+func InNamespacePath(path string, fn func() error) error {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	return InNamespace(ns, fn)
+}
+
 // DupNS returns a handle of its own on ns.
 func DupNS(ns netns.NsHandle) (netns.NsHandle, error) {
 	fd, err := unix.FcntlInt(uintptr(ns), unix.F_DUPFD_CLOEXEC, 0)

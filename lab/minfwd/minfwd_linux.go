@@ -8,12 +8,12 @@ package minfwd
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 // Forwarder is the program attached to some interfaces of one namespace.
@@ -30,7 +30,7 @@ func Attach(nsPath string, ifnames ...string) (*Forwarder, error) {
 	if err := loadMinfwdObjects(&f.objs, nil); err != nil {
 		return nil, fmt.Errorf("load minimal forwarder: %w", err)
 	}
-	err := inNS(nsPath, func() error {
+	err := rtnl.InNamespacePath(nsPath, func() error {
 		for _, name := range ifnames {
 			l, err := netlink.LinkByName(name)
 			if err != nil {
@@ -67,26 +67,6 @@ func (f *Forwarder) Close() error {
 	}
 	errs = append(errs, f.objs.Close())
 	return errors.Join(errs...)
-}
-
-func inNS(path string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return fn()
 }
 
 // Load loads the forwarder without attaching it, for BPF_PROG_TEST_RUN

@@ -10,12 +10,12 @@ package xdpsink
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+
+	"github.com/relayd/relayd/internal/rtnl"
 )
 
 const (
@@ -68,7 +68,7 @@ func Load(a, b uint16) (*Sink, error) {
 // Attach attaches the sink (native XDP) to ifnames in the network
 // namespace at nsPath.
 func (s *Sink) Attach(nsPath string, ifnames ...string) error {
-	return inNS(nsPath, func() error {
+	return rtnl.InNamespacePath(nsPath, func() error {
 		for _, name := range ifnames {
 			l, err := netlink.LinkByName(name)
 			if err != nil {
@@ -151,24 +151,4 @@ func (s *Sink) Close() error {
 	s.links = nil
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
-}
-
-func inNS(path string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return err
-	}
-	defer ns.Close()
-	if err := netns.Set(ns); err != nil {
-		return err
-	}
-	defer netns.Set(orig)
-	return fn()
 }
