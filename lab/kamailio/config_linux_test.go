@@ -23,24 +23,13 @@ func TestConfig(t *testing.T) {
 		RTPEngines:  []Node{{Addr: netip.MustParseAddrPort("127.0.0.1:2223"), Weight: 2}, {Addr: netip.MustParseAddrPort("198.18.6.2:2223")}},
 		CalleeFlags: []string{"transport-protocol=RTP/SAVP"},
 	}
-	if err := o.validate(testLab()); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config(&o, DefaultModulePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
+	cfg := render(t, o,
 		`modparam("rtpengine", "rtpengine_sock", "udp:127.0.0.1:2223=2 udp:198.18.6.2:2223")`,
 		`modparam("rtpengine", "rtpengine_disable_tout", 2)`,
 		`rtpengine_offer("replace-origin replace-session-connection ICE=remove transport-protocol=RTP/SAVP")`,
 		`listen=udp:198.18.1.1:5060`,
 		`$du = "sip:198.18.2.2:5060";`,
-	} {
-		if !strings.Contains(string(cfg), want) {
-			t.Errorf("configuration lacks %s:\n%s", want, cfg)
-		}
-	}
+	)
 	checkSyntax(t, cfg)
 }
 
@@ -52,6 +41,21 @@ func TestConfigFallbacksNoMedia(t *testing.T) {
 		Fallbacks:   []netip.AddrPort{netip.MustParseAddrPort("198.18.2.2:5064"), netip.MustParseAddrPort("198.18.2.2:5060")},
 		NoMedia:     true,
 	}
+	cfg := render(t, o,
+		`$du = "sip:198.18.2.2:5062";`,
+		"$avp(next) == 0) {\n\t\t$avp(next) = 0 + 1;\n\t\t$du = \"sip:198.18.2.2:5064\";",
+		"$avp(next) == 1) {\n\t\t$avp(next) = 1 + 1;\n\t\t$du = \"sip:198.18.2.2:5060\";",
+	)
+	if strings.Contains(string(cfg), "rtpengine") {
+		t.Errorf("configuration without media names rtpengine:\n%s", cfg)
+	}
+	checkSyntax(t, cfg)
+}
+
+// render validates o and renders its configuration, which must hold each
+// of wants.
+func render(t *testing.T, o Options, wants ...string) []byte {
+	t.Helper()
 	if err := o.validate(testLab()); err != nil {
 		t.Fatal(err)
 	}
@@ -59,19 +63,12 @@ func TestConfigFallbacksNoMedia(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{
-		`$du = "sip:198.18.2.2:5062";`,
-		"$avp(next) == 0) {\n\t\t$avp(next) = 0 + 1;\n\t\t$du = \"sip:198.18.2.2:5064\";",
-		"$avp(next) == 1) {\n\t\t$avp(next) = 1 + 1;\n\t\t$du = \"sip:198.18.2.2:5060\";",
-	} {
+	for _, want := range wants {
 		if !strings.Contains(string(cfg), want) {
 			t.Errorf("configuration lacks %s:\n%s", want, cfg)
 		}
 	}
-	if strings.Contains(string(cfg), "rtpengine") {
-		t.Errorf("configuration without media names rtpengine:\n%s", cfg)
-	}
-	checkSyntax(t, cfg)
+	return cfg
 }
 
 // checkSyntax runs Kamailio's syntax check (-c) on cfg.
