@@ -40,12 +40,15 @@ func (f *Fastpath) watchLinks(ns netns.NsHandle) error {
 	}
 	w.lw = lw
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		lw.Close()
-		return nil
+	closed := f.closed
+	if !closed {
+		f.lw = w
 	}
-	f.lw = w
+	f.mu.Unlock()
+	if closed {
+		// Not under mu: a re-attachment under way takes it.
+		lw.Close()
+	}
 	return nil
 }
 
