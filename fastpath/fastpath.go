@@ -56,12 +56,6 @@ type Config struct {
 type XSKTarget struct {
 	Steer, Sockets, Devices *ebpf.Map
 	NumDevices              int
-	// Recreated, when set, is called after the program was attached again
-	// to an interface deleted and created again while relayd runs (the
-	// link watch), with its old and new ifindex, on a thread in relayd's
-	// namespace: the workers' sockets move to the new device
-	// (slowpath's Pool.InterfaceRecreated).
-	Recreated func(name string, old, now int) error
 }
 
 func (c *Config) setDefaults() {

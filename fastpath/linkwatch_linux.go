@@ -20,9 +20,10 @@ import (
 // kernel's stack to the userspace shadows, relayed but at the workers'
 // cost. The watch attaches the program to the new device (its pinned link
 // replacing the severed one), makes it an egress again and hands it to
-// the redirect monitor, without a restart, then has the workers' AF_XDP
-// sockets moved to it (XSKTarget.Recreated). It runs on a thread in the
-// namespace relayd started in, as the route cache's watch does.
+// the redirect monitor, without a restart (the workers' AF_XDP sockets are
+// the pool's to move: slowpath follows the interfaces too). It runs on a
+// thread in the namespace relayd started in, as the route cache's watch
+// does.
 type linkWatch struct {
 	f   *Fastpath
 	log *zap.Logger
@@ -81,17 +82,9 @@ func (w *linkWatch) check(lw *rtnl.LinkWatch) {
 		case cur == was.Index && !was.gone:
 			continue
 		}
-		var now int
-		if err := rtnl.InNamespace(lw.NS(), func() (err error) { now, err = w.f.reattach(name, was.Index); return err }); err != nil {
+		if err := rtnl.InNamespace(lw.NS(), func() error { return w.f.reattach(name, was.Index) }); err != nil {
 			w.log.Error("interface re-created, XDP not attached to it: its media goes through userspace",
 				zap.String("interface", name), zap.Error(err))
-			continue
-		}
-		if x := w.f.cfg.XSK; x != nil && x.Recreated != nil && now != 0 {
-			if err := rtnl.InNamespace(lw.NS(), func() error { return x.Recreated(name, was.Index, now) }); err != nil {
-				w.log.Error("interface re-created, AF_XDP receive not moved to it: the workers' packets on it take the kernel's receive path",
-					zap.String("interface", name), zap.Error(err))
-			}
 		}
 	}
 }
@@ -113,12 +106,11 @@ func (f *Fastpath) markGone(name string) {
 // reattach attaches the program to interface name, re-created since it
 // was attached to ifindex old, and makes it the egress in its place, the
 // redirect monitor's device too; the interface's new ifindex is published
-// (Interfaces) last, and returned (0 when f is closed). It runs on a
-// thread in relayd's namespace.
-func (f *Fastpath) reattach(name string, old int) (int, error) {
+// (Interfaces) last. It runs on a thread in relayd's namespace.
+func (f *Fastpath) reattach(name string, old int) error {
 	iface, l, err := f.attachIface(name)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	// Under mu: Close, which waits for the watch, has either not begun or
 	// marked f closed.
@@ -126,7 +118,7 @@ func (f *Fastpath) reattach(name string, old int) (int, error) {
 	defer f.mu.Unlock()
 	if f.closed {
 		l.Close()
-		return 0, nil
+		return nil
 	}
 	i := slices.IndexFunc(f.ifaces, func(in ifaceState) bool { return in.Name == name })
 	// The kernel drops a deleted device's redirect entry; the old ifindex
@@ -145,7 +137,7 @@ func (f *Fastpath) reattach(name string, old int) (int, error) {
 	f.links[i] = l
 	f.log.Info("interface re-created: XDP attached again", zap.String("interface", name),
 		zap.Int("old_ifindex", old), zap.Int("ifindex", iface.Index), zap.String("mode", iface.Mode))
-	return iface.Index, nil
+	return nil
 }
 
 // ifaceState is an interface the program is attached to, and whether it

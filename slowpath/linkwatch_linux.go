@@ -7,13 +7,14 @@ import (
 	"github.com/relayd/relayd/internal/rtnl"
 )
 
-// linkWatch follows the interfaces of AF_XDP receive when the program on
-// them is the pool's own (Config.IO "afxdp" without ExternalXDP: mode
-// userspace): one deleted and created again under its name (ifupdown
-// does that to VLAN and bond devices when networking restarts) gets the
-// program and the workers' sockets back (InterfaceRecreated) without a
-// restart. With ExternalXDP the program's owner (the XDP data plane's own
-// watch) calls InterfaceRecreated.
+// linkWatch follows the interfaces of AF_XDP receive (Config.IO "afxdp"):
+// one deleted and created again under its name (ifupdown does that to
+// VLAN and bond devices when networking restarts) gets the workers'
+// sockets back, and the pool's program when it is its own (without
+// ExternalXDP: mode userspace), without a restart (InterfaceRecreated).
+// With ExternalXDP the program's owner (the XDP data plane) follows the
+// interfaces for its program; either may come first: until both have,
+// the device's packets for the workers take the kernel's path.
 type linkWatch struct {
 	p    *Pool
 	lw   *rtnl.LinkWatch
@@ -32,14 +33,14 @@ func (p *Pool) watchLinks(ns netns.NsHandle) (*linkWatch, error) {
 	return w, nil
 }
 
-// check compares each interface's ifindex with the one its program and
-// sockets are on, and moves them where they differ.
+// check compares each interface's ifindex with the one its sockets are
+// bound to, and moves them where they differ.
 func (w *linkWatch) check(lw *rtnl.LinkWatch) {
 	x := w.p.xsk
 	for d, name := range x.names {
 		cur, gone, err := lw.LinkIndex(name)
 		x.mu.Lock()
-		was := x.ifaces[d].Index
+		was := x.ifindex[d]
 		x.mu.Unlock()
 		switch {
 		case err != nil:

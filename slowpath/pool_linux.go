@@ -30,7 +30,7 @@ type Pool struct {
 	cfg     Config
 	steer   *Steering
 	xsk     *xskPlane  // Config.IO "afxdp"
-	links   *linkWatch // the AF_XDP interfaces, followed without ExternalXDP
+	links   *linkWatch // the AF_XDP interfaces, followed
 	workers []*worker
 	wg      sync.WaitGroup
 	// procs keeps GOMAXPROCS at the program's own count plus one per
@@ -156,9 +156,10 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 			}
 		}
 	}()
-	if p.xsk != nil && !cfg.ExternalXDP {
+	if p.xsk != nil {
 		// After the workers started: the watch's first check may move a
-		// device at once, by a request each worker answers in its loop.
+		// device re-created since its sockets were opened at once, by a
+		// request each worker answers in its loop.
 		ns, err := netns.Get()
 		if err == nil {
 			p.links, err = p.watchLinks(ns)
@@ -475,9 +476,10 @@ func (p *Pool) Interfaces() []dataplane.Interface {
 // devices when networking restarts). The workers get sockets on the new
 // device's queues, each between two batches, and the old sockets are
 // closed; without Config.ExternalXDP the pool's program is attached to
-// the new device too. Calls in progress keep their flows. It must run on
-// a thread in the namespace the pool was started in (a socket binds to an
-// ifindex of its own namespace). Without AF_XDP receive it does nothing.
+// the new device too. Calls in progress keep their flows. The pool's own
+// watch of the interfaces calls it; it must run on a thread in the
+// namespace the pool was started in (a socket binds to an ifindex of its
+// own namespace). Without AF_XDP receive it does nothing.
 func (p *Pool) InterfaceRecreated(name string, old, now int) error {
 	if p.xsk == nil {
 		return nil

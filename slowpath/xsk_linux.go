@@ -377,11 +377,12 @@ type xskPlane struct {
 	sockMap *ebpf.Map // slot (see bpf/xsk.c) -> socket
 	devMap  *ebpf.Map // ifindex -> the device's index in names
 
-	mu     sync.Mutex // guards what follows: a device re-created replaces them (recreated)
-	closed bool
-	links  []link.Link           // by device, without ExternalXDP
-	ifaces []dataplane.Interface // where the program is attached, and how
-	socks  []*xskSock            // the queues' first sockets after the others
+	mu      sync.Mutex // guards what follows: a device re-created replaces them (recreated)
+	closed  bool
+	ifindex []int                 // by device: the one its sockets are bound to
+	links   []link.Link           // by device, without ExternalXDP
+	ifaces  []dataplane.Interface // where the program is attached, and how (without ExternalXDP)
+	socks   []*xskSock            // the queues' first sockets after the others
 }
 
 // newXSKPlane opens a socket per worker on every receive queue of each
@@ -428,6 +429,7 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 		if err != nil {
 			return nil, err
 		}
+		x.ifindex = append(x.ifindex, ifi.Index)
 		for i, w := range workers {
 			w.xsks = append(w.xsks, byWorker[i]...)
 		}
@@ -561,6 +563,9 @@ func (x *xskPlane) recreated(workers []*worker, name string, old, now int, gener
 		x.ifaces[d] = dataplane.Interface{Name: name, Index: now, Mode: mode}
 		x.mu.Unlock()
 	}
+	x.mu.Lock()
+	x.ifindex[d] = now
+	x.mu.Unlock()
 	var errs []error
 	for i, w := range workers {
 		if _, err := w.call(ctrl{op: opSwapXSK, xskOld: old, xsks: byWorker[i]}); err != nil {

@@ -146,7 +146,7 @@ func xskTarget(pool *slowpath.Pool) *fastpath.XSKTarget {
 	if socks == nil {
 		return nil
 	}
-	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n, Recreated: pool.InterfaceRecreated}
+	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n}
 }
 
 // mediaPorts returns the lowest and highest relay port of every media
