@@ -53,7 +53,7 @@ func (w *linkWatch) check(lw *rtnl.LinkWatch) {
 				w.gone[d] = true
 			}
 			continue
-		case cur == was:
+		case cur == was && !w.gone[d]:
 			continue
 		}
 		w.gone[d] = false
