@@ -47,9 +47,9 @@ type Fastpath struct {
 	nhMu sync.Mutex               // guards nh
 	nh   map[netip.Addr]time.Time // destinations whose next hop was resolved, and when
 
-	mon     *redirMon     // nil when redirect failures cannot be watched
-	monDone chan struct{} // closed once the monitor and the link watch started, or failed to
-	lw      *linkWatch    // nil when the interfaces are not followed
+	mon     *redirMon       // nil when redirect failures cannot be watched
+	monDone chan struct{}   // closed once the monitor and the link watch started, or failed to
+	lw      *rtnl.LinkWatch // the interfaces (linkwatch_linux.go); nil when not followed
 
 	ports      *portTable  // the program's flows by port; nil where not used
 	routeSlots uint32      // the program's route cache entries per CPU; 0: none
@@ -538,7 +538,7 @@ func (f *Fastpath) Close() error {
 	if f.lw != nil {
 		// Not under mu: a re-attachment under way takes it.
 		f.mu.Unlock()
-		f.lw.close()
+		f.lw.Close()
 		f.mu.Lock()
 	}
 	if f.mon != nil {

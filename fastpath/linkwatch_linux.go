@@ -12,7 +12,7 @@ import (
 	"github.com/relayd/relayd/internal/rtnl"
 )
 
-// linkWatch follows the configured interfaces while relayd runs. An
+// The link watch follows the configured interfaces while relayd runs. An
 // interface deleted and created again (ifupdown does that to VLAN and
 // bond devices when networking restarts; a driver reload does it to a
 // NIC) comes back with another ifindex, and the program's attachment and
@@ -24,26 +24,19 @@ import (
 // the pool's to move: slowpath follows the interfaces too). It runs on a
 // thread in the namespace relayd started in, as the route cache's watch
 // does.
-type linkWatch struct {
-	f   *Fastpath
-	log *zap.Logger
-	lw  *rtnl.LinkWatch
-}
 
 // watchLinks starts following the configured interfaces in ns (which it
 // duplicates: the caller keeps its handle).
 func (f *Fastpath) watchLinks(ns netns.NsHandle) error {
-	w := &linkWatch{f: f, log: f.log}
-	lw, err := rtnl.WatchLinks(ns, f.cfg.Interfaces, w.check, f.log,
+	lw, err := rtnl.WatchLinks(ns, f.cfg.Interfaces, f.checkLinks, f.log,
 		"one deleted and re-created goes without XDP until relayd restarts")
 	if err != nil {
 		return err
 	}
-	w.lw = lw
 	f.mu.Lock()
 	closed := f.closed
 	if !closed {
-		f.lw = w
+		f.lw = lw
 	}
 	f.mu.Unlock()
 	if closed {
@@ -53,44 +46,41 @@ func (f *Fastpath) watchLinks(ns netns.NsHandle) error {
 	return nil
 }
 
-// check compares each configured interface's ifindex with the one the
-// program is attached to, and attaches it again where they differ.
-func (w *linkWatch) check(lw *rtnl.LinkWatch) {
-	for _, name := range w.f.cfg.Interfaces {
+// checkLinks compares each configured interface's ifindex with the one
+// the program is attached to, and attaches it again where they differ.
+func (f *Fastpath) checkLinks(lw *rtnl.LinkWatch) {
+	for _, name := range f.cfg.Interfaces {
 		cur, gone, err := lw.LinkIndex(name)
-		w.f.mu.Lock()
-		i := slices.IndexFunc(w.f.ifaces, func(in ifaceState) bool { return in.Name == name })
+		f.mu.Lock()
+		i := slices.IndexFunc(f.ifaces, func(in ifaceState) bool { return in.Name == name })
 		var was ifaceState
 		if i >= 0 {
-			was = w.f.ifaces[i]
+			was = f.ifaces[i]
 		}
-		w.f.mu.Unlock()
+		f.mu.Unlock()
 		if i < 0 {
 			continue
 		}
 		switch {
 		case err != nil:
-			w.log.Warn("cannot read interface", zap.String("interface", name), zap.Error(err))
+			f.log.Warn("cannot read interface", zap.String("interface", name), zap.Error(err))
 			continue
 		case gone:
 			if !was.gone {
-				w.log.Warn("interface deleted: XDP is attached again when it comes back",
+				f.log.Warn("interface deleted: XDP is attached again when it comes back",
 					zap.String("interface", name), zap.Int("ifindex", was.Index))
-				w.f.markGone(name)
+				f.markGone(name)
 			}
 			continue
 		case cur == was.Index && !was.gone:
 			continue
 		}
-		if err := rtnl.InNamespace(lw.NS(), func() error { return w.f.reattach(name, was.Index) }); err != nil {
-			w.log.Error("interface re-created, XDP not attached to it: its media goes through userspace",
+		if err := rtnl.InNamespace(lw.NS(), func() error { return f.reattach(name, was.Index) }); err != nil {
+			f.log.Error("interface re-created, XDP not attached to it: its media goes through userspace",
 				zap.String("interface", name), zap.Error(err))
 		}
 	}
 }
-
-// close stops the watch.
-func (w *linkWatch) close() { w.lw.Close() }
 
 // markGone records that interface name was deleted.
 func (f *Fastpath) markGone(name string) {

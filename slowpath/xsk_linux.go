@@ -518,18 +518,29 @@ func (x *xskPlane) openDevice(d, ifindex, workers int) (byWorker [][]*xskSock, e
 // again under its name. New sockets go into the XSKMAP and the device map
 // first, then to the workers in place of the old ones (each swaps them
 // between batches and answers then), and the old sockets are closed last:
-// closing a socket takes it out of the XSKMAP.
+// closing a socket takes it out of the XSKMAP. Once the new sockets are
+// in the XSKMAP the workers get them whatever fails after: a slot no
+// worker reads would lose its packets.
 func (x *xskPlane) recreated(workers []*worker, name string, old, now int, generic bool, log *zap.Logger) error {
 	d := slices.Index(x.names, name)
 	if d < 0 {
 		return fmt.Errorf("AF_XDP: %s is not one of the interfaces", name)
 	}
+	x.mu.Lock()
+	var stale []*xskSock // the old device's, by identity: the new one may have its ifindex
+	for _, s := range x.socks {
+		if s.u.ifindex == old {
+			stale = append(stale, s)
+		}
+	}
+	x.mu.Unlock()
 	byWorker, err := x.openDevice(d, now, len(workers))
 	if err != nil {
 		return err
 	}
+	var errs []error
 	if err := x.devMap.Update(uint32(now), uint32(d), ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("AF_XDP on %s: devices map: %w", name, err)
+		errs = append(errs, fmt.Errorf("AF_XDP on %s: devices map: %w", name, err))
 	}
 	// The old ifindex may be another device's by now; it stays only if
 	// that device is one of ours and holds it (its own re-creation wrote
@@ -541,60 +552,55 @@ func (x *xskPlane) recreated(workers []*worker, name string, old, now int, gener
 		}
 	}
 	if len(x.objs) > d {
-		// The program is relayd's own (no ExternalXDP): attach it to the
-		// new device.
-		mode := "native"
-		flags := link.XDPDriverMode
-		if generic || x.ifaces[d].Mode == "generic" {
-			mode, flags = "generic", link.XDPGenericMode
-		}
-		l, err := link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: flags})
-		if err != nil && flags == link.XDPDriverMode {
-			log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
-			l, err = link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: link.XDPGenericMode})
-			mode = "generic"
-		}
-		if err != nil {
-			return fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
-		}
-		x.mu.Lock()
-		x.links[d].Close()
-		x.links[d] = l
-		x.ifaces[d] = dataplane.Interface{Name: name, Index: now, Mode: mode}
-		x.mu.Unlock()
+		errs = append(errs, x.reattach(d, now, generic, log))
 	}
 	x.mu.Lock()
 	x.ifindex[d] = now
 	x.mu.Unlock()
-	var errs []error
+	swapped := true
 	for i, w := range workers {
 		if _, err := w.call(ctrl{op: opSwapXSK, xskOld: old, xsks: byWorker[i]}); err != nil {
 			errs = append(errs, err)
+			swapped = false
 		}
 	}
-	if len(errs) > 0 {
+	if !swapped {
 		// A worker that did not answer (closing, or stuck) may still
 		// read the old sockets: they stay open until the pool closes.
 		return errors.Join(errs...)
 	}
-	fresh := make(map[*xskSock]bool)
-	for _, socks := range byWorker {
-		for _, s := range socks {
-			fresh[s] = true
-		}
+	x.mu.Lock()
+	x.socks = slices.DeleteFunc(x.socks, func(s *xskSock) bool { return slices.Contains(stale, s) })
+	x.mu.Unlock()
+	errs = append(errs, closeXSKs(stale))
+	return errors.Join(errs...)
+}
+
+// reattach attaches the pool's program for device d (no ExternalXDP) to
+// ifindex now, in the mode it had (falling back to generic as at the
+// start), in place of its link to the deleted device.
+func (x *xskPlane) reattach(d, now int, generic bool, log *zap.Logger) error {
+	name := x.names[d]
+	mode := "native"
+	flags := link.XDPDriverMode
+	if generic || x.ifaces[d].Mode == "generic" {
+		mode, flags = "generic", link.XDPGenericMode
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: flags})
+	if err != nil && flags == link.XDPDriverMode {
+		log.Warn("native XDP unavailable for AF_XDP receive, falling back to generic (slower)", zap.String("interface", name), zap.Error(err))
+		l, err = link.AttachXDP(link.XDPOptions{Program: x.objs[d].RelayXsk, Interface: now, Flags: link.XDPGenericMode})
+		mode = "generic"
+	}
+	if err != nil {
+		return fmt.Errorf("attach AF_XDP program to %s: %w", name, err)
 	}
 	x.mu.Lock()
-	var gone []*xskSock
-	x.socks = slices.DeleteFunc(x.socks, func(s *xskSock) bool {
-		if s.u.ifindex == old && !fresh[s] {
-			gone = append(gone, s)
-			return true
-		}
-		return false
-	})
-	x.mu.Unlock()
-	errs = append(errs, closeXSKs(gone))
-	return errors.Join(errs...)
+	defer x.mu.Unlock()
+	x.links[d].Close()
+	x.links[d] = l
+	x.ifaces[d] = dataplane.Interface{Name: name, Index: now, Mode: mode}
+	return nil
 }
 
 // closeXSKs closes socks. Closing a socket waits for the kernel's RCU
