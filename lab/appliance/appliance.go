@@ -258,7 +258,7 @@ var ErrBootStalled = errors.New("the guest's boot stalled")
 const bootStall = 90 * time.Second
 
 // watchBoot polls the console file until the kernel runs init, and
-// reports true when it went stall without a new line before that.
+// reports true when it stayed silent for stall before that.
 func watchBoot(ctx context.Context, console string, stall time.Duration) bool {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
