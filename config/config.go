@@ -99,6 +99,13 @@ type Dataplane struct {
 	// per online CPU (or $GOMAXPROCS); N: N (fewer Ps cost less CPU per
 	// SIP call and cap its throughput; see relayd.toml(5)).
 	ControlProcs int `toml:"control_procs"`
+	// WorkerScheduling is the userspace workers' scheduling policy, as
+	// rtpengine's --scheduling: "default" (as relayd was started),
+	// "other", "batch", "fifo" or "rr". WorkerPriority is their nice
+	// value (-20 to 19) under default, other and batch, their real-time
+	// priority (1 to 99) under fifo and rr. See relayd.toml(5).
+	WorkerScheduling string `toml:"worker_scheduling"`
+	WorkerPriority   int    `toml:"worker_priority"`
 
 	CoalesceDuration time.Duration `toml:"-"` // parsed Coalesce
 }
@@ -183,6 +190,8 @@ func Default() *Config {
 			MaxFlows:    65536,
 			Coalesce:    "200us",
 			UserspaceIO: "socket",
+
+			WorkerScheduling: "default",
 		},
 		Media: Media{
 			Ports:        "30000-39999",
@@ -416,6 +425,19 @@ func (c *Config) validate(lines map[string]int) error {
 		bad("dataplane.coalesce", "%s is not within 0s-%s", d.Coalesce, MaxCoalesce)
 	} else {
 		d.CoalesceDuration = dur
+	}
+
+	switch d.WorkerScheduling {
+	case "default", "other", "batch":
+		if d.WorkerPriority < -20 || d.WorkerPriority > 19 {
+			bad("dataplane.worker_priority", "%d is not a nice value (-20, the highest, to 19) as worker_scheduling %q takes", d.WorkerPriority, d.WorkerScheduling)
+		}
+	case "fifo", "rr":
+		if d.WorkerPriority < 1 || d.WorkerPriority > 99 {
+			bad("dataplane.worker_priority", "%d is not a real-time priority (1 to 99) as worker_scheduling %q takes", d.WorkerPriority, d.WorkerScheduling)
+		}
+	default:
+		bad("dataplane.worker_scheduling", "%q is not default, other, batch, fifo or rr", d.WorkerScheduling)
 	}
 
 	m := &c.Media

@@ -32,7 +32,7 @@ func TestParseDefaults(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9900"},
 		Dataplane: Dataplane{
 			Mode: "xdp", XDPMode: "native", Interfaces: []string{"eth0"},
-			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", UserspaceIO: "socket", CoalesceDuration: 200 * time.Microsecond,
+			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", UserspaceIO: "socket", WorkerScheduling: "default", CoalesceDuration: 200 * time.Microsecond,
 		},
 		Media: Media{
 			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RebindAfter: "5s", RTCPInterval: "5s",
@@ -128,6 +128,10 @@ func TestParseErrors(t *testing.T) {
 		{"coalesce not a duration", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"fast\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not a duration"},
 		{"userspace io", "[dataplane]\ninterfaces=[\"a\"]\nuserspace_io = \"dpdk\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.userspace_io", 3, "not one of socket, afxdp"},
 		{"afxdp needs interfaces", "[dataplane]\nmode=\"userspace\"\nuserspace_io = \"afxdp\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.interfaces", 0, "afxdp needs at least one interface"},
+		{"worker scheduling", "[dataplane]\ninterfaces=[\"a\"]\nworker_scheduling = \"deadline\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_scheduling", 3, "not default, other, batch, fifo or rr"},
+		{"fifo needs a priority", "[dataplane]\ninterfaces=[\"a\"]\nworker_scheduling = \"fifo\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 0, "not a real-time priority (1 to 99)"},
+		{"rr priority", "[dataplane]\ninterfaces=[\"a\"]\nworker_scheduling = \"rr\"\nworker_priority = 100\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 4, "not a real-time priority"},
+		{"nice", "[dataplane]\ninterfaces=[\"a\"]\nworker_priority = -21\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 3, "not a nice value (-20, the highest, to 19)"},
 		{"coalesce too long", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"20ms\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not within"},
 		{"no address", "[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 0, "need a relay media address"},
 		{"bad address", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"198.18.1\"\n", "media.address", 4, "not an IP address"},

@@ -43,6 +43,15 @@ type Config struct {
 	// data plane's, given the pool's maps (Pool.XSKMaps). The pool
 	// opens the sockets on Interfaces and attaches nothing.
 	ExternalXDP bool
+	// Scheduling is the workers' threads' scheduling policy: "" (as
+	// relayd was started), SchedOther, SchedBatch, SchedFIFO or SchedRR.
+	// Priority is their nice value (-20 to 19) under "", SchedOther and
+	// SchedBatch, and their real-time priority (1 to 99) under SchedFIFO
+	// and SchedRR. A worker that cannot take them (no CAP_SYS_NICE nor
+	// RLIMIT_NICE or RLIMIT_RTPRIO for them, or systemd's
+	// RestrictRealtime=) fails New. See ApplyScheduling.
+	Scheduling string
+	Priority   int
 	// OnLatched, if set, is called (from one goroutine, in order) when a
 	// latching flow learns a source (locked false) and when the window
 	// closes and the learned source is locked (locked true).
@@ -96,6 +105,9 @@ func (c *Config) setDefaults() error {
 		}
 	default:
 		return fmt.Errorf("io %q: want %s or %s", c.IO, IOSocket, IOAFXDP)
+	}
+	if err := CheckScheduling(c.Scheduling, c.Priority); err != nil {
+		return err
 	}
 	if len(c.CPUs) > 256 {
 		return fmt.Errorf("%d workers: at most 256", len(c.CPUs))

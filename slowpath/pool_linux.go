@@ -141,11 +141,19 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	p.procs = newProcGauge()
 	for _, w := range p.workers {
 		w.procs = p.procs
+		w.sched, w.prio, w.ready = cfg.Scheduling, cfg.Priority, make(chan error, 1)
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
 			w.run()
 		}()
+	}
+	var errs []error
+	for _, w := range p.workers {
+		errs = append(errs, <-w.ready)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, p.Close())
 	}
 	p.events.Add(1)
 	go func() {
@@ -170,7 +178,8 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 				zap.Error(err))
 		}
 	}
-	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs), zap.String("io", cfg.IO), zap.Strings("interfaces", cfg.Interfaces))
+	log.Info("userspace data plane started", zap.Int("workers", len(p.workers)), zap.Ints("cpus", cfg.CPUs), zap.String("io", cfg.IO), zap.Strings("interfaces", cfg.Interfaces),
+		zap.String("scheduling", policyName(cfg.Scheduling)), zap.Int("priority", cfg.Priority))
 	return p, nil
 }
 
@@ -587,6 +596,12 @@ type worker struct {
 	// exited is closed when run returns; started is set when it begins.
 	exited  chan struct{}
 	started atomic.Bool
+	// sched and prio are Config.Scheduling and Config.Priority; ready,
+	// if set (by New), gets the outcome of setting up the worker's
+	// thread, nil or why it ended at once.
+	sched string
+	prio  int
+	ready chan error
 
 	ctrlMu  sync.Mutex // guards ctrlQ
 	ctrlQ   []ctrl
@@ -1059,9 +1074,20 @@ func (w *worker) setTranscode(f *flowState, t *dataplane.Transcode) error {
 	return nil
 }
 
-// pin locks the goroutine to its thread and the thread to the worker's CPU.
-func (w *worker) pin() {
+// pin locks the goroutine to its thread for good, names the thread
+// relayd-wN (top -H, ps -L), pins it to the worker's CPU and sets its
+// scheduling. The thread ends with the worker: it is never given back to
+// the runtime with its CPU, policy and timer slack.
+func (w *worker) pin() error {
 	runtime.LockOSThread()
+	name, _ := unix.BytePtrFromString(fmt.Sprintf("relayd-w%d", w.id))
+	if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(name)), 0, 0, 0); err != nil {
+		w.log.Debug("cannot name the worker's thread", zap.Error(err))
+	}
+	runtime.KeepAlive(name)
+	if err := ApplyScheduling(w.sched, w.prio); err != nil {
+		return fmt.Errorf("worker %d: %w", w.id, err)
+	}
 	var set unix.CPUSet
 	set.Set(w.cpu)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
@@ -1074,6 +1100,7 @@ func (w *worker) pin() {
 			w.log.Warn("cannot set the worker's timer slack", zap.Error(err))
 		}
 	}
+	return nil
 }
 
 // run is the worker's packet loop: recvmmsg a batch, relay each packet,
@@ -1082,8 +1109,14 @@ func (w *worker) pin() {
 func (w *worker) run() {
 	w.started.Store(true)
 	defer close(w.exited)
-	w.pin()
-	defer runtime.UnlockOSThread()
+	// No UnlockOSThread: the thread ends with the goroutine (see pin).
+	err := w.pin()
+	if w.ready != nil {
+		w.ready <- err
+	}
+	if err != nil {
+		return
+	}
 	tid := workerThreadStart()
 	defer workerThreadEnd(tid)
 	rx := newRxBatch()

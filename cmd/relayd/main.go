@@ -128,6 +128,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// workerScheduling is dataplane.worker_scheduling as slowpath.Config
+// takes it: "" for "default".
+func workerScheduling(s string) string {
+	if s == "default" {
+		return ""
+	}
+	return s
+}
+
 // afxdpInterfaces are where the userspace workers open their AF_XDP
 // sockets (and, in mode userspace, attach the program that redirects into
 // them): dataplane.interfaces in userspace_io afxdp, none otherwise.
@@ -195,6 +204,8 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		RTCPInterval: cfg.Media.RTCPDuration,
 		Coalesce:     cfg.Dataplane.CoalesceDuration,
 		IO:           cfg.Dataplane.UserspaceIO,
+		Scheduling:   workerScheduling(cfg.Dataplane.WorkerScheduling),
+		Priority:     cfg.Dataplane.WorkerPriority,
 		XDPGeneric:   cfg.Dataplane.XDPMode == "generic",
 		Interfaces:   afxdpInterfaces(cfg),
 		// In mode xdp the relay program owns the interfaces' XDP hook

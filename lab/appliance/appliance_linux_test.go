@@ -18,7 +18,7 @@ import (
 var guestChecks = []string{
 	"boot", "install", "topology", "configure", "start", "relayctl",
 	"journal", "forward_drop", "xdp_media", "xdp_media6", "capabilities",
-	"bpffs", "watchdog", "sip", "calls_across_restart", "calls_across_kill9",
+	"scheduling", "bpffs", "watchdog", "sip", "calls_across_restart", "calls_across_kill9",
 	"calls_across_upgrade", "calls_across_rollback", "journal_err", "drain",
 	"remove", "purge",
 }

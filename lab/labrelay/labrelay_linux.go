@@ -50,6 +50,10 @@ type Options struct {
 	// ControlProcs is dataplane.control_procs; 0 (default): relayd's
 	// default.
 	ControlProcs int
+	// WorkerScheduling and WorkerPriority are dataplane.worker_scheduling
+	// and dataplane.worker_priority; "" (default): relayd's default.
+	WorkerScheduling string
+	WorkerPriority   int
 	// RateCaps keeps relayd's packet-rate caps ([media] rate_limit_*) on.
 	// Off by default: the lab's senders run far faster than any codec to
 	// keep tests short. ExtraMedia may then set the rate_limit_ keys.
@@ -226,6 +230,9 @@ func New(l *lab.Lab, o Options) (*Relay, error) {
 	}
 	if o.ControlProcs > 0 {
 		coalesce += fmt.Sprintf("control_procs = %d\n", o.ControlProcs)
+	}
+	if o.WorkerScheduling != "" {
+		coalesce += fmt.Sprintf("worker_scheduling = %q\nworker_priority = %d\n", o.WorkerScheduling, o.WorkerPriority)
 	}
 	cfg := fmt.Sprintf(`[log]
 level = %q

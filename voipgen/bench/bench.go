@@ -145,6 +145,11 @@ type Config struct {
 	// userspaceIO is relayd's dataplane.userspace_io in its userspace,
 	// srtp and transcode modes ("" relayd's default, socket).
 	userspaceIO string
+	// workerSched and workerPrio are relayd's
+	// dataplane.worker_scheduling and worker_priority, and rtpengine's
+	// --scheduling and --priority ("": each one's default).
+	workerSched string
+	workerPrio  int
 	// voipgen is the binary of the SIP phase's user agents.
 	voipgen  string
 	JSON     bool
@@ -204,8 +209,25 @@ func Parse(args []string, out io.Writer) (Config, error) {
 	sender := fs.String("sender", benchEndMmsg, "the sweep's sender: mmsg (sendmmsg on a socket in each end namespace) or xdp (AF_XDP TX sockets on the end hosts' veths)")
 	sink := fs.String("sink", benchEndMmsg, "the sweep's sink: mmsg (recvmmsg on the end sockets) or xdp (an XDP program counting and dropping on the end hosts' veths)")
 	uio := fs.String("userspace-io", "socket", "how relayd's userspace workers receive in modes userspace, srtp and transcode: socket or afxdp (dataplane.userspace_io)")
+	sched := fs.String("worker-scheduling", "", "the scheduling policy of relayd's userspace workers (dataplane.worker_scheduling) and of rtpengine's (--scheduling): other, batch, fifo or rr; default: as started")
+	prio := fs.Int("worker-priority", 0, "with --worker-scheduling: their nice value (other, batch) or real-time priority (fifo, rr; 1-99)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
+	}
+	switch *sched {
+	case "", "other", "batch":
+		if *prio < -20 || *prio > 19 {
+			return Config{}, fmt.Errorf("--worker-priority %d: a nice value (-20 to 19) with --worker-scheduling %q", *prio, *sched)
+		}
+	case "fifo", "rr":
+		if *prio < 1 || *prio > 99 {
+			return Config{}, fmt.Errorf("--worker-priority %d: a real-time priority (1 to 99) with --worker-scheduling %s", *prio, *sched)
+		}
+	default:
+		return Config{}, fmt.Errorf("--worker-scheduling %q: want other, batch, fifo or rr", *sched)
+	}
+	if *sched == "" && *prio != 0 {
+		return Config{}, fmt.Errorf("--worker-priority without --worker-scheduling")
 	}
 	if *uio != "socket" && *uio != "afxdp" {
 		return Config{}, fmt.Errorf("--userspace-io %q: want socket or afxdp", *uio)
@@ -214,7 +236,8 @@ func Parse(args []string, out io.Writer) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c := Config{rtpengine: *rtpe, static: *static, sipDuration: *sipDur, step: *step, repeat: *repeat, quietWait: max(0, *quiet),
-		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink, userspaceIO: *uio}
+		price: *price, Out: *outDir, relayd: *relayd, voipgen: *voipgen, JSON: *js, sender: *sender, sink: *sink, userspaceIO: *uio,
+		workerSched: *sched, workerPrio: *prio}
 	var err error
 	maxCalls := benchMaxCalls
 	if c.static {

@@ -68,7 +68,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 		rates[i] = benchPPSPerCall * c
 	}
 	fc := FwdConfig{rates: rates, flows: []int{2 * maxCalls}, step: cfg.step, relayd: cfg.relayd, quietWait: cfg.quietWait,
-		sender: cfg.sender, sink: cfg.sink}
+		sender: cfg.sender, sink: cfg.sink, workerSched: cfg.workerSched, workerPrio: cfg.workerPrio}
 	b := &fwdBench{cfg: fc, log: cfg.Progress, quietLeft: cfg.quietWait}
 	var relays []string
 	for _, m := range cfg.modes {
@@ -90,7 +90,7 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	irq, irqKnown := measure.IRQTimeAccounting()
 	rep = &Report{Config: map[string]any{
 		"calls": cfg.calls, "relays": relays, "codec": "pcmu", "ptime_ms": 20, "pps_per_call": benchPPSPerCall,
-		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "userspace_io": cfg.userspaceIO, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
+		"rtp_bytes": fwdRTPLen, "step_s": cfg.step.Seconds(), "repeat": cfg.repeat, "userspace_io": cfg.userspaceIO, "worker_scheduling": cfg.workerSched, "worker_priority": cfg.workerPrio, "sip_calls": cfg.sipCalls, "sip_call_duration_s": cfg.sipDuration.Seconds(),
 		"cpus": cpus, "cpu_ghz": fmt.Sprintf("%.2f", ghz), "kernel": unix.ByteSliceToString(uts.Release[:]), "server_price_usd": cfg.price,
 		"relay_setup": map[string]string{
 			"xdp":       "relayd dataplane.mode = xdp, flows mode xdp",
@@ -350,7 +350,7 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg Config, steps []int, rep 
 // callee farPrefix+i:5000 (the sink's), a stream each way as through
 // relayd, deleted at the end.
 func (b *fwdBench) benchRtpengine(ctx context.Context, cfg Config, rep *Report) (err error) {
-	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999})
+	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999, ExtraArgs: b.rtpengineSched()})
 	if err != nil {
 		return err
 	}
@@ -400,6 +400,16 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg Config, rep *Report) 
 			func(j int) netip.AddrPort { return calls[j].CalleeToCaller })
 		return direct, relay, nil
 	})
+}
+
+// rtpengineSched is rtpengine's --scheduling and --priority for
+// --worker-scheduling and --worker-priority: its media threads get what
+// relayd's workers get.
+func (b *fwdBench) rtpengineSched() []string {
+	if b.cfg.workerSched == "" {
+		return nil
+	}
+	return []string{"--scheduling=" + b.cfg.workerSched, fmt.Sprintf("--priority=%d", b.cfg.workerPrio)}
 }
 
 // parallel runs fn(0..n-1) on at most k goroutines.

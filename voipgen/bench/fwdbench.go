@@ -214,6 +214,9 @@ type FwdConfig struct {
 	// relayNAPI: the relay's veths receive in NAPI threads, and the end
 	// hosts' in their own (see --relay-napi).
 	relayNAPI bool
+	// workerSched and workerPrio: see Config.
+	workerSched string
+	workerPrio  int
 }
 
 const (

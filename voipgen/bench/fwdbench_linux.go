@@ -885,7 +885,8 @@ func (b *fwdBench) startRelay(m fwdMode) error {
 		return err
 	}
 	// warn: relayd logs every idle flow at info level.
-	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps}
+	o := labrelay.Options{Bin: bin, Dir: b.relayDir, LogLevel: "warn", ExtraMedia: b.relayExtra, Ports: b.relayPorts, Extra: b.relayTop, RateCaps: b.relayCaps,
+		WorkerScheduling: b.cfg.workerSched, WorkerPriority: b.cfg.workerPrio}
 	m.setRelayd(&o)
 	r, err := labrelay.New(b.l, o)
 	if err != nil {

@@ -357,7 +357,7 @@ func (b *fwdBench) benchRelaydTranscode(ctx context.Context, cfg Config, rep *Re
 
 // benchRtpengineTranscode runs the transcode sweep through rtpengine.
 func (b *fwdBench) benchRtpengineTranscode(ctx context.Context, cfg Config, rep *Report) (err error) {
-	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999})
+	e, err := rtpengine.Start(b.l, rtpengine.Options{PortMin: 20000, PortMax: 59999, ExtraArgs: b.rtpengineSched()})
 	if err != nil {
 		return err
 	}

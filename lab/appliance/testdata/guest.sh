@@ -249,6 +249,48 @@ capabilities() {
 	return $ok
 }
 
+# scheduling: dataplane.worker_priority lowers the workers' nice value
+# under the unit (LimitNICE=); real time (fifo) is refused by the unit's
+# RestrictRealtime=yes, with an error that says what to allow, and runs
+# with the drop-in relayd.toml(5) gives. Each worker's thread is named
+# relayd-wN. The config and the unit are as they were after.
+scheduling() {
+	cp "$config" /run/relayd.toml.saved
+	dropin=/run/systemd/system/relayd.service.d
+	set_sched() {
+		sed -i -e "s/^worker_scheduling = .*/worker_scheduling = \"$1\"/" -e "s/^worker_priority = .*/worker_priority = $2/" "$config"
+	}
+	# workers POLICY RTPRIO NICE: every relayd-wN thread runs so
+	# (/proc/PID/task/TID/stat: policy 0 other, 1 fifo; fields 41, 40,
+	# 19), and there is one per CPU.
+	workers() {
+		pid=$(systemctl show -p MainPID --value relayd)
+		got=$(cat /proc/"$pid"/task/*/stat 2>/dev/null | awk '$2 ~ /^\(relayd-w[0-9]+\)$/ { print $2, $41, $40, $19 }')
+		n=$(echo "$got" | grep -c .)
+		[ "$n" = "$(nproc)" ] || { echo "$n worker threads, want $(nproc):" >&2; echo "$got" >&2; return 1; }
+		if echo "$got" | awk -v p="$1" -v r="$2" -v n="$3" '$2 != p || $3 != r || $4 != n { bad = 1 } END { exit !bad }'; then
+			echo "worker threads not at policy $1, rt priority $2, nice $3 (thread, policy, rt priority, nice):" >&2; echo "$got" >&2; return 1
+		fi
+	}
+	set_sched other -5
+	must systemctl restart relayd && must workers 0 0 -5 || return 1
+	set_sched fifo 10
+	c=$(cursor)
+	systemctl restart relayd 2>/dev/null && { echo "worker_scheduling fifo started under RestrictRealtime=yes" >&2; return 1; }
+	journal_since "$c" | grep -q 'scheduling fifo, priority 10: operation not permitted.*RestrictRealtime=no' ||
+		{ echo "no error naming RestrictRealtime=no:" >&2; journal_since "$c" | grep -i error >&2; return 1; }
+	mkdir -p $dropin
+	printf '[Service]\nRestrictRealtime=no\nLimitRTPRIO=10\n' > $dropin/50-realtime.conf
+	systemctl daemon-reload
+	systemctl reset-failed relayd
+	must systemctl restart relayd && must workers 1 10 0 || return 1
+	rm -f $dropin/50-realtime.conf
+	systemctl daemon-reload
+	cp /run/relayd.toml.saved "$config"
+	systemctl reset-failed relayd
+	must systemctl restart relayd && must workers 0 0 0
+}
+
 # remove: relayd stopped, XDP taken off the interfaces, the conffile kept.
 remove() {
 	must env DEBIAN_FRONTEND=noninteractive apt-get remove -y -o Dpkg::Use-Pty=0 relayd || return 1
@@ -663,6 +705,7 @@ check forward_drop forward_drop
 check xdp_media xdp_media
 check xdp_media6 xdp_media6
 check capabilities capabilities
+check scheduling scheduling
 check bpffs bpffs
 check watchdog watchdog
 check sip sip
