@@ -49,7 +49,7 @@ type Config struct {
 	// SchedBatch, and their real-time priority (1 to 99) under SchedFIFO
 	// and SchedRR. A worker that cannot take them (no CAP_SYS_NICE nor
 	// RLIMIT_NICE or RLIMIT_RTPRIO for them, or systemd's
-	// RestrictRealtime=) fails New. See ApplyScheduling.
+	// RestrictRealtime=) fails New. See applyScheduling.
 	Scheduling string
 	Priority   int
 	// OnLatched, if set, is called (from one goroutine, in order) when a
@@ -106,7 +106,7 @@ func (c *Config) setDefaults() error {
 	default:
 		return fmt.Errorf("io %q: want %s or %s", c.IO, IOSocket, IOAFXDP)
 	}
-	if err := CheckScheduling(c.Scheduling, c.Priority); err != nil {
+	if err := checkScheduling(c.Scheduling, c.Priority); err != nil {
 		return err
 	}
 	if len(c.CPUs) > 256 {

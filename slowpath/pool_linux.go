@@ -1076,7 +1076,7 @@ func (w *worker) setTranscode(f *flowState, t *dataplane.Transcode) error {
 
 // pin locks the goroutine to its thread for good, names the thread
 // relayd-wN (top -H, ps -L), pins it to the worker's CPU and sets its
-// scheduling. The thread ends with the worker: it is never given back to
+// scheduling (Config.Scheduling). The thread ends with the worker: it is never given back to
 // the runtime with its CPU, policy and timer slack.
 func (w *worker) pin() error {
 	runtime.LockOSThread()
@@ -1085,13 +1085,13 @@ func (w *worker) pin() error {
 		w.log.Debug("cannot name the worker's thread", zap.Error(err))
 	}
 	runtime.KeepAlive(name)
-	if err := ApplyScheduling(w.sched, w.prio); err != nil {
-		return fmt.Errorf("worker %d: %w", w.id, err)
-	}
 	var set unix.CPUSet
 	set.Set(w.cpu)
 	if err := unix.SchedSetaffinity(0, &set); err != nil {
 		w.log.Warn("cannot pin worker to its CPU", zap.Error(err))
+	}
+	if err := applyScheduling(w.sched, w.prio); err != nil {
+		return fmt.Errorf("worker %d: %w", w.id, err)
 	}
 	// Naps end when they should: the default slack (50 us) would add to
 	// every coalesced packet's delay.
