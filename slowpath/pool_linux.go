@@ -1105,10 +1105,39 @@ func (w *worker) pin() error {
 
 // run is the worker's packet loop: recvmmsg a batch, relay each packet,
 // sendmmsg per family; when the socket is empty, serve what is due and
-// wait. It ends when the worker is closed.
+// wait. It ends when the worker is closed. It runs on a thread of its
+// own (see pin), never on the process's main thread.
 func (w *worker) run() {
 	w.started.Store(true)
 	defer close(w.exited)
+	runtime.LockOSThread()
+	if !onMainThread() {
+		w.serve()
+		return
+	}
+	// The process's main thread: its name is the process's (pin would
+	// rename relayd), and when a goroutine locked to it ends the runtime
+	// parks it for good instead of ending it. Hold it until another
+	// goroutine has locked a thread of its own, which cannot be this
+	// one, and give it back to the runtime untouched.
+	locked, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		runtime.LockOSThread()
+		close(locked)
+		w.serve()
+	}()
+	<-locked
+	runtime.UnlockOSThread()
+	<-ended
+}
+
+// onMainThread reports whether the calling goroutine runs on the
+// process's main thread; a variable for tests.
+var onMainThread = func() bool { return unix.Gettid() == unix.Getpid() }
+
+// serve is run's loop, on the worker's locked thread.
+func (w *worker) serve() {
 	// No UnlockOSThread: the thread ends with the goroutine (see pin).
 	err := w.pin()
 	if w.ready != nil {

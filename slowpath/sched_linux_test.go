@@ -1,11 +1,13 @@
 package slowpath
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +76,11 @@ func TestPoolScheduling(t *testing.T) {
 				t.Fatal(err)
 			}
 			threads := namedWorkers(t)
+			for id, tid := range threads {
+				if tid == os.Getpid() {
+					t.Errorf("relayd-w%d on the process's main thread", id)
+				}
+			}
 			if len(threads) != 2 {
 				p.Close()
 				t.Fatalf("worker threads %v, want relayd-w0 and relayd-w1", threads)
@@ -184,4 +191,42 @@ func TestPoolSchedulingRefused(t *testing.T) {
 		t.Fatalf("batch at nice 10 (lower priority): %v", err)
 	}
 	p.Close()
+}
+
+// TestWorkerOffMainThread: a worker whose goroutine starts on the
+// process's main thread (made to look so) moves to a thread of its own,
+// and the first thread goes back to the runtime unnamed and alive: pin
+// would otherwise rename the process and the thread would be parked for
+// good when the worker ends.
+func TestWorkerOffMainThread(t *testing.T) {
+	enterTestNS(t, "198.18.1.1/32")
+	var first atomic.Int64
+	defer func(f func() bool) { onMainThread = f }(onMainThread)
+	onMainThread = func() bool {
+		return first.CompareAndSwap(0, int64(unix.Gettid()))
+	}
+	p, err := New(Config{Workers: 1, Scheduling: SchedBatch, Priority: 3}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := namedWorkers(t)
+	held := int(first.Load())
+	if held == 0 || len(threads) != 1 || threads[0] == held {
+		p.Close()
+		t.Fatalf("worker threads %v, the thread run started on %d: want relayd-w0 on another", threads, held)
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", held))
+	if err != nil {
+		p.Close()
+		t.Fatalf("the thread run started on: %v", err)
+	}
+	if a, err := unix.SchedGetAttr(held, 0); err != nil || a.Policy != unix.SCHED_NORMAL || a.Nice != 0 {
+		t.Errorf("the thread run started on (%q): %+v, %v: want it as the runtime made it", strings.TrimSpace(string(comm)), a, err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", held)); err != nil {
+		t.Errorf("the thread run started on ended with the worker: %v", err)
+	}
 }
