@@ -1287,8 +1287,10 @@ func (w *worker) relayXSK(tx4, tx6 *txBatch) (read, drained bool) {
 			w.drainCtrl()
 		}
 		if n > 0 {
-			w.relayBatch(w.xb, n, tx4, tx6)
+			// Counted as read, before they leave: whoever has received
+			// one sees it counted.
 			w.xskPackets.Add(uint64(n))
+			w.relayBatch(w.xb, n, tx4, tx6)
 		}
 		w.xb.release(s)
 		if bad > 0 {
