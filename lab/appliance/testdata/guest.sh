@@ -484,10 +484,13 @@ EOT
 # resolve), the flows, and what relayd logged at warning or worse since
 # T0 (ms).
 loss_state() {
-	echo "-- relayd counters since the action (pinned: they span restarts):"
+	echo "-- relayd's XDP counters since the action (pinned: they span restarts), and its userspace"
+	echo "   counters before the action (the old relayd's, since its start) and now (the new one's):"
 	relayctl stats | grep -E '^relayd_(packets|xdp|userspace)[a-z_]*\{' > /tmp/stats.after
 	[ -s /tmp/stats.before ] || echo "(relayctl stats gave nothing before the action: the figures are since boot)"
-	awk 'FILENAME == ARGV[1] { before[$1] = $2; next } { d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
+	awk 'FILENAME == ARGV[1] { before[$1] = $2; next }
+		$1 ~ /^relayd_userspace|reason="userspace_/ { if ($2 != 0 || before[$1] != 0) print $1, "before", before[$1] + 0, "now", $2; next }
+		{ d = $2 - before[$1]; if (d != 0) print $1, d }' /tmp/stats.before /tmp/stats.after
 	echo "-- the voipgens' send errors (packets never sent: their receiver counts them lost):"
 	(cd /tmp && jq -c '{send_errors: .summary.send_errors, kinds: [.calls[] | .send_error_kinds // empty]}' ${2}call4.json ${2}call6.json ${2}answer4.json ${2}answer6.json)
 	echo "-- when the packets went missing (the action began at $(date -u -d @$(( $1 / 1000 )) +%T)):"
