@@ -666,11 +666,14 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	if err != nil {
 		return st, err
 	}
-	var xReceived uint64
 	if x != nil {
 		b.sink.expect.Store(nil)
 		st.TranscodedToCallee, st.TranscodedToCaller = x.ok[0].Load(), x.ok[1].Load()
-		xReceived = st.TranscodedToCallee + st.TranscodedToCaller + x.bad[0].Load() + x.bad[1].Load()
+		// Received is what the expectation classified, not the tag's
+		// count read later: a transcoding relay's own packets
+		// (concealment, comfort noise) can still arrive once the run is
+		// drained, and would be received without being classified.
+		st.Received = st.TranscodedToCallee + st.TranscodedToCaller + x.bad[0].Load() + x.bad[1].Load()
 		if err := x.check(); err != nil {
 			return st, fmt.Errorf("%s, %d flows: %w", name, f, err)
 		}
@@ -678,13 +681,8 @@ func (b *fwdBench) measure(ctx context.Context, name string, m fwdMode, f, rate 
 	u := measure.Diff(s0, s1)
 
 	st.Sent, st.SendErrors, st.EncryptErrors = res.packets, res.errors, res.encErrors
-	st.Received = b.sink.run(tag) - totalBefore
-	if x != nil {
-		// What the expectation classified, not the tag's count read
-		// after it: a transcoding relay's own packets (concealment,
-		// comfort noise) can still arrive once the run is drained, and
-		// would be received without being classified.
-		st.Received = xReceived
+	if x == nil {
+		st.Received = b.sink.run(tag) - totalBefore
 	}
 	st.Lost = int64(st.Sent) - int64(st.Received)
 	st.ElapsedS = res.elapsed.Seconds()
