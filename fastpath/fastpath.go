@@ -56,6 +56,9 @@ type Config struct {
 type XSKTarget struct {
 	Steer, Sockets, Devices *ebpf.Map
 	NumDevices              int
+	// ReceiveTime: put each packet's receive time in front of it, as the
+	// workers expect (slowpath's Pool.XSKReceiveTime).
+	ReceiveTime bool
 }
 
 func (c *Config) setDefaults() {

@@ -190,6 +190,13 @@ func (f *Fastpath) load(pin bool) error {
 		if err := spec.Variables["xsk_devices"].Set(uint32(x.NumDevices)); err != nil {
 			return err
 		}
+		var meta uint32
+		if x.ReceiveTime {
+			meta = 1
+		}
+		if err := spec.Variables["xsk_meta"].Set(meta); err != nil {
+			return err
+		}
 	}
 	if pin {
 		opts.Maps.PinPath = f.dir

@@ -178,6 +178,7 @@ const (
 	relayVarRouteUntil         = "route_until"
 	relayVarSlotPortBase       = "slot_port_base"
 	relayVarXskDevices         = "xsk_devices"
+	relayVarXskMeta            = "xsk_meta"
 )
 
 // loadRelay returns the embedded CollectionSpec for relay.
@@ -252,6 +253,7 @@ type relayVariableSpecs struct {
 	RouteUntil         *ebpf.VariableSpec `ebpf:"route_until"`
 	SlotPortBase       *ebpf.VariableSpec `ebpf:"slot_port_base"`
 	XskDevices         *ebpf.VariableSpec `ebpf:"xsk_devices"`
+	XskMeta            *ebpf.VariableSpec `ebpf:"xsk_meta"`
 }
 
 // relayObjects contains all objects after they have been loaded into the kernel.
@@ -311,6 +313,7 @@ type relayVariables struct {
 	RouteUntil         *ebpf.Variable `ebpf:"route_until"`
 	SlotPortBase       *ebpf.Variable `ebpf:"slot_port_base"`
 	XskDevices         *ebpf.Variable `ebpf:"xsk_devices"`
+	XskMeta            *ebpf.Variable `ebpf:"xsk_meta"`
 }
 
 // relayPrograms contains all programs after they have been loaded into the kernel.

@@ -30,6 +30,7 @@ const (
 	xskProgRelayXsk = "relay_xsk"
 	xskVarDevIndex  = "dev_index"
 	xskVarDevices   = "devices"
+	xskVarXskMeta   = "xsk_meta"
 )
 
 // loadXsk returns the embedded CollectionSpec for xsk.
@@ -91,6 +92,7 @@ type xskMapSpecs struct {
 type xskVariableSpecs struct {
 	DevIndex *ebpf.VariableSpec `ebpf:"dev_index"`
 	Devices  *ebpf.VariableSpec `ebpf:"devices"`
+	XskMeta  *ebpf.VariableSpec `ebpf:"xsk_meta"`
 }
 
 // xskObjects contains all objects after they have been loaded into the kernel.
@@ -130,6 +132,7 @@ func (m *xskMaps) Close() error {
 type xskVariables struct {
 	DevIndex *ebpf.Variable `ebpf:"dev_index"`
 	Devices  *ebpf.Variable `ebpf:"devices"`
+	XskMeta  *ebpf.Variable `ebpf:"xsk_meta"`
 }
 
 // xskPrograms contains all programs after they have been loaded into the kernel.

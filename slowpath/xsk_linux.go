@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -75,6 +77,9 @@ type xskUmem struct {
 	mu             sync.Mutex // guards the fill ring's producer side
 	fq             xskRing
 	fqAddr         []uint64
+	// meta: the program puts each packet's receive time in front of it
+	// (xskPlane.meta).
+	meta bool
 }
 
 // xskSock is one worker's XDP socket on one (device, queue). Its RX ring
@@ -287,7 +292,9 @@ func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
 			continue
 		}
 		p.ts = 0
-		if mono := int64(binary.NativeEndian.Uint64(mem[d.Addr-xskMetaLen:])); mono > 0 {
+		if !s.u.meta {
+			p.ts = now.UnixNano()
+		} else if mono := int64(binary.NativeEndian.Uint64(mem[d.Addr-xskMetaLen:])); mono > 0 {
 			p.ts = mono + offset
 		}
 		n++
@@ -383,6 +390,11 @@ type xskPlane struct {
 	links   []link.Link           // by device, without ExternalXDP
 	ifaces  []dataplane.Interface // where the program is attached, and how (without ExternalXDP)
 	socks   []*xskSock            // the queues' first sockets after the others
+
+	// meta: the programs that redirect into the sockets put each packet's
+	// receive time in front of it (bpf/xsk.h's xsk_meta), where the kernel
+	// lets an XDP program call bpf_xdp_adjust_meta.
+	meta bool
 }
 
 // newXSKPlane opens a socket per worker on every receive queue of each
@@ -392,15 +404,22 @@ type xskPlane struct {
 // plane does, where the driver has no native XDP). A device has its
 // queues 0..n-1: the first queue that refuses a bind ends its list.
 func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, external bool, log *zap.Logger) (_ *xskPlane, err error) {
-	x := &xskPlane{names: ifaces}
+	x := &xskPlane{names: ifaces, meta: !xskNoMeta && xskMetaSupported()}
 	defer func() {
 		if err != nil {
 			x.close()
 		}
 	}()
+	if !x.meta {
+		log.Warn("this kernel refuses bpf_xdp_adjust_meta in XDP programs: AF_XDP packets reach the workers without their receive time, " +
+			"so their delay and RFC 3550 arrival times are taken when a worker reads them, later by the time they waited in its ring")
+	}
 	spec, err := loadXsk()
 	if err != nil {
 		return nil, fmt.Errorf("load AF_XDP program spec: %w", err)
+	}
+	if err := spec.Variables["xsk_meta"].Set(boolU32(x.meta)); err != nil {
+		return nil, err
 	}
 	spec.Maps["steer"].MaxEntries = steer.objs.Steer.MaxEntries()
 	spec.Maps["xsks"].MaxEntries = uint32(len(workers) * len(ifaces) * xskQueues)
@@ -488,6 +507,7 @@ func (x *xskPlane) openDevice(d, ifindex, workers int) (byWorker [][]*xskSock, e
 			}
 			return nil, fmt.Errorf("AF_XDP on %s: %w", name, err)
 		}
+		first.u.meta = x.meta
 		opened = append(opened, first) // closed last: see closeXSKs
 		for i := range workers {
 			s := first
@@ -651,6 +671,30 @@ func (x *xskPlane) close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// xskMetaSupported reports whether this kernel lets an XDP program call
+// bpf_xdp_adjust_meta. Upstream kernels do; some hardened ones do not,
+// and refuse the programs that call it.
+func xskMetaSupported() bool {
+	return features.HaveProgramHelper(ebpf.XDP, asm.FnXdpAdjustMeta) == nil
+}
+
+// xskNoMeta makes the pool's programs leave the receive time out as if
+// the kernel refused bpf_xdp_adjust_meta (tests).
+var xskNoMeta bool
+
+// XSKReceiveTime reports whether the XDP programs that redirect into the
+// workers' AF_XDP sockets are to put each packet's receive time in front
+// of it (bpf/xsk.h's xsk_meta): what an external program (Config.
+// ExternalXDP, XSKMaps) must be loaded with.
+func (p *Pool) XSKReceiveTime() bool { return p.xsk != nil && p.xsk.meta }
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // XSKMaps are what another XDP program needs to redirect packets into the

@@ -65,22 +65,32 @@ func counter(t *testing.T, p *Pool, reason string) uint64 {
 // relayed by neither (the kernel drops them before the socket; the AF_XDP
 // worker counts them as userspace_malformed). With two workers the flows go
 // to the second, whose XDP sockets share the first's UMEM and fill ring.
+// Without the receive time in front of the packets (a kernel that refuses
+// bpf_xdp_adjust_meta in XDP) the same holds.
 func TestPoolIO(t *testing.T) {
 	second := 1 % runtime.NumCPU()
 	for _, m := range []struct {
 		name, io string
 		generic  bool
 		cpus     []int
+		noMeta   bool
 	}{
-		{"socket", IOSocket, false, []int{0}},
-		{"afxdp", IOAFXDP, false, []int{0}},
-		{"afxdp-generic", IOAFXDP, true, []int{0}},
-		{"afxdp-w2", IOAFXDP, false, []int{0, second}},
+		{"socket", IOSocket, false, []int{0}, false},
+		{"afxdp", IOAFXDP, false, []int{0}, false},
+		{"afxdp-generic", IOAFXDP, true, []int{0}, false},
+		{"afxdp-w2", IOAFXDP, false, []int{0, second}, false},
+		// As on a kernel that refuses bpf_xdp_adjust_meta in XDP.
+		{"afxdp-no-receive-time", IOAFXDP, false, []int{0}, true},
 	} {
 		io := m.io
 		t.Run(m.name, func(t *testing.T) {
+			xskNoMeta = m.noMeta
+			t.Cleanup(func() { xskNoMeta = false })
 			l := lab.NewT(t)
 			p := startLabPool(t, l, io, m.generic, m.cpus)
+			if want := io == IOAFXDP && !m.noMeta && xskMetaSupported(); p.XSKReceiveTime() != want {
+				t.Errorf("XSKReceiveTime() = %t, want %t", p.XSKReceiveTime(), want)
+			}
 			ifaces := p.Interfaces()
 			if io == IOSocket && len(ifaces) != 0 || io == IOAFXDP && (len(ifaces) != 2 || ifaces[0].Name != lab.RelayCallerIfName ||
 				ifaces[1].Name != lab.RelayCalleeIfName || ifaces[0].Mode != map[bool]string{false: "native", true: "generic"}[m.generic]) {

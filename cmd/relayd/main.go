@@ -155,7 +155,7 @@ func xskTarget(pool *slowpath.Pool) *fastpath.XSKTarget {
 	if socks == nil {
 		return nil
 	}
-	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n}
+	return &fastpath.XSKTarget{Steer: steer, Sockets: socks, Devices: devs, NumDevices: n, ReceiveTime: pool.XSKReceiveTime()}
 }
 
 // mediaPorts returns the lowest and highest relay port of every media
