@@ -90,6 +90,12 @@ type redirMon struct {
 	mu        sync.Mutex // guards devs' state and the following
 	devs      map[int]*egressDevice
 	lastProbe redirmonProbeResult
+	// noProbe: the kernel refuses BPF_PROG_TEST_RUN with live frames
+	// (before 5.18, or a hardened kernel), so nothing is probed: a device
+	// in fallback is put back into tx_ports when its interval has passed,
+	// and the relay's own frames tell whether it takes them (see
+	// probeLocked).
+	noProbe bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -108,7 +114,7 @@ func startRedirMon(txPorts *ebpf.Map, ifaces []dataplane.Interface, log *zap.Log
 	if err != nil {
 		return nil, fmt.Errorf("network namespace: %w", err)
 	}
-	m := &redirMon{log: log, txPorts: txPorts, ns: ns, devs: make(map[int]*egressDevice), stop: make(chan struct{})}
+	m := &redirMon{log: log, txPorts: txPorts, ns: ns, devs: make(map[int]*egressDevice), stop: make(chan struct{}), noProbe: redirmonNoProbe}
 	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
 		ns.Close()
 		return nil, explainLoad(err)
@@ -226,7 +232,13 @@ func (m *redirMon) replace(old int, i dataplane.Interface) {
 // the device's address for xdp_devmap_xmit, and a device that refuses
 // from the start goes into fallback now.
 func (m *redirMon) firstProbeLocked(d *egressDevice) {
+	if m.noProbe {
+		return
+	}
 	accepted, err := m.probe(d)
+	if errors.Is(err, errNoLiveFrames) {
+		return
+	}
 	if err != nil {
 		m.log.Warn("redirect probe failed", zap.String("device", d.name), zap.Error(err))
 		return
@@ -329,6 +341,10 @@ func (m *redirMon) fallbackLocked(d *egressDevice, errno int32) {
 		fields = append(fields, zap.Int("times_since_last_warning", d.suppressed))
 	}
 	d.lastWarn, d.suppressed = now, 0
+	if m.noProbe {
+		m.log.Warn("device refuses redirected frames; its flows are relayed in userspace until it is tried again", fields...)
+		return
+	}
 	m.log.Warn("device refuses redirected frames; its flows are relayed in userspace until the redirect probe finds it takes them again", fields...)
 }
 
@@ -399,15 +415,24 @@ func (m *redirMon) probeLoop() {
 }
 
 // probeLocked runs the redirect probe on d and, when d took the frame,
-// puts it back into tx_ports.
+// puts it back into tx_ports. Without probes (noProbe) d goes back
+// untried: if it still refuses, the relay's next frame toward it is
+// refused and reported, and d falls back again with twice the interval
+// (flapWindow), so a device that keeps refusing costs a frame or a few
+// every maxProbeInterval.
 func (m *redirMon) probeLocked(d *egressDevice) {
-	accepted, err := m.probe(d)
-	if err != nil {
-		m.log.Warn("redirect probe failed; the device stays in fallback", zap.String("device", d.name), zap.Error(err))
-		return
-	}
-	if !accepted {
-		return
+	if !m.noProbe {
+		accepted, err := m.probe(d)
+		if errors.Is(err, errNoLiveFrames) {
+			return // the next round puts it back untried
+		}
+		if err != nil {
+			m.log.Warn("redirect probe failed; the device stays in fallback", zap.String("device", d.name), zap.Error(err))
+			return
+		}
+		if !accepted {
+			return
+		}
 	}
 	// Armed before the device goes back: a refusal right after is reported.
 	if err := m.objs.Devices.Put(uint32(d.ifindex), uint32(redirmonDevFlagsDEV_F_ARMED)); err != nil {
@@ -419,8 +444,29 @@ func (m *redirMon) probeLocked(d *egressDevice) {
 		return
 	}
 	d.fallback, d.restored = false, time.Now()
+	if m.noProbe {
+		m.log.Info("device tried again without a probe; its flows are back on XDP unless it refuses their frames",
+			zap.String("device", d.name), zap.Duration("fallback_for", time.Since(d.since).Round(time.Millisecond)))
+		return
+	}
 	m.log.Info("device takes redirected frames again; its flows are back on XDP",
 		zap.String("device", d.name), zap.Duration("fallback_for", time.Since(d.since).Round(time.Millisecond)))
+}
+
+// redirmonNoProbe starts monitors without probes, as on a kernel that
+// refuses live frames (tests).
+var redirmonNoProbe bool
+
+// errNoLiveFrames is the probe's error where the kernel refuses to run an
+// XDP program on live frames.
+var errNoLiveFrames = errors.New("the kernel refuses BPF_PROG_TEST_RUN with live frames")
+
+// noLiveFrames reports whether err, from a live-frame run, says the kernel
+// will not run one: EINVAL for the flag before 5.18, EPERM or EOPNOTSUPP
+// where a hardened kernel forbids it.
+func noLiveFrames(err error) bool {
+	return errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) ||
+		errors.Is(err, unix.Errno(524)) // ENOTSUPP, the kernel's own
 }
 
 // probe sends d's probe frame into d through XDP (BPF_PROG_TEST_RUN in
@@ -443,6 +489,16 @@ func (m *redirMon) probe(d *egressDevice) (bool, error) {
 		Repeat: 1,
 		Flags:  unix.BPF_F_TEST_XDP_LIVE_FRAMES,
 	}); err != nil {
+		if noLiveFrames(err) && !m.noProbe {
+			m.noProbe = true
+			m.log.Warn("this kernel refuses to run XDP programs on live frames (BPF_PROG_TEST_RUN): egress devices are not probed. "+
+				"A device is found refusing by the first of the relay's frames it refuses, and one in fallback is put back "+
+				"into the redirect map untried when its probe interval has passed (a frame or a few lost each time it still refuses); "+
+				"refusals at flush time (kernels before 6.3) are not seen", zap.Error(err))
+		}
+		if m.noProbe {
+			return false, errNoLiveFrames
+		}
 		return false, fmt.Errorf("run the probe program: %w", err)
 	}
 	if err := m.objs.ProbeResults.Lookup(uint32(0), &res); err != nil {
