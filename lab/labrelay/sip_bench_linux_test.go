@@ -196,6 +196,9 @@ path = %[3]q
 	flowsLeft, _ := r.Metric(`relayd_flows{path="xdp"}`)
 	procsBefore, _ := r.Metric("relayd_control_procs")
 	state0 := stateWrites(r)
+	alloc0, _ := r.Metric("go_memstats_alloc_bytes_total")
+	gc0, _ := r.Metric("go_gc_duration_seconds_count")
+	switches0 := procSwitches(r.Pid())
 	cpuBefore := procCPU(t, r.Pid())
 	// cpsRun offers the CPS load to whatever listens on the relay's SIP
 	// address, from SIPp's local port port.
@@ -207,6 +210,9 @@ path = %[3]q
 	}
 	st, out, took := cpsRun(5080)
 	cpu := procCPU(t, r.Pid()) - cpuBefore
+	switches := procSwitches(r.Pid()) - switches0
+	alloc, _ := r.Metric("go_memstats_alloc_bytes_total")
+	gcs, _ := r.Metric("go_gc_duration_seconds_count")
 	procsAfter, _ := r.Metric("relayd_control_procs")
 	// What the last 64*T1 of calls still hold (their transactions), as
 	// SIPp ends.
@@ -224,6 +230,13 @@ path = %[3]q
 	t.Logf("CPS with 2 failed attempts per call: %d calls ok, %d failed in %.1fs = %.0f CPS (asked %d); relayd CPU %.1fs = %.0f%% of one core, %.0f us per call (XDP flows before: %.0f; control plane's Ps %.0f before, %.0f after)",
 		ok, failed, took.Seconds(), float64(ok)/took.Seconds(), cps, cpu.Seconds(), 100*cpu.Seconds()/took.Seconds(), cpu.Seconds()*1e6/float64(max(ok, 1)), flowsLeft,
 		procsBefore, procsAfter)
+	// What the CPU went to, per call: the bytes the Go runtime allocated
+	// (the collector's work follows them), its collections, and the
+	// context switches of relayd's threads (in a VM each costs several
+	// microseconds of the thread's CPU time).
+	calls := float64(max(ok, 1))
+	t.Logf("per call: %.1f KiB allocated, %.4f collections (%.0f in all), %.1f context switches",
+		(alloc-alloc0)/1024/calls, (gcs-gc0)/calls, gcs-gc0, float64(switches)/calls)
 	if heapErr == nil {
 		t.Logf("as SIPp ended (the transactions of the last %s of calls still kept): RSS %.0f MiB, HeapInuse after GC %.0f MiB (live %.0f MiB)",
 			min(took, 32*time.Second).Round(time.Second), float64(rssEnd)/(1<<20), inuseEnd/(1<<20), liveEnd/(1<<20))
@@ -233,7 +246,6 @@ path = %[3]q
 		for k := range d {
 			d[k] -= state0[k]
 		}
-		calls := float64(max(ok, 1))
 		t.Logf("state file per call: %.2f puts (%.0f bytes each), %.2f deletes, %.2f commits, %.0f us writing and syncing pages; a write waited %.2f ms on average",
 			d["put"]/calls, d["bytes"]/max(d["put"], 1), d["delete"]/calls, d["commits"]/calls, d["disk"]*1e6/calls,
 			1e3*d["wait"]/max(d["put"]+d["delete"], 1))
@@ -389,6 +401,26 @@ func procCPU(t *testing.T, pid int) time.Duration {
 	ut, _ := strconv.ParseUint(f[11], 10, 64)
 	st, _ := strconv.ParseUint(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// procSwitches is the context switches, voluntary and not, of pid's
+// threads (those alive: relayd's Go threads do not exit).
+func procSwitches(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	var n int64
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 func procRSS(t *testing.T, pid int) int64 {
