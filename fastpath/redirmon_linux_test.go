@@ -246,31 +246,30 @@ func (h *redirmonHarness) refusalLogs(warn, debug int) {
 	}
 }
 
-func testRedirectMonitor(t *testing.T, live bool) {
-	h := newRedirmonHarness(t, live)
-	e := h.e
-	h.peerXDP("in1", true)
-	h.peerXDP("out1", true)
-	h.start(true)
-
-	// The first probes found both devices taking frames, and learnt their
-	// addresses.
+// atStart checks out0 at the monitor's start: taking frames, in
+// tx_ports, and addrs device addresses learnt.
+func (h *redirmonHarness) atStart(addrs int) {
+	h.t.Helper()
 	if st := h.state(); st.Fallback || st.RedirectErrors != 0 || !h.inTxPorts() {
-		t.Fatalf("out0 with out1's program, at start: %+v, in tx_ports %t", st, h.inTxPorts())
+		h.t.Fatalf("out0 with out1's program, at start: %+v, in tx_ports %t", st, h.inTxPorts())
 	}
-	if n := countEntries(t, h.mon.objs.DevAddrs); n != 2 {
-		t.Errorf("%d device addresses learnt, want 2", n)
+	if n := countEntries(h.t, h.mon.objs.DevAddrs); n != addrs {
+		h.t.Errorf("%d device addresses learnt, want %d", n, addrs)
 	}
+}
 
+// firstRefusal takes out1's program away: the relay's next frame is
+// refused, counted, and out0 falls back, so that the frame after is
+// punted.
+func (h *redirmonHarness) firstRefusal() {
+	h.t.Helper()
+	t, e := h.t, h.e
 	h.peerXDP("out1", false)
 	before := e.counters(t)
 	h.send()
 	h.waitFallback(true, 2*time.Second)
-	if st := h.state(); st.RedirectErrors != 1 {
-		t.Errorf("%d redirect errors counted, want 1", st.RedirectErrors)
-	}
-	if h.inTxPorts() {
-		t.Error("out0 still in tx_ports in fallback")
+	if st := h.state(); st.RedirectErrors != 1 || h.inTxPorts() {
+		t.Errorf("after the first refusal: %+v, in tx_ports %t; want 1 error, out of tx_ports", st, h.inTxPorts())
 	}
 	h.send()
 	after := e.counters(t)
@@ -280,6 +279,35 @@ func testRedirectMonitor(t *testing.T, live bool) {
 	if d := after["punt/no_egress"] - before["punt/no_egress"]; d != 1 {
 		t.Errorf("%d frames punted for no_egress in fallback, want 1", d)
 	}
+}
+
+// redirected checks that out0, back, takes the relay's next frame:
+// redirected, no new error (wantErrors in all).
+func (h *redirmonHarness) redirected(wantErrors uint64) {
+	h.t.Helper()
+	t, e := h.t, h.e
+	before := e.counters(t)
+	h.send()
+	time.Sleep(50 * time.Millisecond)
+	after := e.counters(t)
+	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
+		t.Errorf("after recovery: %d frames redirected, want 1", d)
+	}
+	if st := h.state(); st.Fallback || st.RedirectErrors != wantErrors || !h.inTxPorts() {
+		t.Errorf("after recovery: %+v, in tx_ports %t; want no fallback and %d errors", st, h.inTxPorts(), wantErrors)
+	}
+}
+
+func testRedirectMonitor(t *testing.T, live bool) {
+	h := newRedirmonHarness(t, live)
+	h.peerXDP("in1", true)
+	h.peerXDP("out1", true)
+	h.start(true)
+
+	// The first probes found both devices taking frames, and learnt their
+	// addresses.
+	h.atStart(2)
+	h.firstRefusal()
 	// A probe (every second) finds out0 still refusing.
 	time.Sleep(probeInterval + probeInterval/2)
 	if st := h.state(); !st.Fallback || st.RedirectErrors != 1 || h.inTxPorts() {
@@ -291,16 +319,7 @@ func testRedirectMonitor(t *testing.T, live bool) {
 	if !h.inTxPorts() {
 		t.Fatal("out0 not back in tx_ports after a successful probe")
 	}
-	before = e.counters(t)
-	h.send()
-	time.Sleep(50 * time.Millisecond)
-	after = e.counters(t)
-	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
-		t.Errorf("after recovery: %d frames redirected, want 1", d)
-	}
-	if st := h.state(); st.Fallback || st.RedirectErrors != 1 {
-		t.Errorf("after recovery: %+v, want no fallback and no new error", st)
-	}
+	h.redirected(1)
 
 	// out1 loses its program again at once: the monitor was re-armed, out0
 	// falls back again, and as it flaps it is probed half as often.
@@ -333,7 +352,6 @@ func testRedirectMonitor(t *testing.T, live bool) {
 
 func testRedirectMonitorNoProbe(t *testing.T, live bool) {
 	h := newRedirmonHarness(t, live)
-	e := h.e
 	h.peerXDP("in1", true)
 	h.peerXDP("out1", true)
 	h.start(!live) // a kernel without live frames finds out itself
@@ -348,29 +366,10 @@ func testRedirectMonitorNoProbe(t *testing.T, live bool) {
 			t.Errorf("%d warnings about the probes, want 1", n)
 		}
 	}
-	if st := h.state(); st.Fallback || st.RedirectErrors != 0 || !h.inTxPorts() {
-		t.Fatalf("out0 with out1's program, at start: %+v, in tx_ports %t", st, h.inTxPorts())
-	}
-	if n := countEntries(t, h.mon.objs.DevAddrs); n != 0 {
-		t.Errorf("%d device addresses learnt without a probe, want 0", n)
-	}
+	h.atStart(0) // nothing learnt without a probe
 
 	// The relay's own frame finds out0 refusing.
-	h.peerXDP("out1", false)
-	before := e.counters(t)
-	h.send()
-	h.waitFallback(true, 2*time.Second)
-	if st := h.state(); st.RedirectErrors != 1 || h.inTxPorts() {
-		t.Errorf("after the first refusal: %+v, in tx_ports %t; want 1 error, out of tx_ports", st, h.inTxPorts())
-	}
-	h.send()
-	after := e.counters(t)
-	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
-		t.Errorf("%d frames redirected, want 1 (the refused one)", d)
-	}
-	if d := after["punt/no_egress"] - before["punt/no_egress"]; d != 1 {
-		t.Errorf("%d frames punted for no_egress in fallback, want 1", d)
-	}
+	h.firstRefusal()
 
 	// After the interval out0 goes back untried; the next frame is
 	// refused, and out0 falls back for twice as long.
@@ -391,16 +390,7 @@ func testRedirectMonitorNoProbe(t *testing.T, live bool) {
 	// takes the relay's frames.
 	h.peerXDP("out1", true)
 	h.waitFallback(false, 3*2*probeInterval)
-	before = e.counters(t)
-	h.send()
-	time.Sleep(50 * time.Millisecond)
-	after = e.counters(t)
-	if d := after["forward/redirect"] - before["forward/redirect"]; d != 1 {
-		t.Errorf("after recovery: %d frames redirected, want 1", d)
-	}
-	if st := h.state(); st.Fallback || st.RedirectErrors != 2 || !h.inTxPorts() {
-		t.Errorf("after recovery: %+v, in tx_ports %t; want no fallback and no new error", st, h.inTxPorts())
-	}
+	h.redirected(2)
 	h.refusalLogs(1, 1)
 	if n := len(h.logs.FilterMessageSnippet("tried again without a probe").All()); n != 2 {
 		t.Errorf("%d returns without a probe logged, want 2", n)
