@@ -362,6 +362,22 @@ func GuestLockup(console []byte) string {
 	return ""
 }
 
+// LockupReport is what a lockup's console says past its first line (the
+// stalled CPUs' registers and call traces), up to n bytes, for finding
+// the cause across runs: GuestLockup's line and what follows it.
+func LockupReport(console []byte, n int) string {
+	line := GuestLockup(console)
+	if line == "" {
+		return ""
+	}
+	i := strings.Index(string(console), line)
+	rest := console[i:]
+	if len(rest) > n {
+		rest = rest[:n]
+	}
+	return string(rest)
+}
+
 // CheckLog returns what guest.sh printed during check name: the lines of
 // guest.log from its "== name (" header to the next check's header, each
 // cut to width bytes (the voipgen reports are long JSON lines that would

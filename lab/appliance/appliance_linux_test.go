@@ -122,6 +122,10 @@ func TestAppliance(t *testing.T) {
 			t.Fatalf("the guest kernel locked up twice: %s\n%s", lockup, tail(con, 6000))
 		}
 		t.Logf("figure guest_lockups=1: the guest kernel locked up (%s); booting once more on a fresh disk", lockup)
+		// The first lockup passes, so say where it happened: the check
+		// guest.sh was in, and the stalled CPUs' traces.
+		glog, _ := os.ReadFile(filepath.Join(share, "guest.log"))
+		t.Logf("the lockup's console:\n%s\nguest.log's end:\n%s", LockupReport(con, 6000), tail(glog, 1500))
 	}
 	defer func() {
 		if t.Failed() {

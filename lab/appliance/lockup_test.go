@@ -22,6 +22,20 @@ func TestGuestLockup(t *testing.T) {
 	}
 }
 
+func TestLockupReport(t *testing.T) {
+	con := "[  1.0] boot\n[  194.4] rcu: INFO: rcu_preempt self-detected stall on CPU\n[  194.4] RIP: 0010:__udp4_lib_lookup+0x9e/0x2a0\n[  194.5] Call Trace:\n"
+	got := LockupReport([]byte(con), 1000)
+	if want := con[len("[  1.0] boot\n"):]; got != want {
+		t.Errorf("LockupReport = %q, want %q", got, want)
+	}
+	if got := LockupReport([]byte(con), 20); got != "[  194.4] rcu: INFO:" {
+		t.Errorf("LockupReport cut to 20 bytes = %q", got)
+	}
+	if got := LockupReport([]byte("[  1.0] boot\n"), 1000); got != "" {
+		t.Errorf("LockupReport of a console without a lockup = %q, want none", got)
+	}
+}
+
 func TestWatchBoot(t *testing.T) {
 	dir := t.TempDir()
 	console := dir + "/console.log"
