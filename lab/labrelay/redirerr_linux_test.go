@@ -14,7 +14,9 @@ import (
 // (the xdp tracepoints), counts them per device, warns, and punts the
 // flows toward that device to the userspace workers, so that media keeps
 // flowing; once the peer takes redirected frames again (GRO back on) the
-// redirect probe sees it and the flows go back to XDP.
+// redirect probe sees it and the flows go back to XDP (or, where the
+// kernel refuses the probe's live-frame run, the device's untried return
+// after its interval finds it taking them).
 func TestRelayRedirectRefused(t *testing.T) {
 	l, r := startRelay(t, "native")
 	metric := func(name string) float64 {
@@ -68,7 +70,12 @@ func TestRelayRedirectRefused(t *testing.T) {
 	if v := metric(errorsMetric); v != float64(lost) || v < 1 {
 		t.Errorf("%s = %v, want the %d packets lost (at least 1: the refusal that gave the fallback away)", errorsMetric, v, lost)
 	}
-	if v := metric(fallbackMetric); v != 1 {
+	// Where the kernel refuses live-frame test runs the monitor cannot
+	// probe: a device in fallback goes back untried every interval, and
+	// the next frame toward it sends it back (fastpath's TestRedirectMonitor).
+	// It may be back, untried, when the sending stops.
+	noProbe := strings.Contains(r.Log(), "refuses to run XDP programs on live frames")
+	if v := metric(fallbackMetric); v != 1 && !(noProbe && strings.Contains(r.Log(), "tried again without a probe")) {
 		t.Errorf("%s = %v with the peer still without GRO, want 1", fallbackMetric, v)
 	}
 	if log := r.Log(); !strings.Contains(log, "refuses redirected frames") || !strings.Contains(log, `"device":"r1"`) {
@@ -83,10 +90,16 @@ func TestRelayRedirectRefused(t *testing.T) {
 	if err := l.Callee.SetGRO(lab.CalleeIfName, true); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	// Without probes the device's interval doubled at each refusal after
+	// an untried return: up to 4 s after the 2 s of sending above.
+	wait := 5 * time.Second
+	if noProbe {
+		wait = 12 * time.Second
+	}
+	deadline := time.Now().Add(wait)
 	for metric(fallbackMetric) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s still 1 five seconds after the peer's GRO came back on", fallbackMetric)
+			t.Fatalf("%s still 1 %s after the peer's GRO came back on", fallbackMetric, wait)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
