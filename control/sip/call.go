@@ -399,6 +399,7 @@ func (bc *b2bCall) finish(d call.Disposition, code int, reason string) {
 	if answered {
 		bc.forget()
 	}
+	bc.dropDialogs()
 	s.metrics.callEnded(d, answered)
 	info := bc.c.Info()
 	// A stranger can have any number of calls refused: those lines are

@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -464,15 +465,86 @@ func (bc *b2bCall) releaseTxs() bool {
 	// The caller's dialog's state callbacks served the setup and the
 	// wait for the ACK (sipgo's channel for it, the setup's cancel):
 	// both are over.
-	if f, err := field(&bc.a.Dialog, "onStatePointer"); err == nil {
-		if p, ok := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); ok {
-			p.Store(nil)
-		}
-	}
+	dropStateCallbacks(&bc.a.Dialog)
 	bc.mu.Lock()
 	bc.aTx, bc.released = endedTx{}, true
 	bc.mu.Unlock()
 	return true
+}
+
+// dropDialogs lets go, as the call ends, of what the dialogs would keep
+// of it, and of it of their INVITE transactions: the caller's dialog's
+// state callback (dropStateCallbacks), and the ended transactions' last
+// timers (stopEndedTx). Neither serves an ended call.
+func (bc *b2bCall) dropDialogs() {
+	bc.mu.Lock()
+	a, b, aTx := bc.a, bc.b, bc.aTx
+	bc.mu.Unlock()
+	stopEndedTx(aTx)
+	if a != nil {
+		dropStateCallbacks(&a.Dialog)
+		if f, err := field(a, "inviteTx"); err == nil {
+			stopEndedTx(f.Interface())
+		}
+	}
+	if b != nil {
+		if f, err := field(b, "inviteTx"); err == nil {
+			stopEndedTx(f.Interface())
+		}
+	}
+}
+
+// stopEndedTx stops the last timer of an INVITE transaction that has
+// ended: RFC 6026's Timer L (server) or M (client), 64*T1 after the 2xx.
+// sipgo's Terminate (which its BYEs call) stops the transaction's other
+// timers but not these, whose function holds the transaction, its
+// messages and its callbacks until it fires, and then finds it ended:
+// stopping it changes nothing else.
+func stopEndedTx(tx any) {
+	var name string
+	switch tx.(type) {
+	case *sip.ServerTx:
+		name = "timer_l"
+	case *sip.ClientTx:
+		name = "timer_m"
+	default:
+		return
+	}
+	if !ended(tx.(interface{ Done() <-chan struct{} })) {
+		return
+	}
+	mu, err := field(tx, "mu")
+	if err != nil {
+		return
+	}
+	t, err := field(tx, name)
+	if err != nil {
+		return
+	}
+	m, ok := mu.Addr().Interface().(*sync.Mutex)
+	if !ok {
+		return
+	}
+	m.Lock()
+	defer m.Unlock()
+	if tm, ok := t.Interface().(*time.Timer); ok && tm != nil {
+		tm.Stop()
+		t.Set(reflect.Zero(t.Type()))
+	}
+}
+
+// dropStateCallbacks lets go of the state callbacks of dialog d, where
+// sipgo has no call for it. The caller's dialog's callback holds the
+// whole call (it cancels the setup), and the dialog is held by its INVITE
+// transaction's callbacks until the transaction's timer lets go of it,
+// 64*T1 (32 s over UDP) after the answer, even when a BYE has ended the
+// transaction before.
+func dropStateCallbacks(d *sipgo.Dialog) {
+	if f, err := field(d, "onStatePointer"); err == nil {
+		if p, ok := f.Addr().Interface().(*atomic.Pointer[sipgo.DialogStateFn]); ok {
+			p.Store(nil)
+		}
+	}
 }
 
 // ended reports whether a transaction has terminated.

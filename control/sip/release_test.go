@@ -3,11 +3,14 @@ package sip
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -343,4 +346,99 @@ func TestMessageText(t *testing.T) {
 	if rt := messageText(res); strings.Contains(rt, "v=0") || !strings.HasPrefix(rt, "SIP/2.0 200 OK\r\n") {
 		t.Errorf("response text:\n%s", rt)
 	}
+}
+
+// TestEndedCallLetGo: a call that ended is not kept by what outlives it:
+// its INVITE transactions, which sipgo's BYEs end but whose last timer
+// (RFC 6026's L and M, 64*T1 = 32 s over UDP after the answer) would
+// still hold them, their messages and, through their callbacks, the
+// dialogs and the call. At a sustained call rate each call would
+// otherwise be kept whole for 32 s after its end.
+func TestEndedCallLetGo(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refused int  // attempts refused before the answer
+		relayd  bool // relayd hangs up, not the caller
+	}{
+		{"caller hangs up", 0, false},
+		{"after two refused attempts", 2, false},
+		{"relayd hangs up", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dests []string
+			for range tc.refused {
+				busy := newCallee(t)
+				busy.set(func(d *sipgo.DialogServerSession, req *sip.Request) { d.Respond(503, "Service Unavailable", nil) })
+				dests = append(dests, busy.addr)
+			}
+			ce := newCallee(t)
+			h := newHarness(t, opts{destinations: append(dests, ce.addr)})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			d, _ := h.answered(ctx, ce)
+			calls := h.srv.calls()
+			if len(calls) != 1 {
+				t.Fatalf("%d calls, want 1", len(calls))
+			}
+			bc := calls[0]
+			waitFor(t, "negotiated", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.negotiated })
+			bc.mu.Lock()
+			aTx, _ := bc.aTx.(*sip.ServerTx)
+			bc.mu.Unlock()
+			f, err := field(bc.b, "inviteTx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bTx, _ := f.Interface().(*sip.ClientTx)
+			if aTx == nil || bTx == nil {
+				t.Fatalf("INVITE transactions %T, %T", aTx, bTx)
+			}
+			if txTimer(t, aTx, "timer_l") == nil || txTimer(t, bTx, "timer_m") == nil {
+				t.Fatal("the answered INVITE transactions have no Timer L and M: sipgo changed")
+			}
+			wc, wm, id := weak.Make(bc), weak.Make(bc.c), bc.c.ID
+			calls, bc = nil, nil
+			want := call.Answered
+			if tc.relayd {
+				want = call.Hangup
+				if err := h.srv.Hangup(id); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := d.Bye(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cdr := h.cdr()
+			if cdr.Disposition != want || len(cdr.Attempts) != tc.refused+1 {
+				t.Fatalf("CDR disposition %s, %d attempts; want %s, %d", cdr.Disposition, len(cdr.Attempts), want, tc.refused+1)
+			}
+			waitFor(t, "flows removed", func() bool { return h.xdp.Len() == 0 })
+			if !ended(aTx) || !ended(bTx) {
+				t.Fatalf("INVITE transactions ended: caller's %v, callee's %v; want both", ended(aTx), ended(bTx))
+			}
+			if txTimer(t, aTx, "timer_l") != nil || txTimer(t, bTx, "timer_m") != nil {
+				t.Error("the ended INVITE transactions' Timer L or M still runs, holding them for 64*T1")
+			}
+			waitFor(t, "the ended call collected", func() bool {
+				runtime.GC()
+				return wc.Value() == nil && wm.Value() == nil
+			})
+		})
+	}
+}
+
+// txTimer returns the timer of sipgo transaction tx in its field name.
+func txTimer(t *testing.T, tx any, name string) *time.Timer {
+	t.Helper()
+	mu, err := field(tx, "mu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := field(tx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mu.Addr().Interface().(*sync.Mutex)
+	m.Lock()
+	defer m.Unlock()
+	return f.Interface().(*time.Timer)
 }

@@ -52,7 +52,8 @@ import (
 // HeapInuse exceeds the live heap), cpu_held.pprof (while they are held),
 // cpu.pprof and allocs_{before,after}.pprof
 // (around the CPS run: go tool pprof -base allocs_before.pprof
-// allocs_after.pprof).
+// allocs_after.pprof), and heap_end.pprof (as SIPp ends: what the ended
+// calls' transactions keep, by where it was allocated).
 func TestSIPBench(t *testing.T) {
 	if os.Getenv("RELAYD_SIP_BENCH") == "" {
 		t.Skip("set RELAYD_SIP_BENCH=1 to run the SIP benchmark")
@@ -218,6 +219,9 @@ path = %[3]q
 	// SIPp ends.
 	rssEnd := procRSS(t, r.Pid())
 	inuseEnd, liveEnd, heapErr := r.HeapAfterGC()
+	if profDir != "" {
+		writeProfile(t, r, profDir, "heap_end.pprof", "heap")
+	}
 	if st == nil {
 		t.Fatalf("sipp: %s", out)
 	}
