@@ -6,7 +6,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,7 +177,7 @@ var farPrefix = netip.MustParsePrefix("198.18.64.0/18")
 //
 //	go test -run '^$' -bench XDPFlows -count 5 ./fastpath/
 func BenchmarkXDPFlows(b *testing.B) {
-	for _, n := range []int{16, 1000, 10000} {
+	for _, n := range benchFlowCounts(b) {
 		b.Run(fmt.Sprintf("flows_%d", n), func(b *testing.B) { benchFlows(b, n) })
 	}
 }
@@ -373,4 +376,23 @@ func BenchmarkInstallRemove(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchFlowCounts returns BenchmarkXDPFlows's flow counts: 16, 1,000 and
+// 10,000, or the comma-separated counts of RELAYD_BENCH_FLOWS (to find
+// where the flows' state leaves a cache: docs/bench.md).
+func benchFlowCounts(b *testing.B) []int {
+	s := os.Getenv("RELAYD_BENCH_FLOWS")
+	if s == "" {
+		return []int{16, 1000, 10000}
+	}
+	var ns []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 30000 {
+			b.Fatalf("RELAYD_BENCH_FLOWS: %q is not a flow count from 1 to 30000", f)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }
