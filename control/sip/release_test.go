@@ -29,12 +29,7 @@ func TestReleaseTxs(t *testing.T) {
 	defer cancel()
 	for i, hangup := range []string{"caller", "relayd"} {
 		d, _ := h.answered(ctx, ce)
-		calls := h.srv.calls()
-		if len(calls) != 1 {
-			t.Fatalf("%d calls, want 1", len(calls))
-		}
-		bc := calls[0]
-		waitFor(t, "negotiated", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.negotiated })
+		bc := h.negotiatedCall()
 		if bc.releaseTxs() {
 			t.Fatal("released the transactions while they run (64*T1 after the answer)")
 		}
@@ -89,6 +84,19 @@ func TestReleaseTxs(t *testing.T) {
 			waitFor(t, "caller's dialog ended", func() bool { return d.LoadState() == sip.DialogStateEnded })
 		}
 	}
+}
+
+// negotiatedCall returns the harness's one call once its initial offer
+// and answer are complete (both ACKs done).
+func (h *harness) negotiatedCall() *b2bCall {
+	h.t.Helper()
+	calls := h.srv.calls()
+	if len(calls) != 1 {
+		h.t.Fatalf("%d calls, want 1", len(calls))
+	}
+	bc := calls[0]
+	waitFor(h.t, "negotiated", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.negotiated })
+	return bc
 }
 
 // endTxs ends the INVITE transactions of an answered call as their timers
@@ -376,12 +384,7 @@ func TestEndedCallLetGo(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			d, _ := h.answered(ctx, ce)
-			calls := h.srv.calls()
-			if len(calls) != 1 {
-				t.Fatalf("%d calls, want 1", len(calls))
-			}
-			bc := calls[0]
-			waitFor(t, "negotiated", func() bool { bc.mu.Lock(); defer bc.mu.Unlock(); return bc.negotiated })
+			bc := h.negotiatedCall()
 			bc.mu.Lock()
 			aTx, _ := bc.aTx.(*sip.ServerTx)
 			bc.mu.Unlock()
@@ -397,7 +400,7 @@ func TestEndedCallLetGo(t *testing.T) {
 				t.Fatal("the answered INVITE transactions have no Timer L and M: sipgo changed")
 			}
 			wc, wm, id := weak.Make(bc), weak.Make(bc.c), bc.c.ID
-			calls, bc = nil, nil
+			bc = nil
 			want := call.Answered
 			if tc.relayd {
 				want = call.Hangup
