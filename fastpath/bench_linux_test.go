@@ -16,7 +16,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/relayd/relayd/lab/minfwd"
 
@@ -299,27 +298,6 @@ func benchFlows(b *testing.B, n int) {
 	if minf > zero {
 		b.ReportMetric((relay-zero)/(minf-zero), "net-ratio")
 	}
-}
-
-// pinThread binds the calling thread, locked to it, to the last CPU it may
-// run on, and returns what gives it back its CPUs.
-func pinThread() (func(), error) {
-	var all unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &all); err != nil {
-		return nil, fmt.Errorf("CPU affinity: %w", err)
-	}
-	last := -1
-	for cpu := range 1024 {
-		if all.IsSet(cpu) {
-			last = cpu
-		}
-	}
-	var one unix.CPUSet
-	one.Set(last)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		return nil, fmt.Errorf("CPU affinity: %w", err)
-	}
-	return func() { unix.SchedSetaffinity(0, &all) }, nil
 }
 
 // median returns the median of runs in ns; it sorts runs.

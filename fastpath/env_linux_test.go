@@ -250,7 +250,14 @@ func (e *testEnv) runOn(tb testing.TB, frame []byte, ifindex int) (uint32, []byt
 	var ret uint32
 	out := make([]byte, len(frame)+256)
 	err := inNS(e.ns, func() error {
-		var err error
+		// Always on the same CPU, as a flow's packets are in relayd (a
+		// receive queue's): the program's per-CPU state, its route
+		// cache entries, is the same from one run to the next.
+		restore, err := pinThread()
+		if err != nil {
+			return err
+		}
+		defer restore()
 		ret, err = e.fp.objs.RelayXdp.Run(&ebpf.RunOptions{
 			Data:    frame,
 			DataOut: out,
@@ -279,3 +286,24 @@ func (e *testEnv) counters(tb testing.TB) map[string]uint64 {
 }
 
 func osWrite(path, v string) error { return os.WriteFile(path, []byte(v), 0o644) }
+
+// pinThread binds the calling thread, locked to it, to the last CPU it may
+// run on, and returns what gives it back its CPUs.
+func pinThread() (func(), error) {
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return nil, fmt.Errorf("CPU affinity: %w", err)
+	}
+	last := -1
+	for cpu := range 1024 {
+		if all.IsSet(cpu) {
+			last = cpu
+		}
+	}
+	var one unix.CPUSet
+	one.Set(last)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return nil, fmt.Errorf("CPU affinity: %w", err)
+	}
+	return func() { unix.SchedSetaffinity(0, &all) }, nil
+}
