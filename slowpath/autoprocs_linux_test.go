@@ -110,9 +110,12 @@ func TestControlCPU(t *testing.T) {
 		a, c, b := snap()
 		// What controlCPU left out since the start lies between these
 		// (the worker's thread took a little more than worked: the
-		// clock reads, the channel operations).
+		// clock reads, the channel operations, its park; under an
+		// emulated CPU, as in the VM tests' qemu guest, up to several
+		// milliseconds: 7.8 ms once). Leaving out the control plane's
+		// work too, the fault this looks for, would be 300 ms more.
 		lo, hi := (a-c)-(b0-c0), (b-c)-(a0-c0)
-		if c-c0 < work+work/2 || hi < worked || lo > worked+5*time.Millisecond {
+		if c-c0 < work+work/2 || hi < worked || lo > worked+work/12 {
 			t.Fatalf("%s: control plane %v, left out %v to %v: want the worker's %v left out and the control plane at least %v",
 				when, c-c0, lo, hi, worked, work+work/2)
 		}
