@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
@@ -32,12 +31,12 @@ func TestListenReportsBindError(t *testing.T) {
 	free := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	newServer := func(ls ...config.Listener) *Server {
 		reg, err := registry.New(registry.Config{Interfaces: []registry.Interface{{Addr: relayIP, PortMin: 30000, PortMax: 30099}}},
-			zaptest.NewLogger(t), dataplanetest.New(dataplane.PathXDP))
+			testLogger(t, zap.DebugLevel), dataplanetest.New(dataplane.PathXDP))
 		if err != nil {
 			t.Fatal(err)
 		}
-		calls := call.NewTable(reg, zaptest.NewLogger(t))
-		router, err := route.New(nil, config.RouteServer{}, zaptest.NewLogger(t))
+		calls := call.NewTable(reg, testLogger(t, zap.DebugLevel))
+		router, err := route.New(nil, config.RouteServer{}, testLogger(t, zap.DebugLevel))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 )
 
@@ -20,7 +19,7 @@ import (
 // counters count them all.
 func TestLogsRateLimitedPerSource(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core()))
+	log := zap.New(zapcore.NewTee(core, testLogger(t, zap.WarnLevel).Core()))
 	h, _, _ := tortureHarness(t, log)
 	ncl, err := os.ReadFile("testdata/torture/invalid/ncl.dat")
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap"
 
 	"github.com/relayd/relayd/control/call"
 	"github.com/relayd/relayd/control/state"
@@ -29,7 +29,7 @@ import (
 
 func openStore(t *testing.T) *state.Store {
 	t.Helper()
-	st, err := state.Open(state.Config{Path: filepath.Join(t.TempDir(), "state.db")}, zaptest.NewLogger(t))
+	st, err := state.Open(state.Config{Path: filepath.Join(t.TempDir(), "state.db")}, testLogger(t, zap.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

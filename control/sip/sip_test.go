@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,7 +18,7 @@ import (
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/relayd/relayd/config"
 	"github.com/relayd/relayd/control/call"
@@ -253,11 +254,11 @@ func (h *harness) start() {
 	for _, in := range h.o.ifaces {
 		ifaces = append(ifaces, registry.Interface{Name: in.Name, Addr: in.Addr, Advertise: in.AdvertiseAddr, PortMin: in.PortMin, PortMax: in.PortMax})
 	}
-	reg, err := registry.New(registry.Config{Interfaces: ifaces}, zaptest.NewLogger(t), planes...)
+	reg, err := registry.New(registry.Config{Interfaces: ifaces}, testLogger(t, zap.DebugLevel), planes...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.calls = call.NewTable(reg, zaptest.NewLogger(t))
+	h.calls = call.NewTable(reg, testLogger(t, zap.DebugLevel))
 	h.calls.SetCodecsAvailable(!h.o.noCodecs) // whatever this build has
 	listeners := []config.Listener{{Network: "udp", Addr: netip.MustParseAddrPort(h.addr)}, {Network: "tcp", Addr: netip.MustParseAddrPort(h.addr)}}
 	if h.o.tls != nil {
@@ -343,13 +344,13 @@ func newHarness(t *testing.T, o opts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := route.New(cfg.Routes, cfg.RouteServer, zaptest.NewLogger(t))
+	router, err := route.New(cfg.Routes, cfg.RouteServer, testLogger(t, zap.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.ifaces = cfg.Media.Interfaces
 	if o.log == nil {
-		o.log = zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)) // sipgo's readers log at debug after Shutdown returns
+		o.log = testLogger(t, zap.InfoLevel) // sipgo's readers log at debug after Shutdown returns
 	}
 	h.o, h.router = o, router
 	h.addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -1144,3 +1145,37 @@ func TestSRTPKeptOnReofferFromCallee(t *testing.T) {
 	d.Bye(ctx)
 	h.cdr()
 }
+
+// testLogger logs to t like zaptest.NewLogger at level, and drops what is
+// logged once t's cleanups have run: sipgo's readers of a stopped
+// server's connections can still hand a message to its handlers, which
+// log, after the test has ended, and a log of an ended test is a data
+// race with the testing package's own bookkeeping.
+func testLogger(t testing.TB, level zapcore.Level) *zap.Logger {
+	w := &endedWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.ended = true
+		w.mu.Unlock()
+	})
+	enc := zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig())
+	return zap.New(zapcore.NewCore(enc, w, level), zap.ErrorOutput(w))
+}
+
+// endedWriter writes to t until ended.
+type endedWriter struct {
+	mu    sync.Mutex
+	t     testing.TB
+	ended bool
+}
+
+func (w *endedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.t.Logf("%s", bytes.TrimRight(p, "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *endedWriter) Sync() error { return nil }

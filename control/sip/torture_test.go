@@ -21,7 +21,6 @@ import (
 	"github.com/emiago/sipgo/sip"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/relayd/relayd/control/call"
@@ -463,7 +462,7 @@ func TestTortureGarbage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 
 	core, logs := observer.New(zap.InfoLevel)
-	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel)).Core()))
+	log := zap.New(zapcore.NewTee(core, testLogger(t, zap.InfoLevel).Core()))
 	h, ce, answeredCDR := tortureHarness(t, log)
 	var base [][]byte
 	for _, c := range loadTorture(t) {
