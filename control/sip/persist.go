@@ -475,7 +475,8 @@ func (bc *b2bCall) releaseTxs() bool {
 // dropDialogs lets go, as the call ends, of what the dialogs would keep
 // of it, and of it of their INVITE transactions: the caller's dialog's
 // state callback (dropStateCallbacks), and the ended transactions' last
-// timers (stopEndedTx). Neither serves an ended call.
+// timers (stopEndedTx; the caller's is aTx, which the dialog holds too).
+// Neither serves an ended call.
 func (bc *b2bCall) dropDialogs() {
 	bc.mu.Lock()
 	a, b, aTx := bc.a, bc.b, bc.aTx
@@ -483,9 +484,6 @@ func (bc *b2bCall) dropDialogs() {
 	stopEndedTx(aTx)
 	if a != nil {
 		dropStateCallbacks(&a.Dialog)
-		if f, err := field(a, "inviteTx"); err == nil {
-			stopEndedTx(f.Interface())
-		}
 	}
 	if b != nil {
 		if f, err := field(b, "inviteTx"); err == nil {
