@@ -539,7 +539,7 @@ place() {
 	pa4=$!
 	ip netns exec callee voipgen answer --sip "[2001:2:0:2::2]:$sipport" --rtp-port $rtp --duration 600s --max-calls 1 --json > /tmp/$1answer6.json 2>/tmp/$1answer6.err &
 	pa6=$!
-	eval "all_$1='$pa4 $pa6' callers_$1= up_$1="
+	eval "all_$1='$pa4 $pa6' callers_$1= up_$1= placed_$1=$(ms)"
 	poll 30 "voipgen answer listening on both callee addresses (port $sipport)" listening callee $sipport 2 || { stop_set $1; return 1; }
 	ip netns exec caller voipgen call --sip 198.18.0.2:$callerport --target sip:$user@198.18.0.1:5060 \
 		--rtp-port $rtp --calls 2 --rate 4 --call-duration 600s --json > /tmp/$1call4.json 2>/tmp/$1call4.err &
@@ -576,6 +576,22 @@ set_state() {
 	for f in /tmp/$1call4.err /tmp/$1call6.err /tmp/$1answer4.err /tmp/$1answer6.err; do
 		echo "$f:"; head -n 30 "$f"
 	done
+	# A voipgen that has ended wrote its report: each call's final status
+	# and error say what became of it.
+	eval "state_pids=\${all_$1:-}"
+	for p in $state_pids; do
+		kill -0 "$p" 2>/dev/null && echo "voipgen pid $p running" || echo "voipgen pid $p ended"
+	done
+	for r in call4 call6 answer4 answer6; do
+		[ -s /tmp/$1$r.json ] || continue
+		echo "$1$r.json:"
+		jq -c '.calls[] | {call, call_id, status, success, error, duration_s, bye_from}' /tmp/$1$r.json
+	done
+	echo "-- relayd's SIP counters:"
+	relayctl stats | grep -E '^relayd_sip_[a-z_]*(\{| )' | grep -v ' 0$' | head -n 40
+	echo "-- relayd's log since set $1 was placed:"
+	eval "placed=\${placed_$1:-0}"
+	journalctl -u relayd --no-pager -o short-iso-precise --since=@$(( placed / 1000 )) | cut -c1-300 | tail -n 60
 }
 sleep_ms() { sleep "$(( $1 / 1000 )).$(printf %03d $(( $1 % 1000 )))"; }
 # cdrs_complete IDS: the CDR file has a complete answered line for each
