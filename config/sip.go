@@ -50,7 +50,8 @@ type SIP struct {
 	// non-INVITE request relayd answered). Default "32s", the RFC's
 	// values; 1s to 32s. Kamailio's tm keeps such transactions 5s
 	// (wt_timer). The transactions of answered INVITEs keep 64*T1
-	// whatever this says: their 2xx retransmissions and ACKs need it.
+	// whatever this says (their 2xx retransmissions and ACKs need it),
+	// or until their call ends if that comes first.
 	WaitTimer string `toml:"wait_timer"`
 	// AuthFile holds the digest credentials of the routes' auth_users:
 	// "user:password" lines, "#" comments. It must be a regular file of

@@ -83,8 +83,14 @@ path = %[3]q
 	if os.Getenv("RELAYD_SIP_STATE") != "" {
 		extra += fmt.Sprintf("[state]\npath = %q\n", filepath.Join(dir, "state.db"))
 	}
+	// How long ended transactions stay (sip.wait_timer: Timer D and J):
+	// what relayd still holds as SIPp ends.
+	wait := 32 * time.Second
 	if w := os.Getenv("RELAYD_SIP_WAIT_TIMER"); w != "" {
 		extra = strings.Replace(extra, "[sip]\n", fmt.Sprintf("[sip]\nwait_timer = %q\n", w), 1)
+		if d, err := time.ParseDuration(w); err == nil {
+			wait = d
+		}
 	}
 	// Held calls carry no media: the media timeout must outlast them.
 	controlProcs, _ := strconv.Atoi(os.Getenv("RELAYD_SIP_CONTROL_PROCS"))
@@ -215,8 +221,8 @@ path = %[3]q
 	alloc, _ := r.Metric("go_memstats_alloc_bytes_total")
 	gcs, _ := r.Metric("go_gc_duration_seconds_count")
 	procsAfter, _ := r.Metric("relayd_control_procs")
-	// What the last 64*T1 of calls still hold (their transactions), as
-	// SIPp ends.
+	// What the last wait_timer of calls still hold (their ended
+	// transactions), as SIPp ends.
 	rssEnd := procRSS(t, r.Pid())
 	inuseEnd, liveEnd, heapErr := r.HeapAfterGC()
 	if profDir != "" {
@@ -243,7 +249,7 @@ path = %[3]q
 		(alloc-alloc0)/1024/calls, (gcs-gc0)/calls, gcs-gc0, float64(switches)/calls)
 	if heapErr == nil {
 		t.Logf("as SIPp ended (the transactions of the last %s of calls still kept): RSS %.0f MiB, HeapInuse after GC %.0f MiB (live %.0f MiB)",
-			min(took, 32*time.Second).Round(time.Second), float64(rssEnd)/(1<<20), inuseEnd/(1<<20), liveEnd/(1<<20))
+			min(took, wait).Round(time.Second), float64(rssEnd)/(1<<20), inuseEnd/(1<<20), liveEnd/(1<<20))
 	}
 	if state0 != nil {
 		d := stateWrites(r)
