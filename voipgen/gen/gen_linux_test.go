@@ -395,18 +395,20 @@ func TestGenBidir(t *testing.T) {
 			if transport == "raw" {
 				needRoot(t)
 			}
-			a := genCfg(t, "--src", "127.0.0.1:33000", "--dst", "127.0.0.2:34000", "--streams", "20", "--duration", "1s",
+			// Ports below the kernel's ephemeral range (32768-60999 by
+			// default), where any process's sockets may hold one.
+			a := genCfg(t, "--src", "127.0.0.1:21000", "--dst", "127.0.0.2:22000", "--streams", "20", "--duration", "1s",
 				"--bidir", "--grace", "300ms", "--transport", transport, "--rtcp")
-			b := genCfg(t, "--src", "127.0.0.2:34000", "--dst", "127.0.0.1:33000", "--streams", "20", "--duration", "1s",
+			b := genCfg(t, "--src", "127.0.0.2:22000", "--dst", "127.0.0.1:21000", "--streams", "20", "--duration", "1s",
 				"--bidir", "--grace", "300ms", "--transport", transport, "--rtcp")
 			ga, err := New(a)
 			if err != nil {
-				t.Skipf("ports taken: %v", err)
+				t.Fatal(err)
 			}
 			defer ga.Close()
 			gb, err := New(b)
 			if err != nil {
-				t.Skipf("ports taken: %v", err)
+				t.Fatal(err)
 			}
 			defer gb.Close()
 			type out struct {
@@ -528,7 +530,7 @@ func TestErrnoTally(t *testing.T) {
 // rmem_max: the kernel reports twice the 1 MiB asked).
 func TestGenReceiveBuffer(t *testing.T) {
 	needRoot(t)
-	cfg := genCfg(t, "--src", "127.0.0.1:34200", "--dst", "127.0.0.2:34100", "--streams", "1", "--duration", "1s", "--bidir")
+	cfg := genCfg(t, "--src", "127.0.0.1:22200", "--dst", "127.0.0.2:22100", "--streams", "1", "--duration", "1s", "--bidir")
 	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

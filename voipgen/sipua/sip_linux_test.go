@@ -69,7 +69,12 @@ func callAnswer(t *testing.T, personality string, calls int, callArgs ...string)
 // side's configuration before the calls are placed.
 func callAnswerWith(t *testing.T, personality string, calls int, set func(*CallConfig), callArgs ...string) ([]CallReport, []CallReport) {
 	t.Helper()
-	acfg, err := ParseAnswer([]string{"--sip", "127.0.0.1:0", "--personality", personality, "--rtp-port", "44000", "--ring", "100ms",
+	// The media ports are below the kernel's ephemeral range
+	// (ip_local_port_range, 32768-60999 by default), where any socket
+	// of any process on the machine, the SIP sockets' free ports
+	// picked below included, may hold one: a CI run lost a test to an
+	// "address already in use" on 44000.
+	acfg, err := ParseAnswer([]string{"--sip", "127.0.0.1:0", "--personality", personality, "--rtp-port", "24000", "--ring", "100ms",
 		"--duration", "20s", "--max-calls", strconv.Itoa(calls)}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +92,7 @@ func callAnswerWith(t *testing.T, personality string, calls int, set func(*CallC
 	}()
 	<-ready
 	ccfg, err := ParseCall(append([]string{"--sip", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--target", fmt.Sprintf("sip:answer@%s", acfg.Listen),
-		"--calls", strconv.Itoa(calls), "--rate", "20", "--rtp-port", "45000"}, callArgs...), io.Discard)
+		"--calls", strconv.Itoa(calls), "--rate", "20", "--rtp-port", "25000"}, callArgs...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
