@@ -483,6 +483,18 @@ type Report struct {
 	Runs []fwdStep `json:"runs,omitempty"`
 }
 
+// thpMode returns the selected mode of a transparent huge page setting
+// as /sys/kernel/mm/transparent_hugepage/enabled shows it ("always
+// [madvise] never" is "madvise"), or "" when none is selected.
+func thpMode(b []byte) string {
+	for _, f := range strings.Fields(string(b)) {
+		if len(f) > 2 && f[0] == '[' && f[len(f)-1] == ']' {
+			return f[1 : len(f)-1]
+		}
+	}
+	return ""
+}
+
 // cpuGHz reads the mean CPU clock from /proc/cpuinfo ("cpu MHz").
 func cpuGHz(r io.Reader) float64 {
 	sc := bufio.NewScanner(r)

@@ -120,6 +120,16 @@ func runBenchLab(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if irqKnown && irq {
 		rep.Notes = append(rep.Notes, "kernel has CONFIG_IRQ_TIME_ACCOUNTING: task times miss softirq work; trust the idle figures")
 	}
+	// The Go heaps (relayd's SRTP contexts above all) are on 2 MiB pages
+	// only when the kernel gives them unasked: "always", Debian 12's
+	// default.
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
+		thp := thpMode(b)
+		rep.Config["transparent_hugepage"] = thp
+		if thp != "" && thp != "always" {
+			rep.Notes = append(rep.Notes, "transparent huge pages: "+thp+" (Debian 12's kernel: always): relayd's Go heap, its SRTP contexts included, is on 4 KiB pages here")
+		}
+	}
 	switch {
 	case !plain:
 	case cfg.static:

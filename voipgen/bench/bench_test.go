@@ -51,6 +51,21 @@ func TestParseBench(t *testing.T) {
 	}
 }
 
+func TestTHPMode(t *testing.T) {
+	for in, want := range map[string]string{
+		"always [madvise] never\n": "madvise",
+		"[always] madvise never\n": "always",
+		"always madvise [never]":   "never",
+		"always madvise never\n":   "",
+		"":                         "",
+		"[] x":                     "",
+	} {
+		if got := thpMode([]byte(in)); got != want {
+			t.Errorf("thpMode(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestCPUGHz(t *testing.T) {
 	in := "processor\t: 0\ncpu MHz\t\t: 2000.000\nprocessor\t: 1\ncpu MHz\t\t: 2200.500\n"
 	if got := cpuGHz(strings.NewReader(in)); got < 2.1 || got > 2.1003 {
