@@ -29,28 +29,34 @@ import (
 // What a packet touches is kept small: a worker meets hundreds of flows in
 // turn, so their state is rarely in the CPU's first caches and every line
 // of it costs a miss (BenchmarkEncryptDecryptRTPFlows). The fields read per
-// packet come first; the replay window is two words of the SSRC's state,
-// not a detector behind an interface and two more pointers.
+// packet come first, 120 bytes (cmHotBytes) that two cache lines hold: an
+// Encrypter or Decrypter, which holds a cmRTP first, is an object of more
+// than 512 bytes, which the runtime places 8 bytes (its allocation header)
+// past the start of a line, in a size class of a multiple of 64 bytes
+// (TestPrefetch checks it); the replay window is two words of the SSRC's
+// state, not a detector behind an interface and two more pointers.
 type cmRTP struct {
-	block          cipher.Block
 	mac            hash.Hash // HMAC-SHA1 under the session auth key; Reset keeps the keyed state
 	saltHi, saltLo uint64    // session salt, 112 bits, as the IV's halves (low 16 bits zero)
-	tagLen         int
-	last           *cmState // the SSRC of the previous packet, to skip the map
 	// ctr is the keystream's stream, moved to each packet's counter (see
 	// ctrStream); without a stream, one block Encrypt per 16 bytes.
-	ctr ctrStream
-
+	ctr    ctrStream
+	last   *cmState // the SSRC of the previous packet, to skip the map
 	mki    []byte
+	sum    [sha1.Size]byte // the tag's MAC; first the ROC the MAC takes, when not in place
+	tagLen int32
+
+	// The rest is read by a packet of a new SSRC, or with no CTR stream.
+	block  cipher.Block
 	states map[uint32]*cmState
 	spare  *cmState // state for an SSRC seen but not yet authenticated
-	sum    [sha1.Size]byte
-	roc    [4]byte
+	ks     [keystreamChunk]byte
 
-	ks [keystreamChunk]byte
-
-	warm warmSet // the standard library's lines a packet reads
+	warm warmSet // the lines a packet reads, its own and the standard library's
 }
+
+// cmHotBytes is how much of a cmRTP every packet reads: up to block.
+const cmHotBytes = unsafe.Offsetof(cmRTP{}.block)
 
 // keystreamChunk is how much keystream is generated per pass: four blocks,
 // one cache line. A bigger buffer saves XOR calls but costs the lines it
@@ -141,7 +147,7 @@ func (c *cmRTP) init(cfg Config) error {
 		mac:    hmac.New(sha1.New, akey),
 		saltHi: binary.BigEndian.Uint64(iv[0:]),
 		saltLo: binary.BigEndian.Uint64(iv[8:]),
-		tagLen: cfg.Suite.RTPTagLen(),
+		tagLen: int32(cfg.Suite.RTPTagLen()),
 		mki:    append([]byte(nil), cfg.MKI...),
 		states: make(map[uint32]*cmState),
 	}
@@ -151,20 +157,28 @@ func (c *cmRTP) init(cfg Config) error {
 	// The first Reset replaces the HMAC's pads by its marshalled keyed
 	// states: the objects every packet reads from then on.
 	c.mac.Reset()
-	c.warm = c.warmLines()
+	c.warm = c.warmLines(len(ekey))
 	return nil
 }
 
 // warmLines finds the lines a packet reads in c's fixed objects: c's own
-// up to its warm set (c does not move once made: it is held in its
-// Encrypter or Decrypter), the key schedule's (the CTR stream's copy of it
-// and its counter, or the AES block's) and the HMAC's (see warmSet).
-func (c *cmRTP) warmLines() warmSet {
+// first lines (c does not move once made: it is held in its Encrypter or
+// Decrypter), the key schedule's (the CTR stream's copy of it, up to the
+// last round key the key's size uses, and the stream's counter; or the AES
+// block's) and the HMAC's (see warmSet). keyLen is the cipher key's size.
+func (c *cmRTP) warmLines(keyLen int) warmSet {
 	var w warmSet
-	w.add(unsafe.Pointer(c), unsafe.Offsetof(c.warm))
+	w.add(unsafe.Pointer(c), cmHotBytes)
 	if c.ctr.stream != nil {
-		w.collect(reflect.ValueOf(c.ctr.stream), 0)
-		w.add(unsafe.Pointer(c.ctr.lo), 8)
+		if ctrEnc != 0 {
+			// The rounds word and rounds+1 round keys (RFC 3711's AES-CM
+			// keys are 128, 192 or 256 bits: 10, 12 or 14 rounds).
+			rounds := keyLen/4 + 6
+			w.add(c.ctr.obj, ctrEnc+uintptr(rounds+1)*aes.BlockSize)
+		} else {
+			w.collect(reflect.ValueOf(c.ctr.stream), 0)
+		}
+		w.add(c.ctr.counter())
 	} else {
 		w.collect(reflect.ValueOf(c.block), 0)
 	}
@@ -177,7 +191,7 @@ func (c *cmRTP) warmLines() warmSet {
 func (c *cmRTP) prefetch() {
 	c.warm.prefetch()
 	if c.last != nil {
-		last := unsafe.Pointer(c.last)
+		last := uintptr(unsafe.Pointer(c.last))
 		prefetchLines(&last, 1)
 	}
 }
@@ -317,10 +331,11 @@ func (c *cmRTP) tag(authenticated []byte, roc uint32, rocInPlace bool) []byte {
 		c.mac.Write(authenticated[:len(authenticated)+4])
 	} else {
 		c.mac.Write(authenticated)
-		binary.BigEndian.PutUint32(c.roc[:], roc)
-		c.mac.Write(c.roc[:])
+		// The MAC copies what it is given: sum is free until Sum.
+		binary.BigEndian.PutUint32(c.sum[:4], roc)
+		c.mac.Write(c.sum[:4])
 	}
-	return c.mac.Sum(c.sum[:0])[:c.tagLen]
+	return c.mac.Sum(c.sum[:0])[:int(c.tagLen)]
 }
 
 // encrypt protects the RTP packet src (header length hl) into dst, whose
@@ -335,7 +350,7 @@ func (c *cmRTP) encrypt(dst, src []byte, hl int) ([]byte, error) {
 	}
 	s.update(seq, diff)
 	n := len(src)
-	out := dst[:n+len(c.mki)+c.tagLen]
+	out := dst[:n+len(c.mki)+int(c.tagLen)]
 	copy(out[:hl], src[:hl])
 	c.xorKeystream(out[hl:n], src[hl:], ssrc, roc, seq)
 	// The ROC goes where the MKI and tag will: out has at least 4
@@ -363,11 +378,11 @@ func (c *cmRTP) decrypt(dst, src []byte, hl int) ([]byte, error) {
 		// side negotiates it.
 		return nil, ErrMalformed
 	}
-	n := len(src) - len(c.mki) - c.tagLen
+	n := len(src) - len(c.mki) - int(c.tagLen)
 	if len(c.mki) > 0 && !hmac.Equal(src[n:n+len(c.mki)], c.mki) {
 		return nil, ErrUnknownMKI
 	}
-	if !hmac.Equal(c.tag(src[:n], roc, false), src[len(src)-c.tagLen:]) {
+	if !hmac.Equal(c.tag(src[:n], roc, false), src[len(src)-int(c.tagLen):]) {
 		return nil, ErrAuth
 	}
 	out := dst[:n]

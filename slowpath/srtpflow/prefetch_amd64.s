@@ -1,6 +1,6 @@
 #include "textflag.h"
 
-// func prefetchLines(lines *unsafe.Pointer, n int)
+// func prefetchLines(lines *uintptr, n int)
 TEXT ·prefetchLines(SB), NOSPLIT, $0-16
 	MOVQ lines+0(FP), SI
 	MOVQ n+8(FP), CX

@@ -15,11 +15,15 @@ import (
 // reach each object, while prefetches issued together for a batch
 // overlap. The lines are found once, when the context is made, by walking
 // the objects with reflect (their fields are the standard library's, not
-// relayd's); nothing is ever written through them. The context's own
-// first lines are listed too (cmRTP.warmLines). TestPrefetch checks that the objects
-// found are the ones packets go on reading.
+// relayd's); nothing is ever read or written through them. They are kept
+// as line addresses (uintptr), not pointers: a line may begin before its
+// object, and the objects stay where they are (Go's heap does not move
+// objects) and alive as long as the context that holds them and the set.
+// The context's own first lines are listed too (cmRTP.warmLines).
+// TestPrefetch checks that the objects found are the ones packets go on
+// reading.
 type warmSet struct {
-	lines [maxWarmLines]unsafe.Pointer
+	lines [maxWarmLines]uintptr
 	n     int
 }
 
@@ -59,17 +63,31 @@ func (w *warmSet) collect(v reflect.Value, depth int) {
 	}
 }
 
-// add notes the first lines of the object of size bytes at p.
+// add notes the lines that the first bytes of the object of size bytes at
+// p are on (at most maxObjectLines lines' worth of bytes), each once.
 func (w *warmSet) add(p unsafe.Pointer, size uintptr) {
-	// The object's first line, then the lines its first maxObjectLines
-	// lines' worth of bytes reach; offsets stay inside the object.
-	for off := uintptr(0); off < size && off < maxObjectLines*cacheLine; off += cacheLine {
+	start := uintptr(p)
+	end := start + min(size, maxObjectLines*cacheLine)
+	for l := start &^ (cacheLine - 1); l < end; l += cacheLine {
+		if w.has(l) {
+			continue
+		}
 		if w.n == len(w.lines) {
 			return
 		}
-		w.lines[w.n] = unsafe.Add(p, off)
+		w.lines[w.n] = l
 		w.n++
 	}
+}
+
+// has reports whether line l is in the set.
+func (w *warmSet) has(l uintptr) bool {
+	for _, x := range w.lines[:w.n] {
+		if x == l {
+			return true
+		}
+	}
+	return false
 }
 
 // prefetch starts the loads of the lines.

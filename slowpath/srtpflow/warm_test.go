@@ -32,23 +32,57 @@ func TestPrefetch(t *testing.T) {
 				if w.n < 14 {
 					t.Errorf("%s: %d lines to warm, want the context's, the key schedule's and the HMAC's (14 or more)", name, w.n)
 				}
-				has := func(p unsafe.Pointer) bool {
-					for _, l := range w.lines[:w.n] {
-						if l == p {
-							return true
+				// has reports whether the lines of the size bytes at p
+				// are all in the set.
+				has := func(p unsafe.Pointer, size uintptr) bool {
+					for l := uintptr(p) &^ (cacheLine - 1); l < uintptr(p)+size; l += cacheLine {
+						if !w.has(l) {
+							return false
 						}
 					}
-					return false
+					return true
+				}
+				// The context's hot fields are on two lines, both warmed.
+				hot := uintptr(unsafe.Pointer(c))
+				if lines := (hot+cmHotBytes-1)/cacheLine - hot/cacheLine + 1; lines != 2 || !has(unsafe.Pointer(c), cmHotBytes) {
+					t.Errorf("%s: the context at %#x: its %d hot bytes are on %d lines, want 2 and all warmed", name, hot, cmHotBytes, lines)
 				}
 				// The key schedule packets read: the CTR stream's copy of
-				// it, and the stream's counter.
+				// it, up to the key's last round key, and the stream's
+				// counter.
 				if c.ctr.stream == nil {
 					t.Fatalf("%s: no CTR stream (TestCTRStream)", name)
 				}
+				if ctrEnc == 0 {
+					t.Fatalf("%s: the CTR's round keys were not found", name)
+				}
 				sched, _, _ := ctrObject(c.ctr.stream)
-				if !has(unsafe.Pointer(c)) || !has(sched) || !has(unsafe.Pointer(c.ctr.lo)) ||
-					!has(reflect.ValueOf(c.mac).UnsafePointer()) {
-					t.Errorf("%s: the context, the CTR stream's key schedule or counter, or the HMAC is not among the lines to warm", name)
+				used := ctrEnc + uintptr(s.KeyLen()/4+7)*16
+				if !has(sched, used) || !has(c.ctr.counter()) {
+					t.Errorf("%s: the CTR stream's key schedule (%d bytes) or counter is not among the lines to warm", name, used)
+				}
+				if next := (uintptr(sched) + used + cacheLine - 1) &^ (cacheLine - 1); next < uintptr(sched)+uintptr(c.ctr.at.lo)&^(cacheLine-1) && w.has(next) {
+					t.Errorf("%s: the line after the %d-bit key's round keys is warmed", name, 8*s.KeyLen())
+				}
+				// The HMAC and each of its keyed states, whole.
+				mac := reflect.ValueOf(c.mac)
+				if !has(mac.UnsafePointer(), mac.Type().Elem().Size()) {
+					t.Errorf("%s: the HMAC is not among the lines to warm", name)
+				}
+				hm := mac.Elem()
+				for _, f := range []string{"inner", "outer", "ipad", "opad"} {
+					v := hm.FieldByName(f)
+					var size uintptr
+					switch v.Kind() {
+					case reflect.Interface:
+						v = v.Elem()
+						size = v.Type().Elem().Size()
+					case reflect.Slice:
+						size = uintptr(v.Len())
+					}
+					if !has(v.UnsafePointer(), size) {
+						t.Errorf("%s: the HMAC's %s (%d bytes) is not whole among the lines to warm", name, f, size)
+					}
 				}
 			}
 			plain := rtpPacket(0, 42)
@@ -73,7 +107,7 @@ func TestPrefetch(t *testing.T) {
 					t.Fatalf("packet %d: decrypted differs from the plain packet", seq)
 				}
 			}
-			if again := e.t.cm.warmLines(); again != e.t.cm.warm {
+			if again := e.t.cm.warmLines(s.KeyLen()); again != e.t.cm.warm {
 				t.Errorf("after 20 packets the encrypter's objects are not the ones warmed: %v, warmed %v",
 					again.lines[:again.n], e.t.cm.warm.lines[:e.t.cm.warm.n])
 			}
