@@ -751,7 +751,8 @@ func (rep *Report) WriteText(w io.Writer) {
 	if len(rep.SIP) > 0 {
 		rep.writeSIP(w)
 	}
-	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat):")
+	fmt.Fprintln(w, "CPU sweep (relay cost = runs through the relay minus direct runs of the same packets; tasks = schedstat, idle = /proc/stat,")
+	fmt.Fprintln(w, "<0 where the machine's other work varied more than the relay cost):")
 	fmt.Fprintln(w, "media: sip = SIP calls through relayd's B2BUA, a stream each way per call; ng = rtpengine ng calls (offer/answer), a stream each way per call; static = static flows (admin API), one way;")
 	fmt.Fprintln(w, "       ng-xc = ng calls (both relays) with a PCMU caller leg and a G.729 callee leg, every packet checked transcoded")
 	fmt.Fprintln(w, "       relay/sender/sink CPU: share of one CPU (1.00 = a whole CPU) at the step's rate: the relay's cost (tasks); the sender's and the sink's threads in the direct runs,"+
@@ -778,8 +779,8 @@ func (rep *Report) WriteText(w io.Writer) {
 		if media == "" {
 			media = "static"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%.1f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
-			r.LossPct, r.TaskCPUPct, r.IdleCPUPct, r.TaskNsPerPkt, r.IdleNsPerPkt, r.RelayCPU, r.SenderCPU, r.SinkCPU, r.SinkCPURelayRun, strings.Join(notes, ", "))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%d\t%d\t%s\t%.3f\t%.1f\t%s\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%s\t\n", r.Relay, r.Calls, media, r.SentPPS, r.Sent, r.Received, rel,
+			r.LossPct, r.TaskCPUPct, fmtIdle(r.IdleCPUPct, "%.1f"), r.TaskNsPerPkt, fmtIdle(r.IdleNsPerPkt, "%.0f"), r.RelayCPU, r.SenderCPU, r.SinkCPU, r.SinkCPURelayRun, strings.Join(notes, ", "))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -791,7 +792,7 @@ func (rep *Report) WriteText(w io.Writer) {
 		if s.ProgNsPerRun > 0 {
 			prog = fmt.Sprintf("%.0f", s.ProgNsPerRun)
 		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.0f\t%d\t%.3f\t%.3f\t%s\t\n", s.Relay, s.TaskNsPerPkt, s.IdleNsPerPkt, s.CallsPerGHz, s.ProjectedCalls,
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%.0f\t%.0f\t%d\t%.3f\t%.3f\t%s\t\n", s.Relay, s.TaskNsPerPkt, fmtIdle(s.IdleNsPerPkt, "%.0f"), s.CallsPerGHz, s.ProjectedCalls,
 			s.MaxZeroLossCalls, s.CostPerPortProjected, s.CostPerPortMeasured, prog)
 	}
 	tw.Flush()

@@ -337,8 +337,8 @@ func (b *fwdBench) benchSweep(ctx context.Context, cfg Config, steps []int, rep 
 		row := benchRowFromRuns(m.Name, media, c, all, runtime.NumCPU())
 		row.Rerun = rerun
 		rep.Rows = append(rep.Rows, row)
-		fmt.Fprintf(cfg.Progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %.1f%% (idle), %.0f ns/pkt (tasks)\n",
-			m.Name, c, row.LossPct, row.TaskCPUPct, row.IdleCPUPct, row.TaskNsPerPkt)
+		fmt.Fprintf(cfg.Progress, "  => %s %d calls: loss %.3f%%, relay CPU %.1f%% (tasks) %s%% (idle), %.0f ns/pkt (tasks)\n",
+			m.Name, c, row.LossPct, row.TaskCPUPct, fmtIdle(row.IdleCPUPct, "%.1f"), row.TaskNsPerPkt)
 		switch {
 		case !row.lossless():
 			fmt.Fprintf(cfg.Progress, "  %s: loss at %d calls: stopping\n", m.Name, c)

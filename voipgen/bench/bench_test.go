@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,6 +157,34 @@ func TestBenchOutputs(t *testing.T) {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, buf.String())
 		}
+	}
+}
+
+// TestIdleBelowZero: an idle cross-check figure below zero (the machine's
+// other work varied more than the relay cost) prints as "<0", never as a
+// negative CPU figure; the report keeps the number.
+func TestIdleBelowZero(t *testing.T) {
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{-250.4, "<0"}, {0, "0"}, {812.6, "813"}, {math.NaN(), "-"}} {
+		if got := fmtIdle(c.v, "%.0f"); got != c.want {
+			t.Errorf("fmtIdle(%v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+	rep := testBenchReport()
+	rep.Rows[0].IdleNsPerPkt, rep.Rows[0].IdleCPUPct = -250.4, -1.25
+	rep.Summaries[0].IdleNsPerPkt = -97
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	text := buf.String()
+	for _, bad := range []string{"-250", "-1.2", "-97"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("text shows the negative idle figure %s:\n%s", bad, text)
+		}
+	}
+	if strings.Count(text, "<0") < 4 { // the legend, the row twice, the summary
+		t.Errorf("text shows <0 fewer than 4 times:\n%s", text)
 	}
 }
 

@@ -988,6 +988,20 @@ func fmtNs(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
+// fmtIdle formats an idle cross-check figure (format for its value). It is
+// a difference of whole-machine busy times, relay run minus direct runs,
+// and falls below zero when the machine's other work varied more than the
+// relay cost: "<0" then, never a negative CPU figure.
+func fmtIdle(v float64, format string) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v < 0:
+		return "<0"
+	}
+	return fmt.Sprintf(format, v)
+}
+
 func kpps(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
 
 func (r *FwdReport) WriteText(w io.Writer) {
@@ -1019,7 +1033,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			a.key.mode, a.key.flows, kpps(float64(a.key.rate)), lim, kpps(a.sent), kpps(a.ach), a.loss,
-			fmtNs(a.task), fmtNs(a.busy), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relay"), prog, hop)
+			fmtNs(a.task), fmtIdle(a.busy, "%.0f"), lab("sender"), lab("sink"), lab("other"), lab("ksoftirqd"), lab("relay"), prog, hop)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -1063,7 +1077,7 @@ func (r *FwdReport) WriteText(w io.Writer) {
 			over = "graceful"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Mode, m.Flows, inst, ml, pw,
-			fmtNs(m.RelayTaskNsPerPkt), rng, fmtNs(m.RelayBusyNsPerPkt), at, prog, kpps(m.PeakAchievedPPS), ppw, over)
+			fmtNs(m.RelayTaskNsPerPkt), rng, fmtIdle(m.RelayBusyNsPerPkt, "%.0f"), at, prog, kpps(m.PeakAchievedPPS), ppw, over)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "  (* = the sender, not the relay, set the limit; OVERLOAD: none = no step lost packets, graceful = loss without")
@@ -1118,8 +1132,12 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		if q.Hop > 0 {
 			prog += fmt.Sprintf("; relay hop %.2f (%.0f / %.0f ns; runs %.2f..%.2f)", q.Hop, q.HopNumNs, q.HopDenNs, q.HopLo, q.HopHi)
 		}
-		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns; runs %s), idle %.2f, at %s%s%s\n",
-			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), q.Busy, strings.Join(rates, ","), prog, goal)
+		idle := "-"
+		if q.Busy > 0 {
+			idle = fmt.Sprintf("%.2f", q.Busy)
+		}
+		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns; runs %s), idle %s, at %s%s%s\n",
+			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), idle, strings.Join(rates, ","), prog, goal)
 	}
 	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -463,7 +463,7 @@ func (b *fwdBench) step(ctx context.Context, m fwdMode, f, rate int, direct, mod
 			fmt.Fprintf(b.log, "  lab drop counters that grew: %v\n", st.LabDrops)
 		}
 		fmt.Fprintf(b.log, "  %-8s %5d flows %6d pps offered: sent %6.0f pps, achieved %6.0f, loss %.3f%%, relay %s ns/pkt (tasks) %s (idle)%s%s%s\n",
-			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optNs(st.RelayBusyNsPerPkt),
+			m.Name, f, rate, st.SentPPS, st.AchievedPPS, st.LossPct, optNs(st.RelayTaskNsPerPkt), optIdle(st.RelayBusyNsPerPkt),
 			progText(st.ProgNsPerRun), delayText(st.WorkerDelay), waitText(st))
 	}
 	return runs, ctx.Err()
@@ -542,6 +542,14 @@ func optNs(p *float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.0f", *p)
+}
+
+// optIdle is optNs for an idle cross-check figure (see fmtIdle).
+func optIdle(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmtIdle(*p, "%.0f")
 }
 
 func progText(p *float64) string {
