@@ -217,9 +217,14 @@ func (x *XSK) Flush() int {
 	return int(x.prod - atomic.LoadUint32(x.tx.consumer))
 }
 
+// kick has the kernel send what the TX ring holds. It is a raw system call
+// the Go scheduler does not see: it never blocks (MSG_DONTWAIT), but on a
+// veth the receiving side's softirq runs in it, often longer than the
+// runtime monitor's 20 µs tick, past which a system call the runtime knows
+// of loses its P to sysmon and must get one back.
 func (x *XSK) kick() syscall.Errno {
 	x.kicks++
-	_, _, errno := syscall.Syscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	_, _, errno := syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(x.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
 	return errno
 }
 

@@ -1236,6 +1236,26 @@ type fwdSendResult struct {
 	err                                error // the path could not be sent (nothing was)
 }
 
+// holdP raises GOMAXPROCS by one for the calling thread, which keeps its
+// P from now on (the sender's, a sink's: locked to their goroutines for
+// good, they sleep and make system calls the Go scheduler does not see:
+// gen.SleepUntilHeld), and returns the function that lowers it again.
+// Without it, each such thread would take a CPU's worth of P from the rest
+// of voipgen (its SIP stack, the bench's own goroutines) for its lifetime.
+func holdP() (release func()) {
+	procsMu.Lock()
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 1)
+	procsMu.Unlock()
+	return func() {
+		procsMu.Lock()
+		runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) - 1)
+		procsMu.Unlock()
+	}
+}
+
+// procsMu makes holdP's read and write of GOMAXPROCS one step.
+var procsMu sync.Mutex
+
 // fwdSocket opens a UDP socket bound to 0.0.0.0:port in ns, with buffers
 // far larger than what a sender slot or a sink tick moves: the sender's
 // socket also receives the reverse streams, and the sink's sends them.
@@ -1435,7 +1455,7 @@ func (s *fwdSender) push(res *fwdSendResult, m *fwdMsgs, lo, hi int, rev bool) {
 		if f == nil {
 			for deadline := gen.MonoNow() + int64(fwdXSKWait); f == nil && gen.MonoNow() < deadline; {
 				x.Flush()
-				gen.SleepUntil(gen.MonoNow() + int64(20*time.Microsecond))
+				gen.SleepUntilHeld(gen.MonoNow() + int64(20*time.Microsecond))
 				f = x.Frame()
 			}
 			if f == nil {
@@ -1468,13 +1488,14 @@ func (s *fwdSender) flushAll() {
 	deadline := gen.MonoNow() + int64(100*time.Millisecond)
 	for _, x := range s.xsks {
 		for x.x.Flush() > 0 && gen.MonoNow() < deadline {
-			gen.SleepUntil(gen.MonoNow() + int64(50*time.Microsecond))
+			gen.SleepUntilHeld(gen.MonoNow() + int64(50*time.Microsecond))
 		}
 	}
 }
 
 func (s *fwdSender) loop(tid chan<- int) {
 	runtime.LockOSThread() // never unlocked: the thread is the sender's alone
+	defer holdP()()
 	tid <- unix.Gettid()
 	for j := range s.jobs {
 		j.done <- s.send(j)
@@ -1506,7 +1527,7 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 	for cycle := 0; cycle < cycles && j.ctx.Err() == nil; cycle++ {
 		base := time.Duration(cycle) * j.period
 		for k := range slots {
-			gen.SleepUntil(start + int64(base+time.Duration(k)*j.period/time.Duration(slots)))
+			gen.SleepUntilHeld(start + int64(base+time.Duration(k)*j.period/time.Duration(slots)))
 			lo, hi := k*n/slots, (k+1)*n/slots
 			for i := lo; i < hi; i++ {
 				st := &s.streams[i]
@@ -1554,7 +1575,7 @@ func (s *fwdSender) send(j fwdSendJob) fwdSendResult {
 // sendmmsg sends all of hs on fd, skipping a message the kernel refuses.
 func (s *fwdSender) sendmmsg(res *fwdSendResult, fd int, hs []mmsghdr) {
 	for len(hs) > 0 {
-		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), 0, 0, 0)
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hs[0])), uintptr(len(hs)), 0, 0, 0)
 		switch {
 		case errno == unix.EINTR:
 		case errno != 0:
@@ -1701,6 +1722,7 @@ func (k *fwdSink) start(fd int) int {
 func (k *fwdSink) loop(fd int, tid chan<- int) {
 	defer k.wg.Done()
 	runtime.LockOSThread() // never unlocked: the thread is the sink's alone
+	defer holdP()()
 	tid <- unix.Gettid()
 	bufs := make([][2048]byte, fwdSinkBatch)
 	iovs := make([]unix.Iovec, fwdSinkBatch)
@@ -1728,13 +1750,13 @@ func (k *fwdSink) loop(fd int, tid chan<- int) {
 		if now := gen.MonoNow(); next < now {
 			next = now // fell behind (descheduled): no burst of catch-up ticks
 		}
-		gen.SleepUntil(next)
+		gen.SleepUntilHeld(next)
 		for {
 			for i := range hdrs {
 				hdrs[i].hdr.Namelen = unix.SizeofSockaddrInet4
 			}
 			x := k.expect.Load()
-			r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
+			r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(fd), uintptr(unsafe.Pointer(&hdrs[0])),
 				fwdSinkBatch, unix.MSG_DONTWAIT, 0, 0)
 			if errno != 0 {
 				break // EAGAIN: drained (or EINTR: next tick)

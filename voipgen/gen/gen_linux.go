@@ -496,6 +496,27 @@ func SleepUntil(t int64) {
 	}
 }
 
+// SleepUntilHeld is SleepUntil for a thread that keeps its P while it
+// sleeps: a goroutine locked to its thread for good (runtime.LockOSThread),
+// with GOMAXPROCS raised by one for it, so that the other goroutines keep
+// the CPUs' worth of Ps. The sleep is a raw system call the Go scheduler
+// does not see. Through SleepUntil, every sleep longer than the runtime
+// monitor's 20 µs tick costs the process a P retaken by sysmon and handed
+// to another thread, sysmon kept at its shortest period, and a P to get
+// back when the sleep ends: for a thread that sleeps a millisecond at a
+// time, more CPU than its own work. The runtime's preemption signal, every
+// 10 ms of a sleep, ends it early with EINTR; it goes on to t.
+func SleepUntilHeld(t int64) {
+	ts := unix.NsecToTimespec(t)
+	for {
+		_, _, errno := unix.RawSyscall6(unix.SYS_CLOCK_NANOSLEEP, unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME,
+			uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		if errno != unix.EINTR {
+			return
+		}
+	}
+}
+
 // errnoTally counts send errors by errno, without allocating: the first
 // few kinds seen get a slot each, the rest are counted together.
 type errnoTally struct {
