@@ -95,9 +95,16 @@ func findCTRLayout() (ctrLayout, bool) {
 	}
 	// The round keys: the Block's enc, promoted from the block types it
 	// embeds. Not checked like the counter (nothing is written there).
-	if t.NumField() > 0 && t.Field(0).Type.Kind() == reflect.Struct {
-		if f, ok := t.Field(0).Type.FieldByName("enc"); ok && f.Type.Kind() == reflect.Array {
-			ctrEnc = t.Field(0).Offset + f.Offset
+	if b := t.Field(0); b.Type.Kind() == reflect.Struct {
+		if f, ok := b.Type.FieldByName("enc"); ok && f.Type.Kind() == reflect.Array {
+			// A promoted field's Offset is within the struct that holds
+			// it: add up the path's.
+			off, st := b.Offset, b.Type
+			for _, i := range f.Index {
+				off += st.Field(i).Offset
+				st = st.Field(i).Type
+			}
+			ctrEnc = off
 		}
 	}
 	s, ok := newCTRStream(blk, l)
