@@ -181,6 +181,7 @@ func (c *cmRTP) warmLines(keyLen int) warmSet {
 		w.add(c.ctr.counter())
 	} else {
 		w.collect(reflect.ValueOf(c.block), 0)
+		w.add(unsafe.Pointer(&c.ks), keystreamChunk) // where the blocks' keystream goes
 	}
 	w.collect(reflect.ValueOf(c.mac), 0)
 	return w
