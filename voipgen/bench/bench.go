@@ -805,11 +805,7 @@ func (rep *Report) WriteText(w io.Writer) {
 	if len(rep.Ratios) > 0 {
 		fmt.Fprintln(w, "\nRatios, same run:")
 		for _, r := range rep.Ratios {
-			idle := "-"
-			if r.Idle > 0 {
-				idle = fmt.Sprintf("%.2f", r.Idle)
-			}
-			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, idle)
+			fmt.Fprintf(w, "  %-44s %.2f (tasks)  %s (idle)\n", r.What, r.Task, fmtIdleRatio(r.Idle))
 		}
 		fmt.Fprintln(w, "  (medians over the call counts both relays completed; per call count, tasks:")
 		for _, r := range rep.Ratios {

@@ -162,7 +162,7 @@ func TestBenchOutputs(t *testing.T) {
 
 // TestIdleBelowZero: an idle cross-check figure below zero (the machine's
 // other work varied more than the relay cost) prints as "<0", never as a
-// negative CPU figure; the report keeps the number.
+// negative CPU figure, and a ratio of such figures as "-".
 func TestIdleBelowZero(t *testing.T) {
 	for _, c := range []struct {
 		v    float64
@@ -170,6 +170,14 @@ func TestIdleBelowZero(t *testing.T) {
 	}{{-250.4, "<0"}, {0, "0"}, {812.6, "813"}, {math.NaN(), "-"}} {
 		if got := fmtIdle(c.v, "%.0f"); got != c.want {
 			t.Errorf("fmtIdle(%v) = %q, want %q", c.v, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		v    float64
+		want string
+	}{{-0.4, "-"}, {0, "-"}, {math.NaN(), "-"}, {1.234, "1.23"}} {
+		if got := fmtIdleRatio(c.v); got != c.want {
+			t.Errorf("fmtIdleRatio(%v) = %q, want %q", c.v, got, c.want)
 		}
 	}
 	rep := testBenchReport()

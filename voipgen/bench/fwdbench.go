@@ -1002,6 +1002,15 @@ func fmtIdle(v float64, format string) string {
 	return fmt.Sprintf(format, v)
 }
 
+// fmtIdleRatio formats a ratio of two idle cross-check figures: "-" when
+// it is not positive (one of them was below zero or missing).
+func fmtIdleRatio(v float64) string {
+	if !(v > 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
 func kpps(v float64) string { return fmt.Sprintf("%.1fk", v/1000) }
 
 func (r *FwdReport) WriteText(w io.Writer) {
@@ -1132,12 +1141,8 @@ func (r *FwdReport) WriteText(w io.Writer) {
 		if q.Hop > 0 {
 			prog += fmt.Sprintf("; relay hop %.2f (%.0f / %.0f ns; runs %.2f..%.2f)", q.Hop, q.HopNumNs, q.HopDenNs, q.HopLo, q.HopHi)
 		}
-		idle := "-"
-		if q.Busy > 0 {
-			idle = fmt.Sprintf("%.2f", q.Busy)
-		}
 		fmt.Fprintf(w, "  %-26s %5d flows: %.2f (%.0f / %.0f ns; runs %s), idle %s, at %s%s%s\n",
-			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), idle, strings.Join(rates, ","), prog, goal)
+			q.Name, q.Flows, q.Tasks, q.NumNs, q.DenNs, ratioRange(q), fmtIdleRatio(q.Busy), strings.Join(rates, ","), prog, goal)
 	}
 	for _, n := range r.Summary.Notes {
 		fmt.Fprintln(w, "note:", n)
