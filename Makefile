@@ -97,7 +97,7 @@ lint:
 # failed test (voipgen's registered its handlers while serving, and read
 # sipgo's listen ports unlocked, and died so now and then).
 RACE_PKGS := github.com/relayd/relayd/control/sip github.com/relayd/relayd/voipgen/sipua \
-	github.com/relayd/relayd/control/admin github.com/relayd/relayd/cmd/relayd
+	github.com/relayd/relayd/control/admin github.com/relayd/relayd/cmd/relayd github.com/relayd/relayd/internal/sipgolog
 BESIDE_PKGS := github.com/relayd/relayd/lab/kamailio github.com/relayd/relayd/lab/fwpair \
 	github.com/relayd/relayd/voipgen/fwtest github.com/relayd/relayd/voipgen/gen
 ALONE_EXCLUDE := $(RACE_PKGS) $(BESIDE_PKGS) github.com/relayd/relayd/lab/labrelay

@@ -2,7 +2,6 @@ package sip
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
+	"github.com/relayd/relayd/internal/sipgolog"
 )
 
 // TestListenReportsBindError: Listen binds synchronously and returns the
@@ -45,7 +45,7 @@ func TestListenReportsBindError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defaultTarget.Store(slog.New(slog.DiscardHandler))
+		sipgolog.SetTarget(nil)
 		t.Cleanup(func() { s.ua.Close() })
 		return s
 	}

@@ -4,10 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
-	"sync/atomic"
 
-	"github.com/emiago/sipgo/sip"
 	"github.com/relayd/relayd/internal/loglimit"
+	"github.com/relayd/relayd/internal/sipgolog"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
@@ -32,19 +31,11 @@ var noisy = map[string]bool{
 	"Failed to handle response, skipping it": true,
 }
 
-// defaultTarget is where sipgo's default logger goes: the last B2BUA's
-// logger.
-var defaultTarget atomic.Pointer[slog.Logger]
-
-func init() {
-	sip.SetDefaultLogger(slog.New(defaultHandler{}))
-}
-
 // newSlog returns sipgo's logger for log: warnings and errors, noisy ones
 // at debug.
 func newSlog(log *zap.Logger) *slog.Logger {
 	l := slog.New(sipgoHandler{zapslog.NewHandler(log.Named("sipgo").Core())})
-	defaultTarget.Store(l)
+	sipgolog.SetTarget(l)
 	return l
 }
 
@@ -69,24 +60,6 @@ func (s sipgoHandler) Handle(ctx context.Context, r slog.Record) error {
 
 func (s sipgoHandler) WithAttrs(a []slog.Attr) slog.Handler { return sipgoHandler{s.h.WithAttrs(a)} }
 func (s sipgoHandler) WithGroup(g string) slog.Handler      { return sipgoHandler{s.h.WithGroup(g)} }
-
-type defaultHandler struct{}
-
-func (defaultHandler) target() slog.Handler {
-	if l := defaultTarget.Load(); l != nil {
-		return l.Handler()
-	}
-	return slog.DiscardHandler
-}
-
-func (d defaultHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return d.target().Enabled(ctx, l)
-}
-func (d defaultHandler) Handle(ctx context.Context, r slog.Record) error {
-	return d.target().Handle(ctx, r)
-}
-func (d defaultHandler) WithAttrs(a []slog.Attr) slog.Handler { return d.target().WithAttrs(a) }
-func (d defaultHandler) WithGroup(g string) slog.Handler      { return d.target().WithGroup(g) }
 
 // callLog writes a call's lines with its identity first: relayd's call
 // id and, for calls this run set up, the caller's Call-ID. Unlike a

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"regexp"
@@ -26,6 +25,7 @@ import (
 	"github.com/relayd/relayd/control/route"
 	"github.com/relayd/relayd/dataplane"
 	"github.com/relayd/relayd/dataplane/dataplanetest"
+	"github.com/relayd/relayd/internal/sipgolog"
 )
 
 // The tests run the B2BUA on loopback between two sipgo user agents: a
@@ -284,7 +284,7 @@ func (h *harness) start() {
 	}
 	// sipgo's process-wide default logger must not outlive this test's
 	// logger: the callees and callers of other tests use it too.
-	defaultTarget.Store(slog.New(slog.DiscardHandler))
+	sipgolog.SetTarget(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
 	go func() { h.done <- h.srv.Serve(ctx) }()

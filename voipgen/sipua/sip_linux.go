@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/relayd/relayd/internal/sipgolog"
 	"github.com/relayd/relayd/voipgen/analyze"
 	"github.com/relayd/relayd/voipgen/gen"
 	"github.com/relayd/relayd/voipgen/payload"
@@ -112,34 +113,6 @@ func (e *Endpoint) parse(listen, media, codecName string) error {
 	return nil
 }
 
-// defaultLog is where sipgo's default logger (a package global its
-// goroutines read at any time, another endpoint's ending transactions
-// too) goes: the last endpoint's logger. The global itself is set once,
-// in init, so that starting an endpoint never writes what another one's
-// goroutines read.
-var defaultLog atomic.Pointer[slog.Logger]
-
-func init() { sip.SetDefaultLogger(slog.New(defaultLogHandler{})) }
-
-// defaultLogHandler hands records to defaultLog's handler.
-type defaultLogHandler struct{}
-
-func (defaultLogHandler) target() slog.Handler {
-	if l := defaultLog.Load(); l != nil {
-		return l.Handler()
-	}
-	return slog.DiscardHandler
-}
-
-func (h defaultLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return h.target().Enabled(ctx, l)
-}
-func (h defaultLogHandler) Handle(ctx context.Context, r slog.Record) error {
-	return h.target().Handle(ctx, r)
-}
-func (h defaultLogHandler) WithAttrs(a []slog.Attr) slog.Handler { return h.target().WithAttrs(a) }
-func (h defaultLogHandler) WithGroup(g string) slog.Handler      { return h.target().WithGroup(g) }
-
 // start opens the user agent and listens. It returns once the listener is
 // bound. register adds the server's handlers before it serves: sipgo's
 // handler map is not safe to write while requests are read against it.
@@ -148,7 +121,7 @@ func (e *Endpoint) start(ctx context.Context, register func()) error {
 	if e.Debug {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	defaultLog.Store(log)
+	sipgolog.SetTarget(log)
 	host := e.Listen.Addr().String()
 	var err error
 	if e.ua, err = sipgo.NewUA(sipgo.WithUserAgent("voipgen"), sipgo.WithUserAgentHostname(host)); err != nil {
