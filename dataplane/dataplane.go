@@ -574,6 +574,12 @@ type WorkerStats struct {
 	Interrupts uint64
 	Batches    uint64 // reads that returned packets
 	AFXDP      uint64 // packets read from AF_XDP sockets (dataplane.userspace_io afxdp)
+	// AFXDPNoFrame and AFXDPRingFull are packets the kernel dropped on
+	// their way into an AF_XDP socket: no free frame (the fill ring was
+	// empty, or the packet longer than a frame), or the worker's RX ring
+	// full. AFXDPFillFrames are the frames the fill rings are kept at.
+	AFXDPNoFrame, AFXDPRingFull uint64
+	AFXDPFillFrames             int
 	// LockWaits are latching flows whose lock waited over 20 ms for
 	// their worker to drain its receive queue (a lock is reported, and
 	// an XDP flow handed back to XDP, only then).

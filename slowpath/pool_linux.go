@@ -1634,6 +1634,9 @@ func (p *Pool) WorkerStats() dataplane.WorkerStats {
 		}
 		st.DelaySum += time.Duration(w.delaySum.Load())
 	}
+	if p.xsk != nil {
+		st.AFXDPNoFrame, st.AFXDPRingFull, st.AFXDPFillFrames = p.xsk.dropped.Load(), p.xsk.ringFull.Load(), p.xsk.fillFrames()
+	}
 	return st
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net"
 	"net/netip"
 	"slices"
@@ -51,6 +52,15 @@ const (
 	xskRxRing   = 8192
 	xskCompRing = 64 // the completion ring the kernel requires (nothing is sent)
 	xskMetaLen  = 8  // the program's receive time in front of the packet
+
+	// The fill ring holds fillCover of the queue's traffic (at the rate
+	// of the last fillTick), at least fillMin frames and at most all of
+	// them; the floor's raise after the ring ran dry halves back one step
+	// per fillDecay without another.
+	fillMin   = 512
+	fillCover = 20 * time.Millisecond
+	fillTick  = 100 * time.Millisecond
+	fillDecay = time.Minute
 )
 
 type xskRing struct {
@@ -74,9 +84,23 @@ type xskUmem struct {
 	ifindex, queue int
 	fd             int // the first socket's, which owns the rings
 	mem            []byte
-	mu             sync.Mutex // guards the fill ring's producer side
+	mu             sync.Mutex // guards the fill ring's producer side and what follows
 	fq             xskRing
 	fqAddr         []uint64
+	// The fill ring is kept at level frames, not at all of them. The
+	// kernel fills frames in the order they were given, so a ring holding
+	// every frame would cycle the queue's packets through the whole UMEM
+	// (16 MiB; the five cache lines a packet and its receive time take,
+	// written by the kernel and read by the worker, missed every time,
+	// and the caches' other lines, the flows' state and SRTP contexts,
+	// pushed out). Kept at what the traffic needs, the ring gets back the
+	// frames given back last, still in the caches. free holds the others,
+	// the most recently given back last.
+	free     []uint64
+	level    int    // the fill ring's frames, set by tuneFill
+	floor    int    // level's least, raised when the ring ran dry
+	released uint64 // frames given back, for tuneFill's rate
+	tune     fillTuning
 	// meta: the program puts each packet's receive time in front of it
 	// (xskPlane.meta).
 	meta bool
@@ -89,7 +113,8 @@ type xskSock struct {
 	u      *xskUmem
 	rx     xskRing
 	rxDesc []unix.XDPDesc
-	own    bool // fd is u.fd: closed with the UMEM
+	own    bool               // fd is u.fd: closed with the UMEM
+	seen   unix.XDPStatistics // its statistics at xskPlane.tuneOnce's last read
 }
 
 func setsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
@@ -191,12 +216,7 @@ func openXSK(ifindex, queue int, u *xskUmem) (_ *xskSock, err error) {
 			return nil, fmt.Errorf("fill ring: %w", err)
 		}
 		u.fqAddr = unsafe.Slice((*uint64)(unsafe.Pointer(&u.fq.mem[off.Fr.Desc])), xskFrames)
-		// Every frame to the kernel: the ring holds them all, so giving
-		// frames back never finds it full.
-		for i := range uint32(xskFrames) {
-			u.fqAddr[i] = uint64(i) * xskFrameSize
-		}
-		atomic.StoreUint32(u.fq.producer, xskFrames)
+		u.initFill()
 	}
 	if err := bindXSK(s.fd, ifindex, queue, shared); err != nil {
 		return nil, fmt.Errorf("bind AF_XDP socket to ifindex %d queue %d: %w", ifindex, queue, err)
@@ -303,17 +323,79 @@ func (b *xskBatch) recv(s *xskSock) (n, frames, bad int) {
 	return n, frames, bad
 }
 
-// release gives the frames of the last recv back to the queue's fill ring.
+// release gives the frames of the last recv back to the queue: to its
+// fill ring first, as far as the ring is below its level.
 func (b *xskBatch) release(s *xskSock) {
 	u := s.u
-	frames := b.nAddr
 	u.mu.Lock()
-	prod := *u.fq.producer
-	for i := range frames {
-		u.fqAddr[(prod+uint32(i))&u.fq.mask] = b.addrs[i]
-	}
-	atomic.StoreUint32(u.fq.producer, prod+uint32(frames))
+	u.free = append(u.free, b.addrs[:b.nAddr]...) // never grows: cap is every frame
+	u.released += uint64(b.nAddr)
+	u.topUp()
 	u.mu.Unlock()
+}
+
+// initFill gives the kernel the UMEM's first fillMin frames; the others
+// wait in free.
+func (u *xskUmem) initFill() {
+	n := len(u.mem) / xskFrameSize
+	u.free = make([]uint64, 0, n)
+	for i := n - 1; i >= 0; i-- {
+		u.free = append(u.free, uint64(i)*xskFrameSize)
+	}
+	u.level, u.floor = min(fillMin, n), min(fillMin, n)
+	u.topUp()
+}
+
+// topUp moves frames from the top of free (the last given back) to the
+// fill ring until it holds level of them. u.mu must be held.
+func (u *xskUmem) topUp() {
+	prod := *u.fq.producer
+	n := min(u.level-int(prod-atomic.LoadUint32(u.fq.consumer)), len(u.free))
+	if n <= 0 {
+		return
+	}
+	top := len(u.free) - 1
+	for i := range n {
+		u.fqAddr[(prod+uint32(i))&u.fq.mask] = u.free[top-i]
+	}
+	u.free = u.free[:len(u.free)-n]
+	atomic.StoreUint32(u.fq.producer, prod+uint32(n))
+}
+
+// fillTuning is what tuneFill keeps between its ticks.
+type fillTuning struct {
+	released uint64    // u.released at the last tick
+	empty    uint64    // the kernel's count of frames asked of an empty fill ring, at the last tick
+	raised   time.Time // when floor was last raised or decayed
+}
+
+// tuneFill sets the fill ring's level from the frames given back since
+// the last call (dt ago) and empty, the kernel's count of packets that
+// found the fill ring empty (XDP_STATISTICS): fillCover of traffic at that
+// rate, rounded up to a power of two; after the ring ran dry, at least
+// twice what it was, for fillDecay. It tops the ring up to the new level.
+func (u *xskUmem) tuneFill(now time.Time, dt time.Duration, empty uint64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := len(u.mem) / xskFrameSize
+	t := &u.tune
+	rate := u.released - t.released
+	t.released = u.released
+	switch {
+	case empty > t.empty:
+		u.floor = min(2*max(u.floor, u.level), n)
+		t.raised = now
+	case u.floor > fillMin && now.Sub(t.raised) >= fillDecay:
+		u.floor = max(u.floor/2, fillMin)
+		t.raised = now
+	}
+	t.empty = empty
+	want := 0
+	if dt > 0 {
+		want = 1 << bits.Len64(rate*uint64(fillCover)/uint64(dt))
+	}
+	u.level = min(max(want, u.floor, fillMin), n)
+	u.topUp()
 }
 
 // parseFrame returns the UDP payload and addresses of an Ethernet frame
@@ -391,6 +473,15 @@ type xskPlane struct {
 	ifaces  []dataplane.Interface // where the program is attached, and how (without ExternalXDP)
 	socks   []*xskSock            // the queues' first sockets after the others
 
+	// stop ends tuneLoop, which sets the fill rings' levels and counts
+	// the kernel's drops into dropped (no frame: the fill ring was empty,
+	// or the packet longer than a frame) and ringFull (a worker's RX ring
+	// was full).
+	stop              chan struct{}
+	stopOnce          sync.Once
+	tuning            sync.WaitGroup
+	dropped, ringFull atomic.Uint64
+
 	// meta: the programs that redirect into the sockets put each packet's
 	// receive time in front of it (bpf/xsk.h's xsk_meta), where the kernel
 	// lets an XDP program call bpf_xdp_adjust_meta.
@@ -404,7 +495,7 @@ type xskPlane struct {
 // plane does, where the driver has no native XDP). A device has its
 // queues 0..n-1: the first queue that refuses a bind ends its list.
 func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, external bool, log *zap.Logger) (_ *xskPlane, err error) {
-	x := &xskPlane{names: ifaces, meta: !xskNoMeta && xskMetaSupported()}
+	x := &xskPlane{names: ifaces, meta: !xskNoMeta && xskMetaSupported(), stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			x.close()
@@ -483,7 +574,74 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 		x.links = append(x.links, l)
 		x.ifaces = append(x.ifaces, dataplane.Interface{Name: name, Index: ifi.Index, Mode: mode})
 	}
+	x.tuning.Go(x.tuneLoop)
 	return x, nil
+}
+
+// tuneLoop reads the sockets' statistics every fillTick until the plane
+// closes: the drops into x's counters, and each queue's fill ring level
+// (xskUmem.tuneFill). It holds x.mu while it reads, so that a socket
+// recreated takes out of x.socks is not closed under it.
+func (x *xskPlane) tuneLoop() {
+	t := time.NewTicker(fillTick)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-x.stop:
+			return
+		case now := <-t.C:
+			x.tuneOnce(now, now.Sub(last))
+			last = now
+		}
+	}
+}
+
+func (x *xskPlane) tuneOnce(now time.Time, dt time.Duration) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return
+	}
+	for _, s := range x.socks {
+		st, err := xskStatistics(s.fd)
+		if err != nil {
+			continue
+		}
+		// A socket's counters start at zero and only grow.
+		x.dropped.Add(st.Rx_dropped - s.seen.Rx_dropped)
+		x.ringFull.Add(st.Rx_ring_full - s.seen.Rx_ring_full)
+		s.seen = st
+		if s.own {
+			// The fill ring's count is its UMEM's, whichever socket reads it.
+			s.u.tuneFill(now, dt, st.Rx_fill_ring_empty_descs)
+		}
+	}
+}
+
+// fillFrames is the sum of the fill rings' levels.
+func (x *xskPlane) fillFrames() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, s := range x.socks {
+		if s.own {
+			s.u.mu.Lock()
+			n += s.u.level
+			s.u.mu.Unlock()
+		}
+	}
+	return n
+}
+
+func xskStatistics(fd int) (unix.XDPStatistics, error) {
+	var st unix.XDPStatistics
+	size := uint32(unsafe.Sizeof(st))
+	if _, _, errno := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_STATISTICS,
+		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
+		return st, fmt.Errorf("XDP_STATISTICS: %w", errno)
+	}
+	return st, nil
 }
 
 // openDevice opens a socket per worker on every receive queue of device
@@ -654,6 +812,8 @@ func (x *xskPlane) close() error {
 	if x == nil {
 		return nil
 	}
+	x.stopOnce.Do(func() { close(x.stop) })
+	x.tuning.Wait()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.closed = true

@@ -298,6 +298,21 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 		if got := p.workers[owner].xskPackets.Load(); got < n {
 			t.Errorf("the flow's worker read %d packets from AF_XDP, want at least %d", got, n)
 		}
+		// Every queue's fill ring at its least (a few packets), none
+		// dropped on the way in; the tick that reads the sockets runs.
+		time.Sleep(2 * fillTick)
+		ws := p.WorkerStats()
+		queues := 0
+		p.xsk.mu.Lock()
+		for _, s := range p.xsk.socks {
+			if s.own {
+				queues++
+			}
+		}
+		p.xsk.mu.Unlock()
+		if ws.AFXDPFillFrames != queues*fillMin || ws.AFXDPNoFrame != 0 || ws.AFXDPRingFull != 0 {
+			t.Errorf("fill rings at %d frames (%d queues), %d and %d packets dropped; want %d, none", ws.AFXDPFillFrames, queues, ws.AFXDPNoFrame, ws.AFXDPRingFull, queues*fillMin)
+		}
 	default:
 		if xsk != 0 || bad != 0 {
 			t.Errorf("%d packets through AF_XDP, %d malformed in mode socket; want none", xsk, bad)
@@ -489,6 +504,7 @@ func newFakeXSK(frames int) *fakeXSK {
 	f := &fakeXSK{frames: frames, rxDesc: make([]unix.XDPDesc, frames), fqAddr: make([]uint64, frames)}
 	u := &xskUmem{mem: make([]byte, frames*xskFrameSize), fqAddr: f.fqAddr}
 	u.fq = xskRing{producer: &f.fqProd, consumer: &f.fqCons, mask: uint32(frames - 1)}
+	u.initFill()
 	f.s = &xskSock{fd: -1, u: u, rxDesc: f.rxDesc, rx: xskRing{producer: &f.rxProd, consumer: &f.rxCons, mask: uint32(frames - 1)}}
 	return f
 }
@@ -537,6 +553,7 @@ func TestRelayXSK(t *testing.T) {
 		fx.publish(unix.XDPDesc{Addr: 3 * xskFrameSize, Len: 60})             // no room for the metadata
 		fx.publish(unix.XDPDesc{Addr: 5*xskFrameSize + 256, Len: 1 << 31})    // longer than the UMEM
 		fx.publish(unix.XDPDesc{Addr: 1 << 40, Len: 100})                     // outside it: no frame to give back
+		fx.fqCons += 6                                                        // the frames the kernel took for the six above
 	}
 	// fd -1: the sends fail, which exercises the whole path without a socket.
 	tx := newTxBatch(-1, false)
@@ -550,12 +567,14 @@ func TestRelayXSK(t *testing.T) {
 	if got, bad := w.xskPackets.Load(), w.malformed.Load(); got != 2 || bad != 5 {
 		t.Errorf("%d packets and %d malformed frames from the ring, want 2 and 5", got, bad)
 	}
-	if fx.rxCons != 7 || fx.rxProd != 7 || fx.fqProd != 6 {
+	// The fill ring started with all 8 frames (fewer than fillMin).
+	if fx.rxCons != 7 || fx.rxProd != 7 || fx.fqProd != 8+6 {
 		t.Errorf("RX ring consumer %d (producer %d), fill ring producer %d; want 7 descriptors taken, 6 frames back", fx.rxCons, fx.rxProd, fx.fqProd)
 	}
-	for i, want := range []uint64{0, xskFrameSize, 2 * xskFrameSize, 7 * xskFrameSize, 3 * xskFrameSize, 5 * xskFrameSize} {
-		if fx.fqAddr[i] != want {
-			t.Errorf("fill ring entry %d: %d, want frame address %d", i, fx.fqAddr[i], want)
+	// Back in the ring the last given back first.
+	for i, want := range []uint64{5 * xskFrameSize, 3 * xskFrameSize, 7 * xskFrameSize, 2 * xskFrameSize, xskFrameSize, 0} {
+		if got := fx.fqAddr[(8+i)%8]; got != want {
+			t.Errorf("fill ring entry %d: %d, want frame address %d", 8+i, got, want)
 		}
 	}
 	st := w.flows[match].stats()
@@ -572,5 +591,130 @@ func TestRelayXSK(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("%v allocations per batch, want 0", allocs)
+	}
+}
+
+// fakeUmem is a UMEM of n frames with its fill ring in Go memory.
+func fakeUmem(n int) (*xskUmem, *uint32, *uint32) {
+	var prod, cons uint32
+	u := &xskUmem{mem: make([]byte, n*xskFrameSize), fqAddr: make([]uint64, n)}
+	u.fq = xskRing{producer: &prod, consumer: &cons, mask: uint32(n - 1)}
+	u.initFill()
+	return u, &prod, &cons
+}
+
+// TestFillRingReuse: the fill ring holds fillMin frames, not all of them,
+// and gets back the frames given back last, so that steady traffic keeps
+// to the same fillMin frames (the caches') and never touches the others.
+func TestFillRingReuse(t *testing.T) {
+	const n = 4 * fillMin
+	u, prod, cons := fakeUmem(n)
+	if *prod != fillMin || len(u.free) != n-fillMin {
+		t.Fatalf("a new fill ring holds %d frames (%d waiting), want %d", *prod, len(u.free), fillMin)
+	}
+	used := map[uint64]bool{}
+	b := &xskBatch{}
+	for round := range 10 * n / 20 {
+		// The kernel fills 20 frames, in the ring's order; the worker
+		// relays them and gives them back.
+		b.nAddr = 0
+		for range 20 {
+			a := u.fqAddr[*cons&u.fq.mask]
+			*cons++
+			used[a] = true
+			b.addrs[b.nAddr] = a
+			b.nAddr++
+		}
+		b.release(&xskSock{u: u})
+		if got := *prod - *cons; got != fillMin {
+			t.Fatalf("round %d: fill ring holds %d frames, want %d", round, got, fillMin)
+		}
+	}
+	if len(used) != fillMin {
+		t.Errorf("steady traffic went through %d frames, want the ring's %d", len(used), fillMin)
+	}
+	if got := testing.AllocsPerRun(100, func() {
+		*cons += 4
+		b.nAddr = 4
+		for i := range 4 {
+			b.addrs[i] = u.fqAddr[(*cons-4+uint32(i))&u.fq.mask]
+		}
+		b.release(&xskSock{u: u})
+	}); got != 0 {
+		t.Errorf("release allocates %v times, want 0", got)
+	}
+}
+
+// TestFillRingTune: the ring's level follows the rate (fillCover of it,
+// rounded up to a power of two), doubles when the kernel found it empty
+// and stays there for fillDecay, then halves back one step per fillDecay.
+func TestFillRingTune(t *testing.T) {
+	const n = xskFrames
+	u, prod, cons := fakeUmem(n)
+	now := time.Unix(1000, 0)
+	tick := func(released int, empty uint64) int {
+		t.Helper()
+		u.mu.Lock()
+		u.released += uint64(released) // frames given back (and taken again) this tick
+		u.mu.Unlock()
+		now = now.Add(fillTick)
+		u.tuneFill(now, fillTick, empty)
+		// A lower level leaves frames in the ring until the kernel
+		// takes them; a higher one tops it up at once.
+		if got := int(*prod - *cons); got < u.level {
+			t.Fatalf("fill ring holds %d frames after tuneFill, want at least its level %d", got, u.level)
+		}
+		return u.level
+	}
+	// 100k packets a second: 20 ms of it is 2,000 frames.
+	if got := tick(10000, 0); got != 2048 {
+		t.Errorf("level at 100k packets a second %d, want 2048", got)
+	}
+	// Idle: fillMin.
+	if got := tick(0, 0); got != fillMin {
+		t.Errorf("level when idle %d, want %d", got, fillMin)
+	}
+	// 5k a second: 100 frames in 20 ms, still fillMin.
+	if got := tick(500, 0); got != fillMin {
+		t.Errorf("level at 5k packets a second %d, want %d", got, fillMin)
+	}
+	// 100k again, and the ring ran dry: twice the level it had.
+	tick(10000, 0)
+	if got := tick(10000, 3); got != 4096 {
+		t.Errorf("level after the ring ran dry %d, want 4096", got)
+	}
+	// The same count: no new drops; the floor holds while the rate falls.
+	if got := tick(0, 3); got != 4096 {
+		t.Errorf("level idle after the ring ran dry %d, want the floor 4096", got)
+	}
+	// Dry again: doubled, up to every frame.
+	if got := tick(0, 4); got != n {
+		t.Errorf("level after running dry twice %d, want %d (every frame)", got, n)
+	}
+	if got := tick(0, 9); got != n {
+		t.Errorf("level after running dry again %d, want %d", got, n)
+	}
+	// fillDecay without drops halves the floor, step by step. The frames
+	// already in the ring stay there until the kernel takes them.
+	// The kernel fills every frame in the ring, the worker gives them back.
+	u.mu.Lock()
+	for ; *cons != *prod; *cons++ {
+		u.free = append(u.free, u.fqAddr[*cons&u.fq.mask])
+	}
+	u.tune.raised = now.Add(-fillDecay)
+	u.mu.Unlock()
+	if got := tick(0, 9); got != n/2 {
+		t.Errorf("level a decay after the last drop %d, want %d", got, n/2)
+	}
+	if got := tick(0, 9); got != n/2 {
+		t.Errorf("level a tick later %d, want %d (one step a decay)", got, n/2)
+	}
+	for want := n / 4; want >= fillMin; want /= 2 {
+		u.mu.Lock()
+		u.tune.raised = now.Add(-fillDecay)
+		u.mu.Unlock()
+		if got := tick(0, 9); got != want {
+			t.Errorf("level after another decay %d, want %d", got, want)
+		}
 	}
 }

@@ -42,6 +42,10 @@ var (
 		"Reads (recvmmsg) of the userspace workers that returned packets.", nil, nil)
 	workerAFXDPDesc = prometheus.NewDesc("relayd_userspace_afxdp_packets_total",
 		"Packets the userspace workers read from their AF_XDP sockets (dataplane.userspace_io afxdp).", nil, nil)
+	workerAFXDPDropDesc = prometheus.NewDesc("relayd_userspace_afxdp_dropped_total",
+		"Packets the kernel dropped on their way into the userspace workers' AF_XDP sockets: reason no_frame (the fill ring was empty: the traffic outran the frames kept there, or the packet was longer than a frame), rx_ring_full (a worker's receive ring was full: the worker fell behind).", []string{"reason"}, nil)
+	workerAFXDPFillDesc = prometheus.NewDesc("relayd_userspace_afxdp_fill_frames",
+		"UMEM frames the AF_XDP fill rings are kept at, all queues: 20 ms of each queue's traffic, at least 512, more after a ring ran dry.", nil, nil)
 	workerLockWaitsDesc = prometheus.NewDesc("relayd_userspace_lock_waits_total",
 		"Latching flows whose lock waited over 20 ms for their userspace worker to drain its receive queue: a worker reports a lock only then, since XDP taking a flow back earlier would have its next packets overtake those still queued.", nil, nil)
 	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
@@ -84,7 +88,7 @@ type collector struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, flowsDesc, attachedDesc, slotsUsedDesc, slotsMaxDesc, portTableDesc, redirectErrorsDesc, fallbackDesc,
-		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc, workerLockWaitsDesc} {
+		workerDelayDesc, workerWakeupsDesc, workerBatchesDesc, workerAFXDPDesc, workerAFXDPDropDesc, workerAFXDPFillDesc, workerLockWaitsDesc} {
 		ch <- d
 	}
 	if c.calls != nil {
@@ -197,5 +201,8 @@ func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
 	ch <- prometheus.MustNewConstMetric(workerWakeupsDesc, prometheus.CounterValue, float64(st.Interrupts), "signal")
 	ch <- prometheus.MustNewConstMetric(workerBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 	ch <- prometheus.MustNewConstMetric(workerAFXDPDesc, prometheus.CounterValue, float64(st.AFXDP))
+	ch <- prometheus.MustNewConstMetric(workerAFXDPDropDesc, prometheus.CounterValue, float64(st.AFXDPNoFrame), "no_frame")
+	ch <- prometheus.MustNewConstMetric(workerAFXDPDropDesc, prometheus.CounterValue, float64(st.AFXDPRingFull), "rx_ring_full")
+	ch <- prometheus.MustNewConstMetric(workerAFXDPFillDesc, prometheus.GaugeValue, float64(st.AFXDPFillFrames))
 	ch <- prometheus.MustNewConstMetric(workerLockWaitsDesc, prometheus.CounterValue, float64(st.LockWaits))
 }
