@@ -125,14 +125,19 @@ func setsockoptPtr(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
 	return nil
 }
 
-func xskOffsets(fd int) (unix.XDPMmapOffsets, error) {
-	var off unix.XDPMmapOffsets
-	size := uint32(unsafe.Sizeof(off))
-	if _, _, errno := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_MMAP_OFFSETS,
-		uintptr(unsafe.Pointer(&off)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
-		return off, fmt.Errorf("XDP_MMAP_OFFSETS: %w", errno)
+// getsockoptXDP reads SOL_XDP option opt (named name in errors) of fd.
+func getsockoptXDP[T any](fd, opt int, name string) (T, error) {
+	var v T
+	size := uint32(unsafe.Sizeof(v))
+	if _, _, errno := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, uintptr(opt),
+		uintptr(unsafe.Pointer(&v)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
+		return v, fmt.Errorf("%s: %w", name, errno)
 	}
-	return off, nil
+	return v, nil
+}
+
+func xskOffsets(fd int) (unix.XDPMmapOffsets, error) {
+	return getsockoptXDP[unix.XDPMmapOffsets](fd, unix.XDP_MMAP_OFFSETS, "XDP_MMAP_OFFSETS")
 }
 
 func mmapXSKRing(fd int, pgoff uint64, ro unix.XDPRingOffset, n, elem int) (xskRing, error) {
@@ -635,13 +640,7 @@ func (x *xskPlane) fillFrames() int {
 }
 
 func xskStatistics(fd int) (unix.XDPStatistics, error) {
-	var st unix.XDPStatistics
-	size := uint32(unsafe.Sizeof(st))
-	if _, _, errno := syscall.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_XDP, unix.XDP_STATISTICS,
-		uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&size)), 0); errno != 0 {
-		return st, fmt.Errorf("XDP_STATISTICS: %w", errno)
-	}
-	return st, nil
+	return getsockoptXDP[unix.XDPStatistics](fd, unix.XDP_STATISTICS, "XDP_STATISTICS")
 }
 
 // openDevice opens a socket per worker on every receive queue of device

@@ -666,37 +666,27 @@ func TestFillRingTune(t *testing.T) {
 		}
 		return u.level
 	}
-	// 100k packets a second: 20 ms of it is 2,000 frames.
-	if got := tick(10000, 0); got != 2048 {
-		t.Errorf("level at 100k packets a second %d, want 2048", got)
+	for _, step := range []struct {
+		what     string
+		released int    // frames given back in the tick
+		empty    uint64 // the kernel's count of packets that found the ring empty
+		want     int
+	}{
+		{"100k packets a second (20 ms: 2,000 frames)", 10000, 0, 2048},
+		{"idle", 0, 0, fillMin},
+		{"5k a second (100 frames in 20 ms)", 500, 0, fillMin},
+		{"100k again", 10000, 0, 2048},
+		{"the ring ran dry: twice the level it had", 10000, 3, 4096},
+		{"idle, no new drops: the floor holds", 0, 3, 4096},
+		{"dry again: doubled, up to every frame", 0, 4, n},
+		{"and again", 0, 9, n},
+	} {
+		if got := tick(step.released, step.empty); got != step.want {
+			t.Errorf("%s: level %d, want %d", step.what, got, step.want)
+		}
 	}
-	// Idle: fillMin.
-	if got := tick(0, 0); got != fillMin {
-		t.Errorf("level when idle %d, want %d", got, fillMin)
-	}
-	// 5k a second: 100 frames in 20 ms, still fillMin.
-	if got := tick(500, 0); got != fillMin {
-		t.Errorf("level at 5k packets a second %d, want %d", got, fillMin)
-	}
-	// 100k again, and the ring ran dry: twice the level it had.
-	tick(10000, 0)
-	if got := tick(10000, 3); got != 4096 {
-		t.Errorf("level after the ring ran dry %d, want 4096", got)
-	}
-	// The same count: no new drops; the floor holds while the rate falls.
-	if got := tick(0, 3); got != 4096 {
-		t.Errorf("level idle after the ring ran dry %d, want the floor 4096", got)
-	}
-	// Dry again: doubled, up to every frame.
-	if got := tick(0, 4); got != n {
-		t.Errorf("level after running dry twice %d, want %d (every frame)", got, n)
-	}
-	if got := tick(0, 9); got != n {
-		t.Errorf("level after running dry again %d, want %d", got, n)
-	}
-	// fillDecay without drops halves the floor, step by step. The frames
-	// already in the ring stay there until the kernel takes them.
-	// The kernel fills every frame in the ring, the worker gives them back.
+	// fillDecay without drops halves the floor, step by step. The kernel
+	// fills every frame in the ring, the worker gives them back.
 	u.mu.Lock()
 	for ; *cons != *prod; *cons++ {
 		u.free = append(u.free, u.fqAddr[*cons&u.fq.mask])
