@@ -585,8 +585,8 @@ func newXSKPlane(steer *Steering, workers []*worker, ifaces []string, generic, e
 
 // tuneLoop reads the sockets' statistics every fillTick until the plane
 // closes: the drops into x's counters, and each queue's fill ring level
-// (xskUmem.tuneFill). It holds x.mu while it reads, so that a socket
-// recreated takes out of x.socks is not closed under it.
+// (xskUmem.tuneFill). It holds x.mu while it reads: a socket that
+// recreated takes out of x.socks is closed only after, never under it.
 func (x *xskPlane) tuneLoop() {
 	t := time.NewTicker(fillTick)
 	defer t.Stop()

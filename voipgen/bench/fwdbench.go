@@ -1224,7 +1224,8 @@ func (c relayCounters) workerDelay(before relayCounters) *WorkerDelay {
 }
 
 // parseRelayCounters sums relayd_packets_total of verdict forward, and
-// those of verdict drop by reason.
+// those of verdict drop by reason, with the kernel's AF_XDP drops
+// (reasons afxdp_no_frame, afxdp_rx_ring_full).
 func parseRelayCounters(text string) (relayCounters, error) {
 	c := relayCounters{drops: map[string]uint64{}}
 	found := false
@@ -1294,6 +1295,11 @@ func parseWorkerLine(c *relayCounters, line string) bool {
 		c.batches = uint64(v)
 	case name == "relayd_userspace_afxdp_packets_total":
 		c.afxdp = uint64(v)
+	case strings.HasPrefix(name, `relayd_userspace_afxdp_dropped_total{reason="`):
+		// The kernel's drops on the way into the workers' AF_XDP
+		// sockets: relayd's too, though no verdict of its counts them.
+		r := strings.TrimSuffix(strings.TrimPrefix(name, `relayd_userspace_afxdp_dropped_total{reason="`), `"}`)
+		c.drops["afxdp_"+r] = uint64(v)
 	default:
 		return false
 	}

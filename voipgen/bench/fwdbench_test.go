@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -335,5 +336,30 @@ relayd_userspace_afxdp_packets_total %d
 	}
 	if b, err := json.Marshal(got); err != nil || !strings.Contains(string(b), `"p99_us":200,"p99_over":true`) {
 		t.Errorf("json: %s, %v; want p99_us 200 with p99_over", b, err)
+	}
+}
+
+// TestAFXDPDrops: the kernel's drops into the workers' AF_XDP sockets
+// count as relayd's, by reason, beside its own verdicts.
+func TestAFXDPDrops(t *testing.T) {
+	metrics := func(rate, noFrame, full int) string {
+		return fmt.Sprintf(`relayd_packets_total{reason="userspace_forward",verdict="forward"} 100
+relayd_packets_total{reason="rate",verdict="drop"} %d
+relayd_userspace_afxdp_dropped_total{reason="no_frame"} %d
+relayd_userspace_afxdp_dropped_total{reason="rx_ring_full"} %d
+relayd_userspace_afxdp_fill_frames 1024
+`, rate, noFrame, full)
+	}
+	before, err := parseRelayCounters(metrics(1, 2, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := parseRelayCounters(metrics(1, 9, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dropped, reasons := after.since(before)
+	if want := map[string]uint64{"afxdp_no_frame": 7, "afxdp_rx_ring_full": 4}; dropped != 11 || !maps.Equal(reasons, want) {
+		t.Errorf("dropped %d %v, want 11 %v", dropped, reasons, want)
 	}
 }
