@@ -602,12 +602,11 @@ func (x *xskPlane) tuneLoop() {
 	}
 }
 
+// tuneOnce is a tick of tuneLoop. The plane's close stops the loop before
+// it closes the sockets, so a tick never finds them closed.
 func (x *xskPlane) tuneOnce(now time.Time, dt time.Duration) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.closed {
-		return
-	}
 	for _, s := range x.socks {
 		st, err := xskStatistics(s.fd)
 		if err != nil {

@@ -298,18 +298,30 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 		if got := p.workers[owner].xskPackets.Load(); got < n {
 			t.Errorf("the flow's worker read %d packets from AF_XDP, want at least %d", got, n)
 		}
-		// Every queue's fill ring at its least (a few packets), none
-		// dropped on the way in; the tick that reads the sockets runs.
-		time.Sleep(2 * fillTick)
-		ws := p.WorkerStats()
-		queues := 0
-		p.xsk.mu.Lock()
-		for _, s := range p.xsk.socks {
-			if s.own {
-				queues++
+		// The tick reads the sockets' statistics and takes the queues'
+		// rates (it has counted the frames given back), every queue's
+		// fill ring is at its least (a few packets), none dropped.
+		queues, tuned := 0, uint64(0)
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(fillTick / 4) {
+			queues, tuned = 0, 0
+			p.xsk.mu.Lock()
+			for _, s := range p.xsk.socks {
+				if s.own {
+					queues++
+					s.u.mu.Lock()
+					tuned += s.u.tune.released
+					s.u.mu.Unlock()
+				}
+			}
+			p.xsk.mu.Unlock()
+			if tuned >= uint64(n) || time.Now().After(deadline) {
+				break
 			}
 		}
-		p.xsk.mu.Unlock()
+		if tuned < uint64(n) {
+			t.Errorf("the fill rings' tick counted %d frames given back, want at least the %d packets'", tuned, n)
+		}
+		ws := p.WorkerStats()
 		if ws.AFXDPFillFrames != queues*fillMin || ws.AFXDPNoFrame != 0 || ws.AFXDPRingFull != 0 {
 			t.Errorf("fill rings at %d frames (%d queues), %d and %d packets dropped; want %d, none", ws.AFXDPFillFrames, queues, ws.AFXDPNoFrame, ws.AFXDPRingFull, queues*fillMin)
 		}
@@ -494,17 +506,15 @@ func FuzzParseFrame(f *testing.F) {
 type fakeXSK struct {
 	s              *xskSock
 	rxProd, rxCons uint32
-	fqProd, fqCons uint32
+	fqProd, fqCons *uint32 // the fill ring's (fakeUmem)
 	rxDesc         []unix.XDPDesc
 	fqAddr         []uint64
 	frames         int
 }
 
 func newFakeXSK(frames int) *fakeXSK {
-	f := &fakeXSK{frames: frames, rxDesc: make([]unix.XDPDesc, frames), fqAddr: make([]uint64, frames)}
-	u := &xskUmem{mem: make([]byte, frames*xskFrameSize), fqAddr: f.fqAddr}
-	u.fq = xskRing{producer: &f.fqProd, consumer: &f.fqCons, mask: uint32(frames - 1)}
-	u.initFill()
+	u, prod, cons := fakeUmem(frames)
+	f := &fakeXSK{frames: frames, rxDesc: make([]unix.XDPDesc, frames), fqAddr: u.fqAddr, fqProd: prod, fqCons: cons}
 	f.s = &xskSock{fd: -1, u: u, rxDesc: f.rxDesc, rx: xskRing{producer: &f.rxProd, consumer: &f.rxCons, mask: uint32(frames - 1)}}
 	return f
 }
@@ -553,7 +563,7 @@ func TestRelayXSK(t *testing.T) {
 		fx.publish(unix.XDPDesc{Addr: 3 * xskFrameSize, Len: 60})             // no room for the metadata
 		fx.publish(unix.XDPDesc{Addr: 5*xskFrameSize + 256, Len: 1 << 31})    // longer than the UMEM
 		fx.publish(unix.XDPDesc{Addr: 1 << 40, Len: 100})                     // outside it: no frame to give back
-		fx.fqCons += 6                                                        // the frames the kernel took for the six above
+		*fx.fqCons += 6                                                       // the frames the kernel took for the six above
 	}
 	// fd -1: the sends fail, which exercises the whole path without a socket.
 	tx := newTxBatch(-1, false)
@@ -568,8 +578,8 @@ func TestRelayXSK(t *testing.T) {
 		t.Errorf("%d packets and %d malformed frames from the ring, want 2 and 5", got, bad)
 	}
 	// The fill ring started with all 8 frames (fewer than fillMin).
-	if fx.rxCons != 7 || fx.rxProd != 7 || fx.fqProd != 8+6 {
-		t.Errorf("RX ring consumer %d (producer %d), fill ring producer %d; want 7 descriptors taken, 6 frames back", fx.rxCons, fx.rxProd, fx.fqProd)
+	if fx.rxCons != 7 || fx.rxProd != 7 || *fx.fqProd != 8+6 {
+		t.Errorf("RX ring consumer %d (producer %d), fill ring producer %d; want 7 descriptors taken, 6 frames back", fx.rxCons, fx.rxProd, *fx.fqProd)
 	}
 	// Back in the ring the last given back first.
 	for i, want := range []uint64{5 * xskFrameSize, 3 * xskFrameSize, 7 * xskFrameSize, 2 * xskFrameSize, xskFrameSize, 0} {
