@@ -87,6 +87,11 @@ type Dataplane struct {
 	// while packets gather (see relayd.toml(5)); default 200us,
 	// "0s" off.
 	Coalesce string `toml:"coalesce"`
+	// PackFlows is how many flows a userspace worker takes before the
+	// next one gets any (a transcoded flow counts as
+	// slowpath.TranscodeLoad); past it on every worker, the least loaded
+	// takes the call. Default 1024; 0 spreads every call over the workers.
+	PackFlows int `toml:"pack_flows"`
 	// UserspaceIO is how the userspace workers receive: "socket"
 	// (default: UDP sockets, the kernel's receive path) or "afxdp" (an
 	// XDP program on interfaces redirects their flows' packets into
@@ -189,6 +194,7 @@ func Default() *Config {
 			PinPath:     "/sys/fs/bpf/relayd",
 			MaxFlows:    65536,
 			Coalesce:    "200us",
+			PackFlows:   1024,
 			UserspaceIO: "socket",
 
 			WorkerScheduling: "default",
@@ -418,6 +424,9 @@ func (c *Config) validate(lines map[string]int) error {
 	}
 	if d.MaxFlows < 1 || d.MaxFlows > MaxMaxFlows {
 		bad("dataplane.max_flows", "%d is not within 1-%d", d.MaxFlows, MaxMaxFlows)
+	}
+	if d.PackFlows < 0 || d.PackFlows > MaxMaxFlows {
+		bad("dataplane.pack_flows", "%d is not within 0 (spread every call over the workers)-%d", d.PackFlows, MaxMaxFlows)
 	}
 	if dur, err := time.ParseDuration(d.Coalesce); err != nil {
 		bad("dataplane.coalesce", "%q is not a duration (like 200us; 0s turns it off)", d.Coalesce)

@@ -32,7 +32,7 @@ func TestParseDefaults(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9900"},
 		Dataplane: Dataplane{
 			Mode: "xdp", XDPMode: "native", Interfaces: []string{"eth0"},
-			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", UserspaceIO: "socket", WorkerScheduling: "default", CoalesceDuration: 200 * time.Microsecond,
+			PinPath: "/sys/fs/bpf/relayd", MaxFlows: 65536, Coalesce: "200us", PackFlows: 1024, UserspaceIO: "socket", WorkerScheduling: "default", CoalesceDuration: 200 * time.Microsecond,
 		},
 		Media: Media{
 			Address: "198.18.1.1", Ports: "30000-39999", Timeout: "60s", LatchWindow: "3s", RebindAfter: "5s", RTCPInterval: "5s",
@@ -63,6 +63,7 @@ enable_forwarding = true
 pin_path = "/sys/fs/bpf/test"
 max_flows = 1024
 userspace_io = "afxdp"
+pack_flows = 0
 [media]
 address = "198.18.1.1"
 address6 = "2001:2::1"
@@ -79,7 +80,7 @@ latch_window = "500ms"
 	}
 	d := c.Dataplane
 	if d.XDPMode != "generic" || len(d.Interfaces) != 2 || d.Workers != 4 || !d.EnableForwarding ||
-		d.PinPath != "/sys/fs/bpf/test" || d.MaxFlows != 1024 || d.UserspaceIO != "afxdp" {
+		d.PinPath != "/sys/fs/bpf/test" || d.MaxFlows != 1024 || d.UserspaceIO != "afxdp" || d.PackFlows != 0 {
 		t.Errorf("dataplane = %+v", d)
 	}
 	m := c.Media
@@ -132,6 +133,7 @@ func TestParseErrors(t *testing.T) {
 		{"fifo needs a priority", "[dataplane]\ninterfaces=[\"a\"]\nworker_scheduling = \"fifo\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 0, "not a real-time priority (1 to 99)"},
 		{"rr priority", "[dataplane]\ninterfaces=[\"a\"]\nworker_scheduling = \"rr\"\nworker_priority = 100\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 4, "not a real-time priority"},
 		{"nice", "[dataplane]\ninterfaces=[\"a\"]\nworker_priority = -21\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.worker_priority", 3, "not a nice value (-20, the highest, to 19)"},
+		{"pack flows negative", "[dataplane]\ninterfaces=[\"a\"]\npack_flows = -1\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.pack_flows", 3, "not within"},
 		{"coalesce too long", "[dataplane]\ninterfaces=[\"a\"]\ncoalesce = \"20ms\"\n[media]\naddress = \"198.18.1.1\"\n", "dataplane.coalesce", 3, "not within"},
 		{"no address", "[dataplane]\ninterfaces=[\"a\"]\n", "media.address", 0, "need a relay media address"},
 		{"bad address", "[dataplane]\ninterfaces=[\"a\"]\n[media]\naddress = \"198.18.1\"\n", "media.address", 4, "not an IP address"},

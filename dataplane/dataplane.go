@@ -584,6 +584,9 @@ type WorkerStats struct {
 	// their worker to drain its receive queue (a lock is reported, and
 	// an XDP flow handed back to XDP, only then).
 	LockWaits uint64
+	// Flows are the flows each worker carries (XDP flows' shadows
+	// included), by worker: dataplane.pack_flows packs them onto the first.
+	Flows []int
 	// Delay counts packets by the time from the kernel's receive
 	// timestamp to the worker's read: per bucket of DelayBounds (not
 	// cumulative), the last one above them; DelaySum is their sum.

@@ -41,10 +41,43 @@ type Pool struct {
 	latched chan latchEvent
 
 	mu        sync.Mutex // guards the following
-	owner     map[netip.AddrPort]int
+	owner     map[netip.AddrPort]placed
 	count     []int              // flows per worker
+	load      []int              // their load (flowLoad) per worker
 	relayRefs map[netip.Addr]int // flows (shadows too) by the address they match on
 	relays    relaySet           // relayRefs' addresses, for the workers
+}
+
+// placed is where the pool put a flow: its worker, and what it counts
+// for in the worker's load.
+type placed struct{ worker, load int }
+
+// flowLoad is what a flow counts for in its worker's load (Config.PackFlows).
+func flowLoad(fl *dataplane.Flow) int {
+	if fl.Transcode != nil {
+		return TranscodeLoad
+	}
+	return 1
+}
+
+// place picks the worker for a new call's flow of load l: with
+// Config.PackFlows, the first whose load stays within it; else, or when
+// every worker is past it, the least loaded. p.mu held.
+func (p *Pool) place(l int) int {
+	if pack := p.cfg.PackFlows; pack > 0 {
+		for i, have := range p.load {
+			if have+l <= pack {
+				return i
+			}
+		}
+	}
+	wi := 0
+	for i, have := range p.load {
+		if have < p.load[wi] {
+			wi = i
+		}
+	}
+	return wi
 }
 
 // relaySet is the set of relay addresses, read by every worker for every
@@ -103,7 +136,7 @@ func New(cfg Config, log *zap.Logger) (*Pool, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]int), count: make([]int, len(cfg.CPUs)),
+	p := &Pool{log: log, cfg: cfg, owner: make(map[netip.AddrPort]placed), count: make([]int, len(cfg.CPUs)), load: make([]int, len(cfg.CPUs)),
 		latched: make(chan latchEvent, 4096), relayRefs: make(map[netip.Addr]int)}
 	// Nothing is steered until flows are installed: attaching before the
 	// workers' sockets are in the sockmap changes no packet's way.
@@ -275,14 +308,11 @@ func (p *Pool) install(fl *dataplane.Flow, shadow bool) error {
 	}
 	// A flow and its reverse live on one worker: latching updates the
 	// reverse flow's destination in place.
-	wi, ok := p.owner[fl.Reverse]
+	load := flowLoad(fl)
+	rev, ok := p.owner[fl.Reverse]
+	wi := rev.worker
 	if !ok {
-		wi = 0
-		for i, c := range p.count {
-			if c < p.count[wi] {
-				wi = i
-			}
-		}
+		wi = p.place(load)
 	}
 	dec, enc, err := newTransforms(fl)
 	if err != nil {
@@ -303,8 +333,9 @@ func (p *Pool) install(fl *dataplane.Flow, shadow bool) error {
 		}
 		return err
 	}
-	p.owner[fl.Match] = wi
+	p.owner[fl.Match] = placed{worker: wi, load: load}
 	p.count[wi]++
+	p.load[wi] += load
 	p.holdRelay(fl.Match.Addr())
 	return nil
 }
@@ -317,11 +348,12 @@ func (p *Pool) update(fl *dataplane.Flow, shadow bool) error {
 		return err
 	}
 	p.mu.Lock()
-	wi, ok := p.owner[fl.Match]
+	at, ok := p.owner[fl.Match]
 	p.mu.Unlock()
 	if !ok {
 		return dataplane.ErrNotFound
 	}
+	wi := at.worker
 	dec, enc, err := newTransforms(fl)
 	if err != nil {
 		return err
@@ -331,6 +363,7 @@ func (p *Pool) update(fl *dataplane.Flow, shadow bool) error {
 	if shadow {
 		switch {
 		case canSleep(&c) && w.resleep(fl):
+			p.reweigh(fl)
 			return nil // still dormant, now with fl
 		case w.unsleep(fl.Match):
 			// Dormant but no longer fit to be (never for what XDP
@@ -339,11 +372,29 @@ func (p *Pool) update(fl *dataplane.Flow, shadow bool) error {
 		}
 		if fl.Transcode == nil {
 			w.post(c)
+			p.reweigh(fl)
 			return nil
 		}
 	}
-	_, err = w.call(c)
-	return err
+	if _, err = w.call(c); err != nil {
+		return err
+	}
+	p.reweigh(fl)
+	return nil
+}
+
+// reweigh counts an updated flow for what it weighs now (it may have
+// started or stopped transcoding) on its worker, where it stays: its
+// state is there.
+func (p *Pool) reweigh(fl *dataplane.Flow) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at, ok := p.owner[fl.Match]; ok {
+		l := flowLoad(fl)
+		p.load[at.worker] += l - at.load
+		at.load = l
+		p.owner[fl.Match] = at
+	}
 }
 
 // Remove implements dataplane.DataPlane.
@@ -352,10 +403,11 @@ func (p *Pool) Remove(match netip.AddrPort) (dataplane.Stats, error) { return p.
 func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	wi, ok := p.owner[match]
+	at, ok := p.owner[match]
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
+	wi := at.worker
 	rm := ctrl{op: opRemove, flow: dataplane.Flow{Match: match}, shadow: shadow}
 	var r []dataplane.FlowStats
 	if !shadow || !p.workers[wi].unsleep(match) {
@@ -373,6 +425,7 @@ func (p *Pool) remove(match netip.AddrPort, shadow bool) (dataplane.Stats, error
 	}
 	delete(p.owner, match)
 	p.count[wi]--
+	p.load[wi] -= at.load
 	p.dropRelay(match.Addr())
 	if len(r) == 0 {
 		return dataplane.Stats{}, nil
@@ -385,11 +438,12 @@ func (p *Pool) Stats(match netip.AddrPort) (dataplane.Stats, error) { return p.s
 
 func (p *Pool) stats(match netip.AddrPort, shadow bool) (dataplane.Stats, error) {
 	p.mu.Lock()
-	wi, ok := p.owner[match]
+	at, ok := p.owner[match]
 	p.mu.Unlock()
 	if !ok {
 		return dataplane.Stats{}, dataplane.ErrNotFound
 	}
+	wi := at.worker
 	if shadow && p.workers[wi].dormantHas(match) {
 		return dataplane.Stats{}, nil
 	}
@@ -1637,6 +1691,9 @@ func (p *Pool) WorkerStats() dataplane.WorkerStats {
 	if p.xsk != nil {
 		st.AFXDPNoFrame, st.AFXDPRingFull, st.AFXDPFillFrames = p.xsk.dropped.Load(), p.xsk.ringFull.Load(), p.xsk.fillFrames()
 	}
+	p.mu.Lock()
+	st.Flows = slices.Clone(p.count)
+	p.mu.Unlock()
 	return st
 }
 

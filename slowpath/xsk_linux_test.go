@@ -103,8 +103,8 @@ func TestPoolIO(t *testing.T) {
 					SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9)}); err != nil {
 					t.Fatal(err)
 				}
-				if p.owner[hold] != 0 {
-					t.Fatalf("the first flow went to worker %d", p.owner[hold])
+				if p.owner[hold].worker != 0 {
+					t.Fatalf("the first flow went to worker %d", p.owner[hold].worker)
 				}
 			}
 			for i, c := range []struct {
@@ -212,7 +212,7 @@ func testPoolIOFlow(t *testing.T, l *lab.Lab, p *Pool, io string, port uint16, v
 		t.Fatal(err)
 	}
 	defer p.Remove(match)
-	owner := p.owner[match]
+	owner := p.owner[match].worker
 	if want := len(p.workers) - 1; owner != want {
 		t.Fatalf("flow on worker %d, want %d", owner, want)
 	}

@@ -203,6 +203,7 @@ func serve(ctx context.Context, cfg *config.Config, reload *reloader, log *zap.L
 		LatchWindow:  cfg.Media.LatchDuration,
 		RTCPInterval: cfg.Media.RTCPDuration,
 		Coalesce:     cfg.Dataplane.CoalesceDuration,
+		PackFlows:    cfg.Dataplane.PackFlows,
 		IO:           cfg.Dataplane.UserspaceIO,
 		Scheduling:   workerScheduling(cfg.Dataplane.WorkerScheduling),
 		Priority:     cfg.Dataplane.WorkerPriority,

@@ -490,7 +490,7 @@ func TestPostFlowDeniedDestination(t *testing.T) {
 // batches, the AF_XDP packets, the AF_XDP drops (no frame, ring full), the
 // fill rings' frames (a gauge) and the lock waits.
 func TestCollectWorkers(t *testing.T) {
-	st := dataplane.WorkerStats{Wakeups: 7, Naps: 3, Interrupts: 5, Batches: 9, AFXDP: 4, AFXDPNoFrame: 11, AFXDPRingFull: 12, AFXDPFillFrames: 1024, LockWaits: 6, DelaySum: 1500 * time.Microsecond}
+	st := dataplane.WorkerStats{Wakeups: 7, Naps: 3, Interrupts: 5, Batches: 9, AFXDP: 4, AFXDPNoFrame: 11, AFXDPRingFull: 12, AFXDPFillFrames: 1024, LockWaits: 6, Flows: []int{40, 2}, DelaySum: 1500 * time.Microsecond}
 	st.Delay[0], st.Delay[4], st.Delay[len(dataplane.DelayBounds)] = 2, 5, 1 // 2 under 5 us, 5 in (50, 100] us, 1 above 50 ms
 	ch := make(chan prometheus.Metric, 20)
 	collectWorkers(ch, st)
@@ -511,12 +511,16 @@ func TestCollectWorkers(t *testing.T) {
 			continue
 		}
 		if g := pb.GetGauge(); g != nil {
-			got = append(got, fmt.Sprint("gauge:", g.GetValue()))
+			var labels string
+			for _, l := range pb.GetLabel() {
+				labels += fmt.Sprintf("{%s=%s}", l.GetName(), l.GetValue())
+			}
+			got = append(got, fmt.Sprint("gauge", labels, ":", g.GetValue()))
 			continue
 		}
 		got = append(got, fmt.Sprint(pb.GetCounter().GetValue()))
 	}
-	want := "5e-06:2 1e-05:2 2.5e-05:2 5e-05:2 0.0001:7 0.0002:7 0.0003:7 0.0005:7 0.00075:7 0.001:7 0.002:7 0.005:7 0.01:7 0.05:7 7 3 5 9 4 11 12 gauge:1024 6"
+	want := "5e-06:2 1e-05:2 2.5e-05:2 5e-05:2 0.0001:7 0.0002:7 0.0003:7 0.0005:7 0.00075:7 0.001:7 0.002:7 0.005:7 0.01:7 0.05:7 7 3 5 9 4 11 12 gauge:1024 6 gauge{worker=0}:40 gauge{worker=1}:2"
 	if g := strings.Join(got, " "); g != want {
 		t.Errorf("got %s\nwant %s", g, want)
 	}

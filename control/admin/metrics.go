@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"runtime"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -46,6 +47,8 @@ var (
 		"Packets the kernel dropped on their way into the userspace workers' AF_XDP sockets: reason no_frame (the fill ring was empty: the traffic outran the frames kept there, or the packet was longer than a frame), rx_ring_full (a worker's receive ring was full: the worker fell behind).", []string{"reason"}, nil)
 	workerAFXDPFillDesc = prometheus.NewDesc("relayd_userspace_afxdp_fill_frames",
 		"UMEM frames the AF_XDP fill rings are kept at, all queues: 20 ms of each queue's traffic, at least 512, more after a ring ran dry.", nil, nil)
+	workerFlowsDesc = prometheus.NewDesc("relayd_userspace_worker_flows",
+		"Flows each userspace worker carries (the shadows of XDP flows included): dataplane.pack_flows packs them onto the first workers.", []string{"worker"}, nil)
 	workerLockWaitsDesc = prometheus.NewDesc("relayd_userspace_lock_waits_total",
 		"Latching flows whose lock waited over 20 ms for their userspace worker to drain its receive queue: a worker reports a lock only then, since XDP taking a flow back earlier would have its next packets overtake those still queued.", nil, nil)
 	cdrWrittenDesc     = prometheus.NewDesc("relayd_cdr_written_total", "CDRs written to the CDR file.", nil, nil)
@@ -205,4 +208,7 @@ func collectWorkers(ch chan<- prometheus.Metric, st dataplane.WorkerStats) {
 	ch <- prometheus.MustNewConstMetric(workerAFXDPDropDesc, prometheus.CounterValue, float64(st.AFXDPRingFull), "rx_ring_full")
 	ch <- prometheus.MustNewConstMetric(workerAFXDPFillDesc, prometheus.GaugeValue, float64(st.AFXDPFillFrames))
 	ch <- prometheus.MustNewConstMetric(workerLockWaitsDesc, prometheus.CounterValue, float64(st.LockWaits))
+	for i, n := range st.Flows {
+		ch <- prometheus.MustNewConstMetric(workerFlowsDesc, prometheus.GaugeValue, float64(n), strconv.Itoa(i))
+	}
 }
