@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -406,7 +407,7 @@ func (b *fwdBench) benchRtpengine(ctx context.Context, cfg Config, rep *Report) 
 			return fwdPath{}, fwdPath{}, err
 		}
 		fmt.Fprintf(cfg.Progress, "  rtpengine: %d ng calls set up in %v, %d in all\n", len(more), time.Since(start).Round(time.Millisecond), len(calls))
-		direct, relay := b.callPaths(f/2, nil, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
+		direct, relay, _ := b.callPaths(f/2, nil, func(i int) netip.AddrPort { return calls[i].CallerToCallee },
 			func(j int) netip.AddrPort { return calls[j].CalleeToCaller })
 		return direct, relay, nil
 	})
@@ -707,7 +708,8 @@ func (s *benchCalls) grow(ctx context.Context, n int) error {
 }
 
 // paths returns the direct and relay paths of the first n calls: forward
-// streams 0..n-1 (caller -> callee), reverse streams n..2n-1.
+// streams 0..n-1 (caller -> callee), reverse streams n..2n-1, the calls in
+// callOrder.
 func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -715,32 +717,52 @@ func (s *benchCalls) paths(n int) (direct, relay fwdPath) {
 	if s.srtp {
 		enc = s.b.enc[:n]
 	}
-	return s.b.callPaths(n, enc, func(i int) netip.AddrPort { return s.toCallee[i] },
+	direct, relay, _ = s.b.callPaths(n, enc, func(i int) netip.AddrPort { return s.toCallee[i] },
 		func(j int) netip.AddrPort { return s.toCaller[j] })
+	return direct, relay
 }
 
 // callPaths fills in the direct and relay paths of n calls, each a stream
-// each way: forward streams 0..n-1 from the caller's socket to the relay
-// at toCallee(i) (direct: to directPrefix+i), reverse streams n..2n-1
-// from the callee's socket, stream n+j from farPrefix+j to the relay at
-// toCaller(j) (direct: from directPrefix+j to the caller's fb0 address).
-// With enc the forward streams are SRTP (AES_CM_128_HMAC_SHA1_80), in both.
-func (b *fwdBench) callPaths(n int, enc []*srtpflow.Encrypter, toCallee, toCaller func(int) netip.AddrPort) (direct, relay fwdPath) {
+// each way, the calls in callOrder: stream i carries call c = order[i],
+// forward from the caller's socket to the relay at toCallee(c) (direct: to
+// directPrefix+i), stream n+i its reverse, from the callee's socket, from
+// farPrefix+c to the relay at toCaller(c) (direct: from directPrefix+i to
+// the caller's fb0 address). With enc (by call) the forward streams are
+// SRTP (AES_CM_128_HMAC_SHA1_80), in both.
+func (b *fwdBench) callPaths(n int, enc []*srtpflow.Encrypter, toCallee, toCaller func(int) netip.AddrPort) (direct, relay fwdPath, order []int) {
+	order = callOrder(n)
 	srtpLen := 0
 	if enc != nil {
 		srtpLen = fwdRTPLen + sdes.AES_CM_128_HMAC_SHA1_80.RTPTagLen()
-		direct.enc, relay.enc = enc, enc
+		byStream := make([]*srtpflow.Encrypter, n)
+		for i, c := range order {
+			byStream[i] = enc[c]
+		}
+		direct.enc, relay.enc = byStream, byStream
 	}
 	snd := b.snd
-	far := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(farPrefix, j), uint16(fwdSinkPort)) }
-	near := func(j int) netip.AddrPort { return netip.AddrPortFrom(addrAt(directPrefix, j), uint16(fwdSinkPort)) }
+	far := func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(addrAt(farPrefix, order[i]), uint16(fwdSinkPort))
+	}
+	near := func(i int) netip.AddrPort { return netip.AddrPortFrom(addrAt(directPrefix, i), uint16(fwdSinkPort)) }
 	direct.msgs = snd.messages(n, srtpLen, near)
 	direct.rev = snd.revMessages(n, n, near, func(int) netip.AddrPort {
 		return netip.AddrPortFrom(directCaller.Addr(), uint16(fwdSenderPort))
 	})
-	relay.msgs = snd.messages(n, srtpLen, toCallee)
-	relay.rev = snd.revMessages(n, n, far, toCaller)
-	return direct, relay
+	relay.msgs = snd.messages(n, srtpLen, func(i int) netip.AddrPort { return toCallee(order[i]) })
+	relay.rev = snd.revMessages(n, n, far, func(i int) netip.AddrPort { return toCaller(order[i]) })
+	return direct, relay, order
+}
+
+// callOrder is the order of n calls' streams in the sender: a fixed
+// shuffle. The sender sends its streams in 1 ms slots of consecutive
+// indexes; in the calls' order, a relay worker carrying a block of
+// consecutive calls (relayd packs calls onto few workers,
+// dataplane.pack_flows) would be woken in its block's slots only and
+// read twice the packets per wake-up, where real calls, started at any
+// moment, reach every worker in every slot.
+func callOrder(n int) []int {
+	return rand.New(rand.NewPCG(uint64(n), 0x5eed)).Perm(n)
 }
 
 // close hangs every call up (BYE from the callers) and stops the answerer.

@@ -303,19 +303,19 @@ func (b *fwdBench) transcodeSweep(ctx context.Context, cfg Config, rep *Report, 
 			b.snd.setLoop(i, pcmuPT, fwdRTPLen-12, mat.pcmu, 7*i)
 			b.snd.setLoop(n+i, g729PT, g729RTPLen-12, mat.g729, 7*i)
 		}
-		direct, rp := b.callPaths(n, nil, func(i int) netip.AddrPort { return calls[i].toCallee },
+		direct, rp, order := b.callPaths(n, nil, func(i int) netip.AddrPort { return calls[i].toCallee },
 			func(j int) netip.AddrPort { return calls[j].toCaller })
 		ports := make([]int32, 1<<16)
 		for i := range ports {
 			ports[i] = -1
 		}
-		for i := range n {
+		for i, c := range order {
 			// To the callee from the relay's callee-side port (stream i),
 			// to the caller from its caller-side port (stream n+i).
 			for _, x := range []struct {
 				port   uint16
 				stream int
-			}{{calls[i].toCaller.Port(), i}, {calls[i].toCallee.Port(), n + i}} {
+			}{{calls[c].toCaller.Port(), i}, {calls[c].toCallee.Port(), n + i}} {
 				if ports[x.port] >= 0 {
 					return fwdPath{}, fwdPath{}, fmt.Errorf("relay port %d in two calls", x.port)
 				}
