@@ -30,7 +30,8 @@ type Config struct {
 	Coalesce time.Duration
 	// PackFlows, if set, packs flows onto few workers: a new call's flows
 	// go to the first worker whose load stays within PackFlows with them
-	// (a flow counts 1, a transcoded one TranscodeLoad), and to the least
+	// (a flow counts 1, a transcoded one TranscodeLoad, an RTCP port's
+	// none), and to the least
 	// loaded worker once every worker is past it. Each busy worker pays a
 	// wake-up for every burst of packets, the dearest part of relaying in
 	// userspace at low and medium rates; a worker carrying a few hundred

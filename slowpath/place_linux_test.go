@@ -15,7 +15,8 @@ import (
 // TestPackFlows: with PackFlows, calls fill the first worker up to it
 // before the next gets any, a flow's reverse joins it wherever that is,
 // a transcoded flow weighs TranscodeLoad (and a flow updated into or out
-// of transcoding is weighed again where it is), a worker whose flows go
+// of transcoding is weighed again where it is), an RTCP port's nothing, a
+// worker whose flows go
 // takes new ones first again, and past the limit on every worker the least
 // loaded takes a call. Without it, calls spread to the least loaded.
 func TestPackFlows(t *testing.T) {
@@ -42,17 +43,22 @@ func TestPackFlows(t *testing.T) {
 		load    []int
 	}
 	// call installs a call's two flows, on ports port and port+2, each
-	// the other's reverse.
-	call := func(port uint16, transcode bool) func(p *Pool) error {
+	// the other's reverse; rtcpCall two flows of RTCP ports.
+	pair := func(port uint16, transcode, rtcp bool) func(p *Pool) error {
 		return func(p *Pool) error {
 			a, b := flow(port, transcode), flow(port+2, false)
 			a.Reverse, b.Reverse = b.Match, a.Match
+			if rtcp {
+				a.ClockRate, b.ClockRate = 0, 0
+			}
 			if err := p.Install(a); err != nil {
 				return err
 			}
 			return p.Install(b)
 		}
 	}
+	call := func(port uint16, transcode bool) func(p *Pool) error { return pair(port, transcode, false) }
+	rtcpCall := func(port uint16) func(p *Pool) error { return pair(port, false, true) }
 	hangUp := func(port uint16) func(p *Pool) error {
 		return func(p *Pool) error {
 			for _, m := range []uint16{port, port + 2} {
@@ -89,6 +95,7 @@ func TestPackFlows(t *testing.T) {
 				}
 				return call(30032, false)(p)
 			}, []int{-1, -1, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1}, []int{6, 6, 4}},
+			{"RTCP ports: the first within the limit, no load", rtcpCall(30036), []int{-1, -1, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2, 0, 0, 1, 1, 2, 2}, []int{6, 6, 4}},
 		}},
 		{"spread", 0, []step{
 			{"first call", call(30000, false), []int{0, 0}, []int{2, 0, 0}},

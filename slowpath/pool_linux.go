@@ -52,10 +52,16 @@ type Pool struct {
 // for in the worker's load.
 type placed struct{ worker, load int }
 
-// flowLoad is what a flow counts for in its worker's load (Config.PackFlows).
+// flowLoad is what a flow counts for in its worker's load
+// (Config.PackFlows): an RTCP port's flow (no clock rate) nothing, its
+// reports come every few seconds; a transcoded flow TranscodeLoad; any
+// other 1.
 func flowLoad(fl *dataplane.Flow) int {
-	if fl.Transcode != nil {
+	switch {
+	case fl.Transcode != nil:
 		return TranscodeLoad
+	case fl.ClockRate == 0:
+		return 0
 	}
 	return 1
 }
