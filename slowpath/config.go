@@ -31,12 +31,12 @@ type Config struct {
 	// PackFlows, if set, packs flows onto few workers: a new call's flows
 	// go to the first worker whose load stays within PackFlows with them
 	// (a flow counts 1, a transcoded one TranscodeLoad, an RTCP port's
-	// none), and to the least
-	// loaded worker once every worker is past it. Each busy worker pays a
-	// wake-up for every burst of packets, the dearest part of relaying in
-	// userspace at low and medium rates; a worker carrying a few hundred
-	// flows reads many packets per wake-up where two would read half as
-	// many each. 0: spread, every call to the least loaded worker.
+	// none), and to the least loaded worker once every worker is past it
+	// (see flowLoad). Each busy worker pays a wake-up for every burst of
+	// packets, the dearest part of relaying in userspace at low and
+	// medium rates; a worker carrying a few hundred flows reads many
+	// packets per wake-up where two would read half as many each. 0:
+	// spread, every call to the least loaded worker.
 	PackFlows int
 	// IO is how the workers receive: IOSocket (default), their UDP
 	// sockets, every packet through the kernel's IP and UDP receive
