@@ -100,7 +100,7 @@ func TestPoolIO(t *testing.T) {
 				// A flow on worker 0: the test's flows go to worker 1.
 				hold := netip.AddrPortFrom(l.RelayMedia4, 29998)
 				if err := p.Install(dataplane.Flow{Match: hold, SendFrom: netip.AddrPortFrom(l.RelayCalleeAddr4, 29998),
-					SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9)}); err != nil {
+					SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9), ClockRate: 8000}); err != nil {
 					t.Fatal(err)
 				}
 				if p.owner[hold].worker != 0 {
@@ -134,7 +134,7 @@ func TestPoolInterfaceRecreated(t *testing.T) {
 	// share worker 0's UMEMs.
 	hold := netip.AddrPortFrom(l.RelayMedia4, 29998)
 	if err := p.Install(dataplane.Flow{Match: hold, SendFrom: netip.AddrPortFrom(l.RelayCalleeAddr4, 29998),
-		SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9)}); err != nil {
+		SendTo: netip.AddrPortFrom(l.CalleeAddr4, 9), ClockRate: 8000}); err != nil {
 		t.Fatal(err)
 	}
 	testPoolIOFlow(t, l, p, IOAFXDP, 30000, false, false)
