@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -976,7 +977,8 @@ func (b *fwdBench) openProg() error {
 	return nil
 }
 
-// install adds flows b.installed..f-1 to relayd with parallel POSTs.
+// install adds flows b.installed..f-1 to relayd with parallel POSTs, in
+// a fixed shuffle (installOrder).
 func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 	in := fwdInstall{Mode: m.Name, Flows: f, Added: f - b.installed}
 	mode := "xdp"
@@ -985,16 +987,17 @@ func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
+	order := installOrder(b.installed, f)
 	next := atomic.Int64{}
-	next.Store(int64(b.installed))
 	errs := make([]error, fwdInstallers)
 	for w := range errs {
 		wg.Go(func() {
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= f || errs[w] != nil {
+				k := int(next.Add(1) - 1)
+				if k >= len(order) || errs[w] != nil {
 					return
 				}
+				i := order[k]
 				fl := b.flow(i)
 				req := admin.FlowRequest{
 					Match:        fl.Match.String(),
@@ -1023,6 +1026,21 @@ func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 	fmt.Fprintf(b.log, "  %d flows installed in %v (%.0f/s, %d parallel POSTs), %d in all\n",
 		in.Added, d.Round(time.Millisecond), in.PerSec, fwdInstallers, f)
 	return in, nil
+}
+
+// installOrder is the order in which install adds flows from..to-1: a
+// fixed shuffle. The sender sends flow i's packets in 1 ms slots of
+// consecutive indexes; installed in that order, relayd would pack blocks
+// of consecutive flows onto one worker (dataplane.pack_flows), each woken
+// in its block's slots only, where the flows of real calls, started at
+// any moment, reach every worker in every slot (the SIP sweep's callOrder
+// for the same reason).
+func installOrder(from, to int) []int {
+	order := rand.New(rand.NewPCG(uint64(from), uint64(to))).Perm(to - from)
+	for k := range order {
+		order[k] += from
+	}
+	return order
 }
 
 // flow is relayd's flow i, as install adds it and the C relay carries it:
