@@ -156,13 +156,14 @@ soak: need
 
 # Benchmarks: the XDP program's ns per packet (BPF_PROG_TEST_RUN), the Go
 # hot paths (RTP, voipgen's packet build and the checksum it shares in
-# internal/pktio), voipgen's senders and receiver in the lab (pps offered
+# internal/pktio, the userspace workers' batch, SRTP and transcoding in
+# slowpath), voipgen's senders and receiver in the lab (pps offered
 # and sent, lateness, CPU per packet: BenchmarkLabSender*), then the
 # forwarding limit and CPU per packet in the lab, then the full comparison
 # over concurrent calls (xdp, userspace, srtp and rtpengine; table,
 # bench.json and plots in $(BENCH_OUT)).
 bench: need
-	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./internal/pktio/ ./voipgen/gen/
+	$(GO) test -run '^$$' -bench . -benchmem ./fastpath/ ./rtp/... ./internal/pktio/ ./voipgen/gen/ ./slowpath/...
 	$(GO) run ./voipgen/cmd/voipgen fwdbench
 	$(GO) run ./voipgen/cmd/voipgen bench --with-rtpengine --repeat 3 --out $(BENCH_OUT)
 

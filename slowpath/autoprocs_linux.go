@@ -15,7 +15,7 @@ import (
 // starts a goroutine per SIP message, and each one made ready wakes an
 // idle P's thread, which finds little to do and sleeps again (a futex
 // wake, two context switches). On 2 CPUs one P instead of two took
-// 12-16 % off a SIP call's CPU at 500 calls a second (docs/bench.md,
+// 12-16 % off a SIP call's CPU at 500 calls a second (docs/bench-history.md,
 // "The control plane's Ps"). One P also caps the control plane at one
 // CPU, which a burst of calls can need more than. AutoControlProcs
 // starts with one P and adds one when the control plane's CPU comes near

@@ -267,7 +267,7 @@ func TestReplayWindow(t *testing.T) {
 
 // BenchmarkKeystream: the AES-CM keystream of a 160-byte payload three
 // ways, to show what the standard library's pipelined CTR would save if a
-// stream could take a new IV without allocating (docs/bench.md, "SRTP per
+// stream could take a new IV without allocating (docs/bench-history.md, "SRTP per
 // packet in the worker"):
 //
 //   - blocks: cmRTP.xorKeystream, one cipher.Block Encrypt per 16 bytes,
