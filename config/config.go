@@ -90,8 +90,8 @@ type Dataplane struct {
 	// PackFlows is how many flows a userspace worker takes before the
 	// next one gets any (a transcoded flow counts as
 	// slowpath.TranscodeLoad, an RTCP port's as none); past it on every
-	// worker, the least loaded
-	// takes the call. Default 1024; 0 spreads every call over the workers.
+	// worker, the least loaded takes the call. Default 1024; 0 spreads
+	// every call over the workers.
 	PackFlows int `toml:"pack_flows"`
 	// UserspaceIO is how the userspace workers receive: "socket"
 	// (default: UDP sockets, the kernel's receive path) or "afxdp" (an

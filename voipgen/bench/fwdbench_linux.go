@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -1028,15 +1027,14 @@ func (b *fwdBench) install(m fwdMode, f int) (fwdInstall, error) {
 	return in, nil
 }
 
-// installOrder is the order in which install adds flows from..to-1: a
-// fixed shuffle. The sender sends flow i's packets in 1 ms slots of
-// consecutive indexes; installed in that order, relayd would pack blocks
-// of consecutive flows onto one worker (dataplane.pack_flows), each woken
-// in its block's slots only, where the flows of real calls, started at
-// any moment, reach every worker in every slot (the SIP sweep's callOrder
-// for the same reason).
+// installOrder is the order in which install adds flows from..to-1:
+// callOrder's shuffle of them. The sender sends flow i's packets in 1 ms
+// slots of consecutive indexes; installed in that order, relayd would pack
+// blocks of consecutive flows onto one worker (dataplane.pack_flows), each
+// woken in its block's slots only, where the flows of real calls, started
+// at any moment, reach every worker in every slot.
 func installOrder(from, to int) []int {
-	order := rand.New(rand.NewPCG(uint64(from), uint64(to))).Perm(to - from)
+	order := callOrder(to - from)
 	for k := range order {
 		order[k] += from
 	}
