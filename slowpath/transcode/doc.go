@@ -28,13 +28,14 @@
 // rebases the offset so that it lands on pos: the output never overlaps
 // and never goes back, and after a source change it continues where it
 // was. Timestamps off the 10 ms grid are pulled onto it the same way.
-// Frames ahead of pos are a gap: lost input is concealed, silence is
-// filled with comfort noise where the output wants it, and otherwise (or
-// beyond MaxConceal frames, 120 ms) the output timestamps jump, as in
-// DTX, with the sequence numbers contiguous and the marker set on the
-// first packet after the jump. The marker is also set on the first packet
-// of the stream and on the packet of a frame whose input packet had it
-// (that frame starts a new packet). Telephone-events (RFC 4733) map with
+// Frames ahead of pos are a gap: lost input is concealed if the loss is
+// at most MaxConceal frames (120 ms), silence is filled with comfort
+// noise where the output wants it (up to MaxConceal frames), and
+// otherwise the output timestamps jump, as in DTX, with the sequence
+// numbers contiguous and the marker set on the first packet after the
+// jump. The marker is also set on the first packet of the stream and on
+// the packet of a frame whose input packet had it (that frame starts a
+// new packet). Telephone-events (RFC 4733) map with
 // the same offset, keep their marker, take the output's sequence numbers
 // and Out.Event as payload type; with Out.Event 0 they are dropped and
 // counted.
@@ -59,6 +60,14 @@
 // G.114, and three packets at 20 ms is the same 60 ms.
 //
 // # Loss concealment
+//
+// A loss is seen when the packet after it arrives, so what is synthesised
+// for it leaves then, behind its time: a few frames late are still of
+// use to the far end's jitter buffer, a long loss's are not (they would
+// be dropped there, or stretch an adaptive buffer), and making them
+// would cost an encode a frame at the moment every stream resumes after
+// an outage. A loss longer than MaxConceal frames is therefore a jump,
+// nothing synthesised.
 //
 // G.729 input: bcg729's erasure concealment (Decoder.Conceal). G.729 to
 // G.729 copied through: nothing is synthesised (re-encoding a concealment

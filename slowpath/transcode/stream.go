@@ -30,9 +30,10 @@ const (
 	// ReorderWindow is how far ahead (in sequence numbers) a packet can be
 	// held; a packet farther ahead gives up on the ones before it at once.
 	ReorderWindow = 8
-	// MaxConceal is the most frames synthesised for one gap (lost input,
-	// or comfort noise the worker did not ask for in time); the rest of
-	// a longer gap is a jump in the output timestamps.
+	// MaxConceal is the longest loss concealed, in frames: a longer one
+	// is a jump in the output timestamps, nothing synthesised. It is also
+	// the most frames of comfort noise made for one gap (noise the worker
+	// did not ask for in time); the rest of a longer gap is a jump.
 	MaxConceal = 12
 	// NoiseGrace is how long after its input would have arrived a frame
 	// of comfort noise is synthesised: an input packet up to this late
@@ -489,6 +490,14 @@ func (s *Stream) gap(ts uint32) {
 	n := min(frames, MaxConceal)
 	switch {
 	case s.pass || s.silence && s.cnOut:
+		n = 0
+	case s.lost && frames > MaxConceal:
+		// A loss is known when the packet after it arrives: frames made
+		// for a long one would leave now, in a burst, with the
+		// timestamps of audio the far end should have played a gap ago.
+		// Its jitter buffer drops them (or grows for them), and each
+		// costs an encode just when every stream resumes at once (a
+		// network outage, a firewall pair's failover).
 		n = 0
 	case s.lost:
 		for range n {

@@ -238,7 +238,8 @@ func TestReorder(t *testing.T) {
 		{"two lost", drop(a, 4, 5), want{concealed: 4, maxHold: 60 * ms}},
 		{"duplicate", dup(a, 3, t0+70*ms), want{dups: 1}},
 		{"duplicate while held", dup(drop(a, 4), 5, t0+105*ms), want{concealed: 2, dups: 1, maxHold: 60 * ms}},
-		{"lost beyond the window", drop(a, 2, 3, 4, 5, 6, 7, 8, 9), want{concealed: MaxConceal, maxHold: 0}},
+		{"lost beyond the window", drop(a, 2, 3, 4, 5, 6, 7, 8, 9), want{concealed: 0, maxHold: 0}},
+		{"lost, the longest concealed", drop(a, 2, 3, 4, 5, 6, 7), want{concealed: MaxConceal, maxHold: 40 * ms}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRun(t, newStream(t, pcmu(20), pcma(20)))
@@ -246,8 +247,9 @@ func TestReorder(t *testing.T) {
 			r.until(r.now + 100*ms)
 			checkSeq(t, r.out)
 			if tc.name == "lost beyond the window" {
-				// Only MaxConceal of the lost frames are synthesised,
-				// the rest is a jump; the last packet is where it was.
+				// Longer than MaxConceal frames: nothing is
+				// synthesised, the loss is a jump; the last packet is
+				// where it was.
 				if last := r.out[len(r.out)-1]; last.Timestamp != baseTs+22*FrameSamples || !r.out[len(r.out)-2].Marker {
 					t.Errorf("after a long loss: last ts %d (want %d), jump marked %v", last.Timestamp, baseTs+22*FrameSamples, r.out[len(r.out)-2].Marker)
 				}
