@@ -35,10 +35,9 @@
 // numbers contiguous and the marker set on the first packet after the
 // jump. The marker is also set on the first packet of the stream and on
 // the packet of a frame whose input packet had it (that frame starts a
-// new packet). Telephone-events (RFC 4733) map with
-// the same offset, keep their marker, take the output's sequence numbers
-// and Out.Event as payload type; with Out.Event 0 they are dropped and
-// counted.
+// new packet). Telephone-events (RFC 4733) map with the same offset, keep
+// their marker, take the output's sequence numbers and Out.Event as
+// payload type; with Out.Event 0 they are dropped and counted.
 //
 // # Reorder hold and added delay
 //
