@@ -106,6 +106,13 @@ func AutoControlProcs(ctx context.Context, max int, log *zap.Logger) {
 	}
 	s := newProcScaler(max)
 	SetControlProcs(s.n)
+	if max == 1 {
+		// One CPU: nothing to decide, so nothing to sample. Each sample
+		// is a timer's wake-up and a read of every thread's CPU clock,
+		// which an idle relayd on one CPU paid for nothing.
+		<-ctx.Done()
+		return
+	}
 	t := time.NewTicker(scaleInterval)
 	defer t.Stop()
 	last, at := controlCPU(), time.Now()

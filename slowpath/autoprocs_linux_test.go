@@ -170,3 +170,48 @@ func TestAutoControlProcs(t *testing.T) {
 	close(stop)
 	waitProcs(1, 20*time.Second)
 }
+
+// With one CPU AutoControlProcs sets one P, keeps it under load and
+// returns when its context ends.
+func TestAutoControlProcsOneCPU(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	defer SetControlProcs(runtime.GOMAXPROCS(0))
+	SetControlProcs(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		AutoControlProcs(ctx, 1, zap.NewNop())
+	}()
+	stop := make(chan struct{})
+	defer close(stop)
+	for range 2 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					burn(time.Millisecond)
+				}
+			}
+		}()
+	}
+	one := func() bool { return ControlProcs() == 1 && runtime.GOMAXPROCS(0) == 1 }
+	for deadline := time.Now().Add(time.Second); !one(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("control plane's Ps %d (GOMAXPROCS %d), want 1", ControlProcs(), runtime.GOMAXPROCS(0))
+		}
+	}
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if !one() {
+			t.Fatalf("control plane's Ps %d (GOMAXPROCS %d) under load, want 1", ControlProcs(), runtime.GOMAXPROCS(0))
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("AutoControlProcs did not return when its context ended")
+	}
+}
