@@ -154,18 +154,7 @@ func TestAutoControlProcs(t *testing.T) {
 	}
 	waitProcs(1, time.Second)
 	stop := make(chan struct{})
-	for range 2 {
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					burn(time.Millisecond)
-				}
-			}
-		}()
-	}
+	busy(2, stop)
 	waitProcs(2, 10*time.Second)
 	close(stop)
 	waitProcs(1, 20*time.Second)
@@ -185,18 +174,7 @@ func TestAutoControlProcsOneCPU(t *testing.T) {
 	}()
 	stop := make(chan struct{})
 	defer close(stop)
-	for range 2 {
-		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					burn(time.Millisecond)
-				}
-			}
-		}()
-	}
+	busy(2, stop)
 	one := func() bool { return ControlProcs() == 1 && runtime.GOMAXPROCS(0) == 1 }
 	for deadline := time.Now().Add(time.Second); !one(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -213,5 +191,21 @@ func TestAutoControlProcsOneCPU(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("AutoControlProcs did not return when its context ended")
+	}
+}
+
+// busy keeps n goroutines burning CPU until stop is closed.
+func busy(n int, stop <-chan struct{}) {
+	for range n {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					burn(time.Millisecond)
+				}
+			}
+		}()
 	}
 }
