@@ -115,13 +115,13 @@ func AutoControlProcs(ctx context.Context, max int, log *zap.Logger) {
 	}
 	t := time.NewTicker(scaleInterval)
 	defer t.Stop()
-	last, at := controlCPU(), time.Now()
+	last, at := sampleCPU(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			cpu := controlCPU()
+			cpu := sampleCPU()
 			rate := float64(cpu-last) / float64(now.Sub(at))
 			last, at = cpu, now
 			if s.observe(rate) {
@@ -164,6 +164,10 @@ func workerThreadEnd(tid int) {
 	workerThreads.ended += cpu - workerThreads.tids[tid]
 	delete(workerThreads.tids, tid)
 }
+
+// sampleCPU is what AutoControlProcs reads each interval: controlCPU
+// (a test counts the reads).
+var sampleCPU = controlCPU
 
 // controlCPU is the process's CPU time less what its workers took.
 func controlCPU() time.Duration {

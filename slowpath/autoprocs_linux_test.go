@@ -3,6 +3,7 @@ package slowpath
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,11 +161,15 @@ func TestAutoControlProcs(t *testing.T) {
 	waitProcs(1, 20*time.Second)
 }
 
-// With one CPU AutoControlProcs sets one P, keeps it under load and
-// returns when its context ends.
+// With one CPU AutoControlProcs sets one P, keeps it under load without
+// sampling the CPU it has nothing to decide with, and returns when its
+// context ends.
 func TestAutoControlProcsOneCPU(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	defer SetControlProcs(runtime.GOMAXPROCS(0))
+	var samples atomic.Int64
+	defer func(f func() time.Duration) { sampleCPU = f }(sampleCPU)
+	sampleCPU = func() time.Duration { samples.Add(1); return controlCPU() }
 	SetControlProcs(3)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -191,6 +196,9 @@ func TestAutoControlProcsOneCPU(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("AutoControlProcs did not return when its context ended")
+	}
+	if n := samples.Load(); n != 0 {
+		t.Errorf("%d CPU samples over more than %v, want none on one CPU", n, 4*scaleInterval)
 	}
 }
 
